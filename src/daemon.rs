@@ -1,0 +1,243 @@
+//! Wiring and lifetime: open the root fd, open the store, mount, serve, shut down in order.
+//!
+//! Order of start: lock the store (one daemon per store) → open the workspace's directory fd
+//! (before the mount covers it) → open the store → mount → serve the control socket.
+//! Order of stop (signal, `rewindfs umount`, or the kernel ending the session): unmount →
+//! the FUSE session threads return → the control server stops → the store is flushed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use fuser::{MountOption, SessionACL};
+
+use crate::capture::{Observer, Passthrough};
+use crate::cli::MountConfig;
+use crate::fs::{CacheConfig, Core, RewindFs};
+use crate::{mounts, sys};
+
+/// Files the daemon keeps in the store directory.
+pub mod files {
+    pub const LOCK: &str = "lock";
+    pub const PID: &str = "daemon.pid";
+    pub const LOG: &str = "daemon.log";
+    pub const SOCKET: &str = "control.sock";
+}
+
+/// Starts the daemon in the background and returns once the mount answers.
+///
+/// # Errors
+/// The daemon's own error message when it exits before the mount is live, or a timeout.
+pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
+    let log_path = cfg.store.join(files::LOG);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let start = log.metadata()?.len();
+    let exe = std::env::current_exe().context("finding the rewindfs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(&cfg.dir)
+        .arg("--foreground")
+        .arg("--detached")
+        .arg("--store")
+        .arg(&cfg.store)
+        .arg("--threads")
+        .arg(cfg.threads.to_string())
+        .arg("--ttl")
+        .arg(cfg.ttl.as_secs_f64().to_string());
+    if let Some(pid) = cfg.agent_pid {
+        cmd.arg("--agent-pid").arg(pid.to_string());
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting the daemon")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let msg = read_from(&log_path, start).unwrap_or_default();
+            let msg = msg.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("").trim().to_string();
+            let msg = msg.strip_prefix("rewindfs: ").unwrap_or(&msg).to_string();
+            if msg.is_empty() {
+                bail!("the daemon exited ({status}) before the mount was live; see {}", log_path.display());
+            }
+            bail!("{msg}");
+        }
+        if is_live(&cfg.dir, &cfg.store) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the mount did not come up within 60 s; see {}", log_path.display());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn read_from(path: &Path, start: u64) -> io::Result<String> {
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(start))?;
+    let mut s = String::new();
+    f.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+/// Whether `dir` is a rewindfs mount of `store` that answers, with its socket up.
+pub fn is_live(dir: &Path, store: &Path) -> bool {
+    let Ok(Some(m)) = mounts::mount_at(dir) else { return false };
+    m.fstype == mounts::FSTYPE
+        && m.source == store
+        && sys::statfs_type(dir).ok() == Some(sys::FUSE_SUPER_MAGIC)
+        && store.join(files::SOCKET).exists()
+}
+
+/// Runs the daemon in the foreground until unmounted or signalled.
+///
+/// # Errors
+/// Any failure to lock the store, open the workspace, or mount.
+pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
+    if cfg.detached {
+        // Leave the caller's session so its terminal's signals do not reach us.
+        let _ = rustix::process::setsid();
+    }
+    sys::clear_umask();
+    let lock_path = cfg.store.join(files::LOCK);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    if let Err(e) = sys::try_lock(lock.as_fd()) {
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            bail!("store {} is in use by another rewindfs daemon", cfg.store.display());
+        }
+        return Err(e).context(format!("locking {}", lock_path.display()));
+    }
+    let store_s = cfg.store.to_str().context("the store path must be valid UTF-8")?;
+    if store_s.contains(',') || store_s.contains(char::is_whitespace) {
+        bail!("store path {store_s:?} must not contain commas or spaces (it is the mount's source)");
+    }
+    std::fs::write(cfg.store.join(files::PID), format!("{}\n", sys::getpid()))?;
+
+    let root = sys::open_dir_path(&cfg.dir)?;
+    let observer: Arc<dyn Observer> = Arc::new(Passthrough);
+    let core = Arc::new(Core::new(root, observer)?);
+    let fs = RewindFs::new(core.clone(), CacheConfig { ttl: cfg.ttl });
+
+    let mut fcfg = fuser::Config::default();
+    fcfg.mount_options = vec![
+        MountOption::FSName(store_s.to_string()),
+        // The kernel shows it as `fuse.rewindfs` in the mount table.
+        MountOption::CUSTOM("subtype=rewindfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Suid,
+        MountOption::Dev,
+    ];
+    // As root, let every user in (the permission checks are the kernel's: default_permissions).
+    fcfg.acl = if sys::geteuid() == 0 { SessionACL::All } else { SessionACL::Owner };
+    fcfg.n_threads = Some(cfg.threads);
+    fcfg.clone_fd = cfg.threads > 1;
+    let session = fuser::Session::new(fs, &cfg.dir, &fcfg)
+        .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?;
+    let _notifier = session.notifier();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
+    let fuse_thread = std::thread::Builder::new().name("fuse".into()).spawn(move || {
+        let r = session.run();
+        let _ = done_tx.send(r);
+    })?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let socket_path = cfg.store.join(files::SOCKET);
+    let dir = cfg.dir.clone();
+    let result: anyhow::Result<()> = rt.block_on(async move {
+        let _ = std::fs::remove_file(&socket_path);
+        let listener = tokio::net::UnixListener::bind(&socket_path)
+            .with_context(|| format!("binding {}", socket_path.display()))?;
+        std::fs::set_permissions(&socket_path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        tracing::info!("mounted {} (store {})", dir.display(), socket_path.display());
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut done_rx = done_rx;
+        let _listener = listener;
+        tokio::select! {
+            _ = term.recv() => stop(&dir),
+            _ = int.recv() => stop(&dir),
+            r = &mut done_rx => {
+                if let Ok(Err(e)) = r { return Err(anyhow::anyhow!("FUSE session ended: {e}")); }
+            }
+        }
+        Ok(())
+    });
+    let _ = fuse_thread.join();
+    let _ = std::fs::remove_file(cfg.store.join(files::SOCKET));
+    let _ = std::fs::remove_file(cfg.store.join(files::PID));
+    drop(lock);
+    result
+}
+
+/// Unmounts on a signal: a clean unmount, or a lazy one if files are still open.
+fn stop(dir: &Path) {
+    tracing::info!("signal received: unmounting {}", dir.display());
+    if let Err(e) = mounts::unmount(dir, false) {
+        tracing::warn!("{e}; detaching lazily");
+        if let Err(e) = mounts::unmount(dir, true) {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// `rewindfs umount DIR`: unmount, clear a dead mount, and wait for the daemon to exit.
+///
+/// # Errors
+/// `DIR` is not a rewindfs mount, or the unmount failed (busy: the message says what to do).
+pub fn umount(dir: &Path, lazy: bool) -> anyhow::Result<()> {
+    let dir = mounts::absolute(dir)?;
+    let Some(m) = mounts::mount_at(&dir)? else {
+        bail!("{} is not mounted", dir.display());
+    };
+    if m.fstype != mounts::FSTYPE {
+        bail!("{} is a {} mount, not rewindfs", dir.display(), m.fstype);
+    }
+    let store = m.source.clone();
+    let pid: Option<u32> =
+        std::fs::read_to_string(store.join(files::PID)).ok().and_then(|s| s.trim().parse().ok());
+    if mounts::is_stale(&dir) {
+        mounts::unmount(&dir, true)?;
+        return Ok(());
+    }
+    match mounts::unmount(&dir, lazy) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.to_string().contains("busy") => {
+            bail!("{}: {e}; close the files open in it (see `fuser -m {}`) or use --lazy", dir.display(), dir.display())
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // Wait for the daemon to flush its store and exit.
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sys::process_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
+/// The store of the mount containing `path`, for clients.
+pub fn store_of(path: &Path) -> Option<PathBuf> {
+    mounts::containing(path).ok().flatten().map(|m| m.source)
+}

@@ -1,0 +1,593 @@
+//! The passthrough core: every filesystem operation, as a plain function returning
+//! `io::Result`, on the backing directory that the mount covers.
+//!
+//! The FUSE adapter (`fs/mod.rs`) only decodes requests and encodes replies; everything that
+//! touches the disk happens here, through `crate::sys`, relative to the root fd opened before
+//! the mount. Every change calls the [`Observer`] *before* it is applied (so its pre-image is
+//! saved first) and again after it succeeded (for the change log).
+//!
+//! Open files and directories are the only fds held for long (one per open handle); nodes are
+//! re-resolved by path (see `inodes.rs`).
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rustix::fs::{OFlags, Stat};
+
+use super::inodes::{Inodes, Looked, ROOT};
+use crate::capture::{Change, Observer, Op};
+use crate::sys;
+
+/// Who asked: the caller's ids and pid, from the FUSE request header.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// One directory entry for readdir.
+#[derive(Debug, Clone)]
+pub struct DirEnt {
+    pub name: OsString,
+    pub ino: u64,
+    pub dtype: u8,
+}
+
+#[derive(Debug)]
+enum HandleKind {
+    File,
+    /// The directory's entries, read once at the first readdir (offset 0).
+    Dir(Mutex<Option<Arc<Vec<DirEnt>>>>),
+}
+
+/// An open file or directory.
+#[derive(Debug)]
+pub struct Handle {
+    /// The node this handle belongs to.
+    pub ino: u64,
+    /// The backing fd.
+    fd: OwnedFd,
+    kind: HandleKind,
+    /// Opened with write access.
+    pub writable: bool,
+}
+
+/// Attributes to change in a setattr.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: sys::SetTime,
+    pub mtime: sys::SetTime,
+}
+
+/// The passthrough filesystem core.
+pub struct Core {
+    /// The workspace's underlying directory (`O_PATH`), opened before the mount covered it.
+    root: OwnedFd,
+    /// Node ids ↔ backing files and their names.
+    pub inodes: Inodes,
+    /// Open handles by FUSE file handle. Lock order: after `inodes`, never held across I/O.
+    handles: RwLock<HashMap<u64, Arc<Handle>>>,
+    /// Next file handle.
+    next_fh: AtomicU64,
+    /// Saves pre-images and logs changes.
+    observer: Arc<dyn Observer>,
+    /// Whether the daemon runs as root, so created files must be given to the caller.
+    as_root: bool,
+}
+
+fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+fn join(parent: &Path, name: &OsStr) -> PathBuf {
+    if parent.as_os_str().is_empty() { PathBuf::from(name) } else { parent.join(name) }
+}
+
+impl Core {
+    /// # Errors
+    /// Fails if the root cannot be stat'ed.
+    pub fn new(root: OwnedFd, observer: Arc<dyn Observer>) -> io::Result<Core> {
+        let st = sys::fstat(root.as_fd())?;
+        Ok(Core {
+            inodes: Inodes::new(&st),
+            root,
+            handles: RwLock::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            observer,
+            as_root: sys::geteuid() == 0,
+        })
+    }
+
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    fn path(&self, ino: u64) -> io::Result<PathBuf> {
+        self.inodes.path(ino)
+    }
+
+    fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
+        sys::validate_name(name)?;
+        Ok(join(&self.path(parent)?, name))
+    }
+
+    fn handle(&self, fh: u64) -> io::Result<Arc<Handle>> {
+        self.handles.read().unwrap().get(&fh).cloned().ok_or_else(|| err(libc::EBADF))
+    }
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.write().unwrap().insert(fh, Arc::new(h));
+        fh
+    }
+
+    /// Number of open handles (for `status`).
+    pub fn open_handles(&self) -> usize {
+        self.handles.read().unwrap().len()
+    }
+
+    fn before(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) -> io::Result<()> {
+        self.observer.before(ctx.pid, &Change { op, path, path2 })
+    }
+
+    fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
+        self.observer.after(ctx.pid, &Change { op, path, path2 });
+    }
+
+    /// Stats a node by path, checking it is still the file the node stands for.
+    fn stat_node(&self, ino: u64) -> io::Result<(PathBuf, Stat)> {
+        let p = self.path(ino)?;
+        let st = sys::lstat_at(self.root(), &p)?;
+        if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
+            return Err(err(libc::ESTALE));
+        }
+        Ok((p, st))
+    }
+
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> io::Result<(Looked, Stat)> {
+        let p = self.child_path(parent, name)?;
+        let st = sys::lstat_at(self.root(), &p)?;
+        Ok((self.inodes.lookup(parent, name, &st), st))
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> io::Result<Stat> {
+        if let Some(fh) = fh {
+            if let Ok(h) = self.handle(fh) {
+                return sys::fstat(h.fd.as_fd());
+            }
+        }
+        match self.stat_node(ino) {
+            Ok((_, st)) => Ok(st),
+            Err(e) => {
+                // An open file that was unlinked: any handle on it still answers.
+                let hs = self.handles.read().unwrap();
+                match hs.values().find(|h| h.ino == ino) {
+                    Some(h) => sys::fstat(h.fd.as_fd()),
+                    None => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Finds an fd to operate on for a node: its handle if one was given, else by path.
+    fn node_fd(&self, ino: u64, fh: Option<u64>, flags: OFlags) -> io::Result<(Option<PathBuf>, OwnedFd)> {
+        if let Some(fh) = fh {
+            if let Ok(h) = self.handle(fh) {
+                if h.ino == ino {
+                    let p = self.path(ino).ok();
+                    return Ok((p, h.fd.try_clone()?));
+                }
+            }
+        }
+        let p = self.path(ino)?;
+        let fd = sys::open_beneath(self.root(), &p, flags, 0)?;
+        Ok((Some(p), fd))
+    }
+
+    pub fn setattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>, a: SetAttr) -> io::Result<Stat> {
+        let p = self.path(ino).ok();
+        let kind = self.inodes.kind(ino).unwrap_or(0);
+        if let Some(p) = &p {
+            let op = if a.size.is_some() {
+                Op::Truncate
+            } else if a.mode.is_some() {
+                Op::Chmod
+            } else if a.uid.is_some() || a.gid.is_some() {
+                Op::Chown
+            } else {
+                Op::Utimes
+            };
+            self.before(ctx, op, p, None)?;
+        }
+        if let Some(size) = a.size {
+            if kind == libc::S_IFDIR {
+                return Err(err(libc::EISDIR));
+            }
+            let (_, fd) = self.node_fd(ino, fh, OFlags::WRONLY)?;
+            sys::ftruncate(fd.as_fd(), size)?;
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            let p = p.as_ref().ok_or_else(|| err(libc::ENOENT))?;
+            sys::lchownat(self.root(), p, a.uid, a.gid)?;
+        }
+        if let Some(mode) = a.mode {
+            if kind == libc::S_IFLNK {
+                return Err(err(libc::EOPNOTSUPP));
+            }
+            let (_, fd) = self.node_fd(ino, fh, OFlags::PATH)?;
+            // fchmod does not work on O_PATH fds; chmod through the magic link does.
+            match sys::fchmod(fd.as_fd(), mode & 0o7777) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    let p = p.as_ref().ok_or_else(|| err(libc::ENOENT))?;
+                    sys::chmodat(self.root(), p, mode & 0o7777)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if a.atime.is_some() || a.mtime.is_some() {
+            match (&p, fh) {
+                (Some(p), _) => sys::lutimensat(self.root(), p, a.atime, a.mtime)?,
+                (None, Some(fh)) => {
+                    let h = self.handle(fh)?;
+                    sys::futimens(h.fd.as_fd(), a.atime, a.mtime)?;
+                }
+                (None, None) => return Err(err(libc::ENOENT)),
+            }
+        }
+        if let Some(p) = &p {
+            let op = if a.size.is_some() { Op::Truncate } else if a.mode.is_some() { Op::Chmod } else { Op::Utimes };
+            self.after(ctx, op, p, None);
+        }
+        self.getattr(ino, fh)
+    }
+
+    pub fn readlink(&self, ino: u64) -> io::Result<OsString> {
+        let p = self.path(ino)?;
+        sys::readlinkat(self.root(), &p)
+    }
+
+    /// Gives a newly created file to the caller (the daemon creates as itself).
+    fn own(&self, ctx: &Ctx, parent: &Path, rel: &Path, mode: u32, is_dir: bool) -> io::Result<()> {
+        if !self.as_root || (ctx.uid == 0 && ctx.gid == 0) {
+            return Ok(());
+        }
+        let pst = sys::lstat_at(self.root(), sys::at_path(parent))?;
+        // In a set-group-ID directory new files take the directory's group.
+        let gid = if pst.st_mode & libc::S_ISGID != 0 { pst.st_gid } else { ctx.gid };
+        sys::lchownat(self.root(), rel, Some(ctx.uid), Some(gid))?;
+        // chown clears set-user/group-ID bits on non-directories; put back what was asked for.
+        if !is_dir && mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            sys::chmodat(self.root(), rel, mode & 0o7777)?;
+        }
+        Ok(())
+    }
+
+    fn created(&self, ctx: &Ctx, parent: u64, name: &OsStr, p: &Path, op: Op) -> io::Result<(Looked, Stat)> {
+        let st = sys::lstat_at(self.root(), p)?;
+        self.after(ctx, op, p, None);
+        Ok((self.inodes.lookup(parent, name, &st), st))
+    }
+
+    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> io::Result<(Looked, Stat)> {
+        let pp = self.path(parent)?;
+        let p = self.child_path(parent, name)?;
+        let mode = mode & !(umask & 0o777);
+        self.before(ctx, Op::Create, &p, None)?;
+        if mode & libc::S_IFMT == libc::S_IFREG {
+            sys::openat(self.root(), &p, OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY, mode & 0o7777)?;
+        } else {
+            sys::mknodat(self.root(), &p, mode, rdev as u64)?;
+        }
+        self.own(ctx, &pp, &p, mode, false)?;
+        self.created(ctx, parent, name, &p, Op::Create)
+    }
+
+    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32) -> io::Result<(Looked, Stat)> {
+        let pp = self.path(parent)?;
+        let p = self.child_path(parent, name)?;
+        let mode = mode & !(umask & 0o777) & 0o7777;
+        self.before(ctx, Op::Mkdir, &p, None)?;
+        sys::mkdirat(self.root(), &p, mode)?;
+        self.own(ctx, &pp, &p, mode, true)?;
+        self.created(ctx, parent, name, &p, Op::Mkdir)
+    }
+
+    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &OsStr, target: &Path) -> io::Result<(Looked, Stat)> {
+        let pp = self.path(parent)?;
+        let p = self.child_path(parent, name)?;
+        self.before(ctx, Op::Symlink, &p, None)?;
+        sys::symlinkat(target, self.root(), &p)?;
+        self.own(ctx, &pp, &p, 0, false)?;
+        self.created(ctx, parent, name, &p, Op::Symlink)
+    }
+
+    pub fn link(&self, ctx: &Ctx, ino: u64, newparent: u64, newname: &OsStr) -> io::Result<(Looked, Stat)> {
+        let (old, _) = self.stat_node(ino)?;
+        let p = self.child_path(newparent, newname)?;
+        self.before(ctx, Op::Link, &p, Some(&old))?;
+        sys::linkat(self.root(), &old, &p)?;
+        let st = sys::lstat_at(self.root(), &p)?;
+        self.after(ctx, Op::Link, &p, Some(&old));
+        // Keep the node's existing name; only count the lookup the kernel now holds.
+        let looked = self.inodes.lookup(newparent, newname, &st);
+        Ok((looked, st))
+    }
+
+    pub fn unlink(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
+        self.remove(ctx, parent, name, false)
+    }
+
+    pub fn rmdir(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
+        self.remove(ctx, parent, name, true)
+    }
+
+    fn remove(&self, ctx: &Ctx, parent: u64, name: &OsStr, is_dir: bool) -> io::Result<()> {
+        let p = self.child_path(parent, name)?;
+        let st = sys::lstat_at(self.root(), &p)?;
+        let is_actually_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        if is_dir && !is_actually_dir {
+            return Err(err(libc::ENOTDIR));
+        }
+        if !is_dir && is_actually_dir {
+            return Err(err(libc::EISDIR));
+        }
+        let op = if is_dir { Op::Rmdir } else { Op::Unlink };
+        self.before(ctx, op, &p, None)?;
+        sys::unlinkat(self.root(), &p, is_dir)?;
+        self.after(ctx, op, &p, None);
+        if let Some(ino) = self.inodes.ino_of(&st) {
+            self.inodes.renamed(ino, (parent, name), None);
+            if is_dir || st.st_nlink <= 1 {
+                self.inodes.unlinked(ino);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn rename(&self, ctx: &Ctx, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32) -> io::Result<()> {
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(newparent, newname)?;
+        let src = sys::lstat_at(self.root(), &from)?;
+        let dst = sys::lstat_opt(self.root(), &to)?;
+        self.before(ctx, Op::Rename, &from, Some(&to))?;
+        sys::renameat2(self.root(), &from, &to, flags)?;
+        self.after(ctx, Op::Rename, &from, Some(&to));
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let src_ino = self.inodes.ino_of(&src);
+        let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
+        let same = dst.as_ref().is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
+        if same {
+            return Ok(()); // renaming a hard link onto another name of itself does nothing
+        }
+        if let Some(d) = dst_ino {
+            if exchange {
+                self.inodes.renamed(d, (newparent, newname), Some((parent, name)));
+            } else {
+                self.inodes.renamed(d, (newparent, newname), None);
+                let dst = dst.unwrap();
+                if dst.st_mode & libc::S_IFMT == libc::S_IFDIR || dst.st_nlink <= 1 {
+                    self.inodes.unlinked(d);
+                }
+            }
+        }
+        if let Some(s) = src_ino {
+            self.inodes.renamed(s, (parent, name), Some((newparent, newname)));
+        }
+        Ok(())
+    }
+
+    fn open_flags(flags: i32) -> OFlags {
+        // The kernel handles creation (create) and controlling ttys; direct I/O would need
+        // aligned buffers we do not promise.
+        let keep = !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT | libc::O_NOFOLLOW);
+        OFlags::from_bits_retain((flags & keep) as u32)
+    }
+
+    pub fn open(&self, ctx: &Ctx, ino: u64, flags: i32) -> io::Result<u64> {
+        let p = self.path(ino)?;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if flags & libc::O_TRUNC != 0 && writable {
+            self.before(ctx, Op::Truncate, &p, None)?;
+        }
+        let fd = sys::open_beneath(self.root(), &p, Self::open_flags(flags), 0)?;
+        if flags & libc::O_TRUNC != 0 && writable {
+            self.after(ctx, Op::Truncate, &p, None);
+        }
+        Ok(self.add_handle(Handle { ino, fd, kind: HandleKind::File, writable }))
+    }
+
+    pub fn create(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32) -> io::Result<(Looked, Stat, u64)> {
+        let pp = self.path(parent)?;
+        let p = self.child_path(parent, name)?;
+        let mode = mode & !(umask & 0o777) & 0o7777;
+        let existing = sys::lstat_opt(self.root(), &p)?;
+        if existing.is_some() && flags & libc::O_EXCL != 0 {
+            return Err(err(libc::EEXIST));
+        }
+        let op = if existing.is_some() { Op::Truncate } else { Op::Create };
+        if existing.is_none() || flags & libc::O_TRUNC != 0 {
+            self.before(ctx, op, &p, None)?;
+        }
+        let oflags = Self::open_flags(flags) | OFlags::CREATE;
+        let fd = sys::openat(self.root(), &p, oflags, mode)?;
+        if existing.is_none() {
+            self.own(ctx, &pp, &p, mode, false)?;
+        }
+        if existing.is_none() || flags & libc::O_TRUNC != 0 {
+            self.after(ctx, op, &p, None);
+        }
+        let st = sys::fstat(fd.as_fd())?;
+        let looked = self.inodes.lookup(parent, name, &st);
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = self.add_handle(Handle { ino: looked.ino, fd, kind: HandleKind::File, writable });
+        Ok((looked, st, fh))
+    }
+
+    pub fn read(&self, fh: u64, off: u64, size: u32) -> io::Result<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::pread_full(h.fd.as_fd(), &mut buf, off)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    pub fn write(&self, ctx: &Ctx, fh: u64, off: u64, data: &[u8]) -> io::Result<usize> {
+        let h = self.handle(fh)?;
+        let p = self.path(h.ino).ok();
+        if let Some(p) = &p {
+            self.before(ctx, Op::Write, p, None)?;
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let n = sys::pwrite(h.fd.as_fd(), &data[done..], off + done as u64)?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        if let Some(p) = &p {
+            self.after(ctx, Op::Write, p, None);
+        }
+        Ok(done)
+    }
+
+    pub fn flush(&self, _fh: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.write().unwrap().remove(&fh);
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> io::Result<()> {
+        let h = self.handle(fh)?;
+        sys::fsync(h.fd.as_fd(), datasync)
+    }
+
+    pub fn opendir(&self, ino: u64) -> io::Result<u64> {
+        let p = self.path(ino)?;
+        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        Ok(self.add_handle(Handle { ino, fd, kind: HandleKind::Dir(Mutex::new(None)), writable: false }))
+    }
+
+    /// The directory's entries; read from the disk when `offset == 0` (rewinddir).
+    pub fn readdir(&self, fh: u64, offset: u64) -> io::Result<Arc<Vec<DirEnt>>> {
+        let h = self.handle(fh)?;
+        let HandleKind::Dir(cache) = &h.kind else { return Err(err(libc::ENOTDIR)) };
+        let mut c = cache.lock().unwrap();
+        if offset == 0 || c.is_none() {
+            let dup = sys::open_beneath(h.fd.as_fd(), Path::new("."), OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+            let mut ents = vec![
+                DirEnt { name: ".".into(), ino: h.ino, dtype: libc::DT_DIR },
+                DirEnt { name: "..".into(), ino: ROOT, dtype: libc::DT_DIR },
+            ];
+            for (name, ino, dtype) in sys::read_dir_all(dup)? {
+                ents.push(DirEnt { name, ino, dtype });
+            }
+            *c = Some(Arc::new(ents));
+        }
+        Ok(c.clone().unwrap())
+    }
+
+    pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {
+        sys::fstatvfs(self.root())
+    }
+
+    /// An fd usable for xattr calls through `/proc/self/fd`.
+    fn xattr_fd(&self, ino: u64) -> io::Result<(PathBuf, OwnedFd, bool)> {
+        let p = self.path(ino)?;
+        let fd = sys::open_beneath(self.root(), &p, OFlags::PATH, 0)?;
+        let is_link = self.inodes.kind(ino) == Some(libc::S_IFLNK);
+        Ok((p, fd, is_link))
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> io::Result<Vec<u8>> {
+        let (_, fd, is_link) = self.xattr_fd(ino)?;
+        if is_link {
+            return Err(err(libc::ENODATA));
+        }
+        sys::getxattr(fd.as_fd(), name, size as usize)
+    }
+
+    pub fn listxattr(&self, ino: u64, size: u32) -> io::Result<Vec<u8>> {
+        let (_, fd, is_link) = self.xattr_fd(ino)?;
+        if is_link {
+            return Ok(Vec::new());
+        }
+        sys::listxattr(fd.as_fd(), size as usize)
+    }
+
+    pub fn setxattr(&self, ctx: &Ctx, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        let (p, fd, is_link) = self.xattr_fd(ino)?;
+        if is_link {
+            return Err(err(libc::EPERM));
+        }
+        self.before(ctx, Op::Setxattr, &p, None)?;
+        sys::setxattr(fd.as_fd(), name, value, flags)?;
+        self.after(ctx, Op::Setxattr, &p, None);
+        Ok(())
+    }
+
+    pub fn removexattr(&self, ctx: &Ctx, ino: u64, name: &OsStr) -> io::Result<()> {
+        let (p, fd, is_link) = self.xattr_fd(ino)?;
+        if is_link {
+            return Err(err(libc::ENODATA));
+        }
+        self.before(ctx, Op::Setxattr, &p, None)?;
+        sys::removexattr(fd.as_fd(), name)?;
+        self.after(ctx, Op::Setxattr, &p, None);
+        Ok(())
+    }
+
+    pub fn access(&self, ino: u64, mask: i32) -> io::Result<()> {
+        let p = self.path(ino)?;
+        sys::accessat(self.root(), &p, mask)
+    }
+
+    pub fn fallocate(&self, ctx: &Ctx, fh: u64, off: u64, len: u64, mode: i32) -> io::Result<()> {
+        let h = self.handle(fh)?;
+        let p = self.path(h.ino).ok();
+        if let Some(p) = &p {
+            self.before(ctx, Op::Fallocate, p, None)?;
+        }
+        sys::fallocate(h.fd.as_fd(), mode, off, len)?;
+        if let Some(p) = &p {
+            self.after(ctx, Op::Fallocate, p, None);
+        }
+        Ok(())
+    }
+
+    pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> io::Result<u64> {
+        let h = self.handle(fh)?;
+        sys::lseek(h.fd.as_fd(), off, whence)
+    }
+
+    pub fn copy_file_range(&self, ctx: &Ctx, fh_in: u64, off_in: u64, fh_out: u64, off_out: u64, len: u64) -> io::Result<usize> {
+        let hi = self.handle(fh_in)?;
+        let ho = self.handle(fh_out)?;
+        let p = self.path(ho.ino).ok();
+        if let Some(p) = &p {
+            self.before(ctx, Op::Write, p, None)?;
+        }
+        let n = sys::copy_file_range(hi.fd.as_fd(), off_in, ho.fd.as_fd(), off_out, len.min(1 << 30) as usize)?;
+        if let Some(p) = &p {
+            self.after(ctx, Op::Write, p, None);
+        }
+        Ok(n)
+    }
+}

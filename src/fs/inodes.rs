@@ -1,0 +1,272 @@
+//! The inode table: FUSE node ids ↔ backing files, and each node's current name.
+//!
+//! rewindfs keeps **no fd per inode** (the open-file limit here is 20,000 and a 40k-file tree
+//! would exhaust it). Each node remembers one name it is reachable by — its parent node and a
+//! file name — and operations re-resolve that path from the workspace root fd. Captures are
+//! keyed by path anyway, so the path is what every change needs.
+//!
+//! Invariants, all kept under the one `RwLock` in [`Inodes`]:
+//! - a node id maps to exactly one backing `(dev, ino)` and back (`by_key`);
+//! - node ids are the backing inode numbers where possible, so they are stable for the life of
+//!   the mount and `ls -i` matches the disk; the workspace root is always node 1;
+//! - when a backing inode number is reused by a new file while the kernel still holds the old
+//!   node, the node's generation is bumped (the kernel then drops its stale inode instead of
+//!   returning `ESTALE` forever);
+//! - a node is removed only when the kernel has forgotten it (`nlookup == 0`) and no other
+//!   node names it as parent (`children == 0`), so every live node's path can be rebuilt.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use rustix::fs::Stat;
+
+/// The FUSE root node id.
+pub const ROOT: u64 = 1;
+
+/// One node the kernel knows about.
+#[derive(Debug)]
+struct Node {
+    /// Backing `(st_dev, st_ino)`.
+    key: (u64, u64),
+    /// Bumped when the backing inode number is reused for another file.
+    generation: u64,
+    /// Lookups the kernel holds (decremented by `forget`).
+    nlookup: u64,
+    /// Nodes whose `parent` is this node.
+    children: u64,
+    /// Where the node currently lives; `None` for the root and for unlinked files.
+    name: Option<(u64, OsString)>,
+    /// `S_IFMT` bits of the backing file.
+    kind: u32,
+}
+
+#[derive(Default, Debug)]
+struct Table {
+    nodes: HashMap<u64, Node>,
+    by_key: HashMap<(u64, u64), u64>,
+    /// Next synthetic node id, for backing inodes whose own number is taken or on another dev.
+    next_synthetic: u64,
+}
+
+/// The inode table (one lock; see the module doc for its invariants).
+#[derive(Debug)]
+pub struct Inodes {
+    table: RwLock<Table>,
+    /// `st_dev` of the workspace root.
+    root_dev: u64,
+}
+
+/// What a lookup hands to the kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Looked {
+    pub ino: u64,
+    pub generation: u64,
+}
+
+fn stale() -> io::Error {
+    io::Error::from_raw_os_error(libc::ESTALE)
+}
+
+impl Inodes {
+    pub fn new(root: &Stat) -> Self {
+        let mut t = Table { next_synthetic: 1 << 56, ..Default::default() };
+        let key = (root.st_dev, root.st_ino);
+        t.nodes.insert(
+            ROOT,
+            Node { key, generation: 0, nlookup: 2, children: 0, name: None, kind: libc::S_IFDIR },
+        );
+        t.by_key.insert(key, ROOT);
+        Inodes { table: RwLock::new(t), root_dev: root.st_dev }
+    }
+
+    /// The workspace-relative path of a node (empty for the root).
+    ///
+    /// # Errors
+    /// `ESTALE` for an unknown node, `ENOENT` for one that no longer has a name (unlinked).
+    pub fn path(&self, ino: u64) -> io::Result<PathBuf> {
+        let t = self.table.read().unwrap();
+        let mut parts: Vec<&OsStr> = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            let n = t.nodes.get(&cur).ok_or_else(stale)?;
+            match &n.name {
+                Some((parent, name)) => {
+                    parts.push(name);
+                    cur = *parent;
+                }
+                None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            }
+            if parts.len() > 4096 {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+        }
+        let mut p = PathBuf::new();
+        for part in parts.iter().rev() {
+            p.push(part);
+        }
+        Ok(p)
+    }
+
+    /// The `S_IFMT` kind recorded for a node.
+    pub fn kind(&self, ino: u64) -> Option<u32> {
+        self.table.read().unwrap().nodes.get(&ino).map(|n| n.kind)
+    }
+
+    /// Backing key of a node, to check a re-resolved path still names the same file.
+    pub fn key(&self, ino: u64) -> Option<(u64, u64)> {
+        self.table.read().unwrap().nodes.get(&ino).map(|n| n.key)
+    }
+
+    /// The node id a backing file has (or would get), without taking a lookup.
+    pub fn ino_of(&self, st: &Stat) -> Option<u64> {
+        self.table.read().unwrap().by_key.get(&(st.st_dev, st.st_ino)).copied()
+    }
+
+    /// Records that the kernel now holds one more lookup of the file `st` at `parent/name`.
+    pub fn lookup(&self, parent: u64, name: &OsStr, st: &Stat) -> Looked {
+        let key = (st.st_dev, st.st_ino);
+        let kind = st.st_mode & libc::S_IFMT;
+        let mut t = self.table.write().unwrap();
+        if let Some(&ino) = t.by_key.get(&key) {
+            if ino == ROOT {
+                return Looked { ino, generation: 0 };
+            }
+            let old_parent = t.nodes.get(&ino).and_then(|n| n.name.as_ref().map(|(p, _)| *p));
+            let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
+            if n.kind != kind {
+                // The inode number was reused by a different file.
+                n.generation += 1;
+                n.kind = kind;
+            }
+            n.nlookup += 1;
+            let g = n.generation;
+            let same = matches!(&n.name, Some((p, nm)) if *p == parent && nm == name);
+            if !same {
+                n.name = Some((parent, name.to_owned()));
+                if let Some(p) = t.nodes.get_mut(&parent) {
+                    p.children += 1;
+                }
+                if let Some(op) = old_parent {
+                    Self::release_child(&mut t, op);
+                }
+            }
+            return Looked { ino, generation: g };
+        }
+        // A new node. Use the backing inode number when it is free and on the root's device.
+        let ino = if st.st_dev == self.root_dev && st.st_ino != ROOT && !t.nodes.contains_key(&st.st_ino) {
+            st.st_ino
+        } else {
+            t.next_synthetic += 1;
+            t.next_synthetic
+        };
+        if let Some(p) = t.nodes.get_mut(&parent) {
+            p.children += 1;
+        }
+        t.nodes.insert(
+            ino,
+            Node { key, generation: 0, nlookup: 1, children: 0, name: Some((parent, name.to_owned())), kind },
+        );
+        t.by_key.insert(key, ino);
+        Looked { ino, generation: 0 }
+    }
+
+    /// The node at `parent/name` moved to `newparent/newname` (rename), or was removed
+    /// (`to == None`: unlink/rmdir of its last known name).
+    pub fn renamed(&self, ino: u64, from: (u64, &OsStr), to: Option<(u64, &OsStr)>) {
+        let mut t = self.table.write().unwrap();
+        let Some(n) = t.nodes.get(&ino) else { return };
+        let is_that_name = matches!(&n.name, Some((p, nm)) if *p == from.0 && nm == from.1);
+        if !is_that_name && to.is_none() {
+            return; // another hard link's name went away; the node keeps its own
+        }
+        let old_parent = n.name.as_ref().map(|(p, _)| *p);
+        let n = t.nodes.get_mut(&ino).unwrap();
+        n.name = to.map(|(p, nm)| (p, nm.to_owned()));
+        if let Some((p, _)) = to {
+            if let Some(pn) = t.nodes.get_mut(&p) {
+                pn.children += 1;
+            }
+        }
+        if let Some(op) = old_parent {
+            Self::release_child(&mut t, op);
+        }
+        if to.is_none() {
+            Self::maybe_remove(&mut t, ino);
+        }
+    }
+
+    /// A node's file was deleted for good (nlink reached 0): forget its backing key so a new
+    /// file reusing the inode number gets a fresh generation.
+    pub fn unlinked(&self, ino: u64) {
+        let mut t = self.table.write().unwrap();
+        if let Some(n) = t.nodes.get_mut(&ino) {
+            n.generation += 1;
+        }
+    }
+
+    /// The kernel dropped `count` lookups of a node.
+    pub fn forget(&self, ino: u64, count: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut t = self.table.write().unwrap();
+        if let Some(n) = t.nodes.get_mut(&ino) {
+            n.nlookup = n.nlookup.saturating_sub(count);
+        }
+        Self::maybe_remove(&mut t, ino);
+    }
+
+    fn release_child(t: &mut Table, parent: u64) {
+        if let Some(p) = t.nodes.get_mut(&parent) {
+            p.children = p.children.saturating_sub(1);
+        }
+        Self::maybe_remove(t, parent);
+    }
+
+    fn maybe_remove(t: &mut Table, ino: u64) {
+        let mut cur = ino;
+        loop {
+            if cur == ROOT {
+                return;
+            }
+            let Some(n) = t.nodes.get(&cur) else { return };
+            if n.nlookup > 0 || n.children > 0 {
+                return;
+            }
+            let n = t.nodes.remove(&cur).unwrap();
+            if t.by_key.get(&n.key) == Some(&cur) {
+                t.by_key.remove(&n.key);
+            }
+            match n.name {
+                Some((p, _)) => {
+                    if let Some(pn) = t.nodes.get_mut(&p) {
+                        pn.children = pn.children.saturating_sub(1);
+                    }
+                    cur = p;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Number of nodes held (for `status`).
+    pub fn len(&self) -> usize {
+        self.table.read().unwrap().nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The node id of the directory entry `parent/name` if the kernel may have it cached.
+    pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        let t = self.table.read().unwrap();
+        t.nodes
+            .iter()
+            .find(|(_, n)| matches!(&n.name, Some((p, nm)) if *p == parent && nm == name))
+            .map(|(i, _)| *i)
+    }
+}

@@ -1,0 +1,493 @@
+//! The FUSE adapter: decode a request, call one [`Core`] function, reply on every path.
+//!
+//! Nothing here touches the disk; errors from the core keep their errno (`errno_of`).
+
+pub mod core;
+pub mod inodes;
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Filesystem,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rustix::fs::Stat;
+
+pub use self::core::{Core, Ctx, SetAttr};
+
+/// The one place an `io::Error` becomes an errno: the real errno passes through unchanged, and
+/// only an error without one becomes `EIO`.
+pub fn errno_of(e: &io::Error) -> Errno {
+    match e.raw_os_error() {
+        Some(code) => Errno::from_i32(code),
+        None if e.kind() == io::ErrorKind::StorageFull => Errno::from_i32(libc::ENOSPC),
+        None if e.kind() == io::ErrorKind::WouldBlock => Errno::from_i32(libc::EAGAIN),
+        None => Errno::from_i32(libc::EIO),
+    }
+}
+
+/// Kernel cache settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// How long the kernel may trust attributes and entries.
+    pub ttl: Duration,
+}
+
+/// The mounted filesystem.
+pub struct RewindFs {
+    pub core: Arc<Core>,
+    cache: CacheConfig,
+}
+
+impl RewindFs {
+    pub fn new(core: Arc<Core>, cache: CacheConfig) -> Self {
+        RewindFs { core, cache }
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+fn time(s: i64, ns: i64) -> SystemTime {
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, ns as u32)
+    } else {
+        UNIX_EPOCH - Duration::new((-s) as u64, 0) + Duration::new(0, ns as u32)
+    }
+}
+
+fn kind(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dkind(dtype: u8) -> FileType {
+    match dtype {
+        libc::DT_DIR => FileType::Directory,
+        libc::DT_LNK => FileType::Symlink,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// Converts a backing stat to the attributes the kernel sees under node id `ino`.
+fn attr(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec as i64),
+        mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
+        crtime: time(st.st_ctime, st.st_ctime_nsec as i64),
+        kind: kind(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> crate::sys::SetTime {
+    t.map(|t| match t {
+        TimeOrNow::Now => None,
+        TimeOrNow::SpecificTime(st) => Some(match st.duration_since(UNIX_EPOCH) {
+            Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+            Err(e) => {
+                let d = e.duration();
+                let (s, ns) = (d.as_secs() as i64, d.subsec_nanos() as i64);
+                if ns == 0 { (-s, 0) } else { (-s - 1, 1_000_000_000 - ns) }
+            }
+        }),
+    })
+}
+
+impl Filesystem for RewindFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Each of these removes round trips or is needed for correctness (see design.md §6).
+        for flag in [
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+        ] {
+            let _ = config.add_capabilities(flag);
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.core.lookup(parent.0, name) {
+            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.core.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.core.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(st) => reply.attr(&self.cache.ttl, &attr(ino.0, &st)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+        match self.core.setattr(&ctx(req), ino.0, fh.map(|f| f.0), a) {
+            Ok(st) => reply.attr(&self.cache.ttl, &attr(ino.0, &st)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        use std::os::unix::ffi::OsStrExt;
+        match self.core.readlink(ino.0) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        match self.core.mknod(&ctx(req), parent.0, name, mode, umask, rdev) {
+            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        match self.core.mkdir(&ctx(req), parent.0, name, mode, umask) {
+            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.core.unlink(&ctx(req), parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.core.rmdir(&ctx(req), parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        match self.core.symlink(&ctx(req), parent.0, link_name, target) {
+            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.core.rename(&ctx(req), parent.0, name, newparent.0, newname, flags.bits()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        match self.core.link(&ctx(req), ino.0, newparent.0, newname) {
+            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.core.open(&ctx(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.core.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.core.write(&ctx(req), fh.0, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        match self.core.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        match self.core.fsync(fh.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.core.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let ents = match self.core.readdir(fh.0, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        for (i, e) in ents.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(e.ino), (i + 1) as u64, dkind(e.dtype), &e.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let ents = match self.core.readdir(fh.0, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        for (i, e) in ents.iter().enumerate().skip(offset as usize) {
+            let off = (i + 1) as u64;
+            if e.name == "." || e.name == ".." {
+                // The kernel takes no lookup for these; attributes are not used.
+                let st = match self.core.getattr(ino.0, None) {
+                    Ok(st) => st,
+                    Err(_) => continue,
+                };
+                if reply.add(INodeNo(ino.0), off, &e.name, &Duration::ZERO, &attr(ino.0, &st), Generation(0)) {
+                    break;
+                }
+                continue;
+            }
+            // The entry may have vanished since the directory was read: skip it.
+            let Ok((l, st)) = self.core.lookup(ino.0, &e.name) else { continue };
+            if reply.add(INodeNo(l.ino), off, &e.name, &self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)) {
+                // Not sent: the kernel did not take this lookup.
+                self.core.forget(l.ino, 1);
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        match self.core.fsync(fh.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.core.statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.core.setxattr(&ctx(req), ino.0, name, value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.core.getxattr(ino.0, name, size) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.core.listxattr(ino.0, size) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.core.removexattr(&ctx(req), ino.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.core.access(ino.0, mask.bits()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        match self.core.create(&ctx(req), parent.0, name, mode, umask, flags) {
+            Ok((l, st, fh)) => reply.created(
+                &self.cache.ttl,
+                &attr(l.ino, &st),
+                Generation(l.generation),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn fallocate(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        match self.core.fallocate(&ctx(req), fh.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.core.lseek(fh.0, offset, whence) {
+            Ok(off) => reply.offset(off as i64),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.core.copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+}

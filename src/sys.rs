@@ -1,0 +1,445 @@
+//! Raw system calls, in one place.
+//!
+//! Everything that talks to the kernel about the backing directory goes through here, on top
+//! of rustix (so the crate stays free of `unsafe`). Two rules hold for every function:
+//! - paths are always relative to a directory fd that the caller holds (the workspace's
+//!   underlying directory, opened before the mount covered it); nothing here builds an
+//!   absolute path into the project;
+//! - untrusted paths (from the control socket or a rewind plan) are resolved with
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so a symlink planted in the workspace
+//!   can never redirect a write outside it.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat};
+
+/// Longest file name the kernel allows on the backing filesystems we support.
+pub const NAME_MAX: usize = 255;
+
+/// The filesystem magic FUSE mounts report in `statfs`.
+pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+/// Wraps an io error with the call and its argument, keeping the errno.
+pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => {
+            let base = io::Error::from_raw_os_error(code);
+            io::Error::new(base.kind(), format!("{what}: {base} (os error {code})"))
+        }
+        None => io::Error::new(e.kind(), format!("{what}: {e}")),
+    }
+}
+
+/// Checks one name handed to us by the kernel: a single component, not `.`/`..`, not too long.
+///
+/// # Errors
+/// `ENAMETOOLONG` for names over 255 bytes (the kernel does not check this for FUSE), `EINVAL`
+/// for anything that is not a plain component.
+pub fn validate_name(name: &OsStr) -> io::Result<()> {
+    let b = name.as_bytes();
+    if b.len() > NAME_MAX {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(())
+}
+
+/// Checks a workspace-relative path from an untrusted source and normalises it.
+///
+/// # Errors
+/// `EINVAL` for absolute paths, `..` components or empty paths.
+pub fn validate_rel(path: &Path) -> io::Result<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => {
+                validate_name(n)?;
+                out.push(n);
+            }
+            Component::CurDir => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: not a path inside the workspace", path.display()),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The path to hand to `*at` calls for a workspace-relative path (`.` for the root).
+pub fn at_path(rel: &Path) -> &Path {
+    if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    }
+}
+
+/// Opens a directory as an `O_PATH` handle: the anchor every other call is relative to.
+pub fn open_dir_path(path: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| ctx(errno(e), format!("open {}", path.display())))
+}
+
+/// Opens `rel` beneath `root` without following any symlink on the way, including the last
+/// component (an `O_PATH` open of a symlink returns the link itself).
+pub fn open_beneath(root: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        root,
+        at_path(rel),
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(errno)
+}
+
+/// `fstatat(root, rel, AT_SYMLINK_NOFOLLOW)`.
+pub fn lstat_at(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
+    rustix::fs::statat(root, at_path(rel), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+}
+
+/// Like [`lstat_at`], but `Ok(None)` when nothing is there.
+pub fn lstat_opt(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<Stat>> {
+    match lstat_at(root, rel) {
+        Ok(st) => Ok(Some(st)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    rustix::fs::fstat(fd).map_err(errno)
+}
+
+pub fn openat(dir: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        at_path(rel),
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )
+    .map_err(errno)
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<()> {
+    rustix::fs::mkdirat(dir, rel, Mode::from_raw_mode(mode)).map_err(errno)
+}
+
+pub fn mknodat(dir: BorrowedFd<'_>, rel: &Path, mode: u32, rdev: u64) -> io::Result<()> {
+    let kind = rustix::fs::FileType::from_raw_mode(mode);
+    rustix::fs::mknodat(dir, rel, kind, Mode::from_raw_mode(mode & 0o7777), rdev).map_err(errno)
+}
+
+pub fn symlinkat(target: &Path, dir: BorrowedFd<'_>, rel: &Path) -> io::Result<()> {
+    rustix::fs::symlinkat(target, dir, rel).map_err(errno)
+}
+
+pub fn readlinkat(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<OsString> {
+    let v = rustix::fs::readlinkat(dir, at_path(rel), Vec::new()).map_err(errno)?;
+    Ok(OsString::from(std::ffi::OsStr::from_bytes(v.as_bytes())))
+}
+
+pub fn linkat(dir: BorrowedFd<'_>, old: &Path, new: &Path) -> io::Result<()> {
+    rustix::fs::linkat(dir, old, dir, new, AtFlags::empty()).map_err(errno)
+}
+
+pub fn unlinkat(dir: BorrowedFd<'_>, rel: &Path, is_dir: bool) -> io::Result<()> {
+    let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    rustix::fs::unlinkat(dir, rel, flags).map_err(errno)
+}
+
+/// `renameat2` with the raw `RENAME_*` flags the kernel sent.
+pub fn renameat2(dir: BorrowedFd<'_>, old: &Path, new: &Path, flags: u32) -> io::Result<()> {
+    let flags = rustix::fs::RenameFlags::from_bits(flags)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    rustix::fs::renameat_with(dir, old, dir, new, flags).map_err(errno)
+}
+
+pub fn chmodat(dir: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<()> {
+    rustix::fs::chmodat(dir, at_path(rel), Mode::from_raw_mode(mode), AtFlags::empty())
+        .map_err(errno)
+}
+
+pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(errno)
+}
+
+pub fn lchownat(dir: BorrowedFd<'_>, rel: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    // SAFETY-free: rustix validates ids; -1 (None) leaves an id unchanged.
+    let uid = uid.map(|u| rustix::fs::Uid::from_raw(u));
+    let gid = gid.map(|g| rustix::fs::Gid::from_raw(g));
+    rustix::fs::chownat(dir, at_path(rel), uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+}
+
+/// A time to set: `None` leaves it alone (`UTIME_OMIT`), `Some(None)` is `UTIME_NOW`.
+pub type SetTime = Option<Option<(i64, i64)>>;
+
+fn timespec(t: SetTime) -> rustix::fs::Timespec {
+    match t {
+        None => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        Some(None) => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
+        Some(Some((s, ns))) => rustix::fs::Timespec { tv_sec: s, tv_nsec: ns as _ },
+    }
+}
+
+pub fn lutimensat(dir: BorrowedFd<'_>, rel: &Path, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+    let ts = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+    rustix::fs::utimensat(dir, at_path(rel), &ts, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+}
+
+pub fn futimens(fd: BorrowedFd<'_>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+    let ts = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+    rustix::fs::futimens(fd, &ts).map_err(errno)
+}
+
+pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
+    rustix::fs::ftruncate(fd, size).map_err(errno)
+}
+
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    rustix::io::pread(fd, buf, off).map_err(errno)
+}
+
+/// Reads up to `buf.len()` bytes, retrying short reads until EOF.
+pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], mut off: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(fd, &mut buf[done..], off) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                off += n as u64;
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    Ok(done)
+}
+
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<usize> {
+    rustix::io::pwrite(fd, buf, off).map_err(errno)
+}
+
+/// `write(2)` at the file position: the only way to honour `O_APPEND` atomically.
+pub fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    rustix::io::write(fd, buf).map_err(errno)
+}
+
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
+    if datasync {
+        rustix::fs::fdatasync(fd).map_err(errno)
+    } else {
+        rustix::fs::fsync(fd).map_err(errno)
+    }
+}
+
+pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::fs::syncfs(fd).map_err(errno)
+}
+
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, off: u64, len: u64) -> io::Result<()> {
+    let flags = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+    rustix::fs::fallocate(fd, flags, off, len).map_err(errno)
+}
+
+/// `lseek` with any whence the kernel forwards (SEEK_DATA / SEEK_HOLE included).
+pub fn lseek(fd: BorrowedFd<'_>, off: i64, whence: i32) -> io::Result<u64> {
+    use rustix::fs::SeekFrom;
+    let pos = match whence {
+        libc::SEEK_SET => SeekFrom::Start(off as u64),
+        libc::SEEK_CUR => SeekFrom::Current(off),
+        libc::SEEK_END => SeekFrom::End(off),
+        libc::SEEK_DATA => SeekFrom::Data(off as u64),
+        libc::SEEK_HOLE => SeekFrom::Hole(off as u64),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    rustix::fs::seek(fd, pos).map_err(errno)
+}
+
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut oi = off_in;
+    let mut oo = off_out;
+    rustix::fs::copy_file_range(fd_in, Some(&mut oi), fd_out, Some(&mut oo), len).map_err(errno)
+}
+
+/// Copies a whole file's content: reflink where the filesystem shares extents, else
+/// `copy_file_range` (in-kernel, no user-space buffer), else read/write.
+pub fn copy_all(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    if rustix::fs::ioctl_ficlone(dst, src).is_ok() {
+        return Ok(());
+    }
+    let mut off = 0u64;
+    while off < len {
+        let chunk = (len - off).min(1 << 30) as usize;
+        match copy_file_range(src, off, dst, off, chunk) {
+            Ok(0) => break,
+            Ok(n) => off += n as u64,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP)) => {
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = pread(src, &mut buf, off)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    let mut w = 0;
+                    while w < n {
+                        w += pwrite(dst, &buf[w..n], off + w as u64)?;
+                    }
+                    off += n as u64;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::StatVfs> {
+    rustix::fs::fstatvfs(fd).map_err(errno)
+}
+
+pub fn statfs_type(path: &Path) -> io::Result<i64> {
+    rustix::fs::statfs(path).map(|s| s.f_type as i64).map_err(errno)
+}
+
+/// The `/proc/self/fd/N` name of an fd: how xattr calls reach an `O_PATH` handle.
+fn proc_fd(fd: BorrowedFd<'_>) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+pub fn getxattr(fd: BorrowedFd<'_>, name: &OsStr, size: usize) -> io::Result<Vec<u8>> {
+    let p = proc_fd(fd);
+    if size == 0 {
+        let n = rustix::fs::getxattr_query(&p, name).map_err(errno)?;
+        return Ok(vec![0; n]);
+    }
+    let mut buf = vec![0u8; size];
+    let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+pub fn listxattr(fd: BorrowedFd<'_>, size: usize) -> io::Result<Vec<u8>> {
+    let p = proc_fd(fd);
+    if size == 0 {
+        let n = rustix::fs::listxattr_query(&p).map_err(errno)?;
+        return Ok(vec![0; n]);
+    }
+    let mut buf = vec![0u8; size];
+    let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+pub fn setxattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let p = proc_fd(fd);
+    let flags = rustix::fs::XattrFlags::from_bits_retain(flags as _);
+    rustix::fs::setxattr(&p, name, value, flags).map_err(errno)
+}
+
+pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    rustix::fs::removexattr(proc_fd(fd), name).map_err(errno)
+}
+
+pub fn accessat(dir: BorrowedFd<'_>, rel: &Path, mask: i32) -> io::Result<()> {
+    let access = rustix::fs::Access::from_bits_retain(mask as _);
+    rustix::fs::accessat(dir, at_path(rel), access, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+}
+
+/// Reads every entry of a directory (except `.` and `..`): name, inode number, `d_type`.
+pub fn read_dir_all(dir: OwnedFd) -> io::Result<Vec<(OsString, u64, u8)>> {
+    let mut d = rustix::fs::Dir::new(dir).map_err(errno)?;
+    let mut out = Vec::new();
+    while let Some(ent) = d.read() {
+        let ent = ent.map_err(errno)?;
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let t = match ent.file_type() {
+            rustix::fs::FileType::RegularFile => libc::DT_REG,
+            rustix::fs::FileType::Directory => libc::DT_DIR,
+            rustix::fs::FileType::Symlink => libc::DT_LNK,
+            rustix::fs::FileType::Fifo => libc::DT_FIFO,
+            rustix::fs::FileType::Socket => libc::DT_SOCK,
+            rustix::fs::FileType::CharacterDevice => libc::DT_CHR,
+            rustix::fs::FileType::BlockDevice => libc::DT_BLK,
+            _ => libc::DT_UNKNOWN,
+        };
+        out.push((OsStr::from_bytes(name).to_owned(), ent.ino(), t));
+    }
+    Ok(out)
+}
+
+/// The process's umask is cleared once at start: modes from the kernel already carry the
+/// caller's umask, and applying the daemon's on top would be wrong.
+pub fn clear_umask() {
+    rustix::process::umask(Mode::empty());
+}
+
+pub fn geteuid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+pub fn getpid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// Unmounts `path`; `lazy` detaches a mount whose daemon is gone.
+pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    let flags = if lazy { rustix::mount::UnmountFlags::DETACH } else { rustix::mount::UnmountFlags::empty() };
+    rustix::mount::unmount(path, flags).map_err(errno)
+}
+
+/// Sends a signal to a process (used by `umount` to wait for and by tests to kill a daemon).
+pub fn kill(pid: u32, sig: rustix::process::Signal) -> io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid as i32)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    rustix::process::kill_process(pid, sig).map_err(errno)
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    match rustix::process::Pid::from_raw(pid as i32) {
+        Some(p) => rustix::process::test_kill_process(p).is_ok(),
+        None => false,
+    }
+}
+
+/// Takes an exclusive, non-blocking `flock` on an fd: the one-daemon-per-store lock.
+pub fn try_lock(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(errno)
+}
+
+/// The uid of the peer of a connected Unix socket.
+pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    rustix::net::sockopt::socket_peercred(fd).map(|c| c.uid.as_raw()).map_err(errno)
+}
+
+pub fn as_fd<T: AsFd>(t: &T) -> BorrowedFd<'_> {
+    t.as_fd()
+}
