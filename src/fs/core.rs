@@ -392,9 +392,18 @@ impl Core {
     }
 
     fn open_flags(flags: i32) -> OFlags {
-        // The kernel handles creation (create) and controlling ttys; direct I/O would need
-        // aligned buffers we do not promise.
-        let keep = !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT | libc::O_NOFOLLOW);
+        // Only flags that mean something for the backing open. The kernel sends internal bits
+        // too (`__FMODE_EXEC` on execve) that `openat2` rejects with EINVAL; creation is the
+        // kernel's business (create), and direct I/O would need aligned buffers.
+        let keep = libc::O_ACCMODE
+            | libc::O_APPEND
+            | libc::O_TRUNC
+            | libc::O_NONBLOCK
+            | libc::O_DSYNC
+            | libc::O_SYNC
+            | libc::O_NOATIME
+            | libc::O_LARGEFILE
+            | libc::O_DIRECTORY;
         OFlags::from_bits_retain((flags & keep) as u32)
     }
 

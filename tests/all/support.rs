@@ -1,0 +1,168 @@
+//! Test support: a real rewindfs mount in a temp dir that is always unmounted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_rewindfs");
+
+/// Whether this run must have FUSE (CI, or REQUIRE_FUSE=1): then a missing /dev/fuse fails.
+fn fuse_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("REQUIRE_FUSE").is_ok_and(|v| v == "1")
+}
+
+/// Returns false (and says why) when FUSE is unavailable outside CI; panics in CI.
+pub fn require_fuse() -> bool {
+    let ok = Path::new("/dev/fuse").exists() && rustix::process::geteuid().is_root();
+    if !ok {
+        if fuse_required() {
+            panic!("FUSE is required (CI=true or REQUIRE_FUSE=1) but /dev/fuse is missing or we are not root");
+        }
+        eprintln!("SKIPPED: /dev/fuse missing or not root; set REQUIRE_FUSE=1 to make this a failure");
+    }
+    ok
+}
+
+/// Runs the rewindfs binary.
+pub fn rewindfs(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run rewindfs")
+}
+
+pub fn rewindfs_ok(args: &[&str]) -> String {
+    let out = rewindfs(args);
+    assert!(
+        out.status.success(),
+        "rewindfs {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A temp dir holding a workspace `proj/` (mounted) and its store `store/`.
+pub struct Mounted {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub store: PathBuf,
+    mounted: bool,
+}
+
+impl Mounted {
+    /// A workspace prepared by `setup` before mounting.
+    pub fn with(setup: impl FnOnce(&Path)) -> Mounted {
+        Self::with_args(setup, &[])
+    }
+
+    pub fn with_args(setup: impl FnOnce(&Path), extra: &[&str]) -> Mounted {
+        let tmp = tempfile::Builder::new().prefix("rwfs-test").tempdir().unwrap();
+        let dir = tmp.path().join("proj");
+        let store = tmp.path().join("store");
+        std::fs::create_dir_all(&dir).unwrap();
+        setup(&dir);
+        let mut m = Mounted { tmp, dir, store, mounted: false };
+        m.mount(extra);
+        m
+    }
+
+    pub fn new() -> Mounted {
+        Self::with(|_| {})
+    }
+
+    pub fn mount(&mut self, extra: &[&str]) {
+        let mut args = vec!["mount", self.dir.to_str().unwrap(), "--store", self.store.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        rewindfs_ok(&args);
+        // The command returns only once the mount answers; check it really is one.
+        assert!(is_fuse(&self.dir), "{} is not a FUSE mount after `rewindfs mount`", self.dir.display());
+        self.mounted = true;
+    }
+
+    pub fn umount(&mut self) {
+        if self.mounted {
+            rewindfs_ok(&["umount", self.dir.to_str().unwrap()]);
+            self.mounted = false;
+        }
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.store.join("control.sock")
+    }
+
+    pub fn daemon_pid(&self) -> u32 {
+        std::fs::read_to_string(self.store.join("daemon.pid")).unwrap().trim().parse().unwrap()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.mounted {
+            let out = rewindfs(&["umount", self.dir.to_str().unwrap()]);
+            if !out.status.success() {
+                let _ = rewindfs(&["umount", "--lazy", self.dir.to_str().unwrap()]);
+            }
+        }
+    }
+}
+
+pub fn is_fuse(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == 0x6573_5546)
+}
+
+/// Polls `f` until it is true or `secs` pass.
+pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// Runs a shell command in `dir`, asserting success; returns stdout.
+pub fn sh(dir: &Path, cmd: &str) -> String {
+    let out = Command::new("bash").arg("-c").arg(cmd).current_dir(dir).output().expect("run bash");
+    assert!(
+        out.status.success(),
+        "`{cmd}` in {} failed ({}):\n{}{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A listing of a tree: path, type, mode, size, content hash, symlink target — no times or inodes.
+pub fn tree(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) {
+        let mut ents: Vec<_> = std::fs::read_dir(root.join(rel)).unwrap().map(|e| e.unwrap().file_name()).collect();
+        ents.sort();
+        for name in ents {
+            let r = rel.join(&name);
+            let p = root.join(&r);
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            let mode = md.permissions().mode() & 0o7777;
+            if md.is_symlink() {
+                out.push(format!("{} link -> {}", r.display(), std::fs::read_link(&p).unwrap().display()));
+            } else if md.is_dir() {
+                out.push(format!("{} dir {:o}", r.display(), mode));
+                walk(root, &r, out);
+            } else if md.is_file() {
+                let data = std::fs::read(&p).unwrap();
+                out.push(format!("{} file {:o} {} {}", r.display(), mode, data.len(), blake3::hash(&data).to_hex()));
+            } else {
+                out.push(format!("{} other {:o}", r.display(), mode));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, Path::new(""), &mut out);
+    out
+}
