@@ -1,12 +1,32 @@
-//! "Before this change": the hook every mutating filesystem operation calls.
+//! "Before this change": find the actor, capture the pre-image once per (checkpoint, path).
 //!
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
-//! about to touch, and applies the change only if it returns `Ok`. The recording observer
-//! (see `Recorder`) saves the pre-image there — once per (checkpoint, path) — so no change
-//! reaches the disk without its backup.
+//! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
+//! held until the change is done, so a rewind (which takes the gate exclusively) never
+//! interleaves with a change.
+//!
+//! Invariants kept by [`Recorder`]:
+//! - **write-ahead**: the pre-image's blob and row are committed before `before` returns;
+//!   if they cannot be saved the change is refused (its errno, e.g. `ENOSPC`), never applied
+//!   unprotected;
+//! - a path is captured at most once per checkpoint (the in-memory `seen` map is the
+//!   "captured?" lookup, so the common case costs no I/O);
+//! - a tool's first change to a file in a session records the state just before it
+//!   (`tracked`), as the SDK's checkpointing does.
 
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
 use std::io;
-use std::path::Path;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use rustix::fs::OFlags;
+
+use crate::store::{Actor, Kind, LogEntry, PreImage, Store, now_ms};
+use crate::sys;
 
 /// What kind of change is about to happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +40,8 @@ pub enum Op {
     Unlink,
     Rmdir,
     Rename,
+    /// `RENAME_EXCHANGE`: both paths swap.
+    Exchange,
     Chmod,
     Chown,
     Utimes,
@@ -39,6 +61,7 @@ impl Op {
             Op::Unlink => "unlink",
             Op::Rmdir => "rmdir",
             Op::Rename => "rename",
+            Op::Exchange => "exchange",
             Op::Chmod => "chmod",
             Op::Chown => "chown",
             Op::Utimes => "utimes",
@@ -59,11 +82,14 @@ pub struct Change<'a> {
     pub path2: Option<&'a Path>,
 }
 
+/// Held while a change is applied: a rewind waits for every permit to be dropped.
+pub type Permit<'a> = Option<RwLockReadGuard<'a, ()>>;
+
 /// Sees every change before and after it is applied.
 pub trait Observer: Send + Sync {
     /// Called before the change is applied; an error refuses the change (its errno goes to
-    /// the caller).
-    fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<()>;
+    /// the caller). The permit must be held until the change is done.
+    fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>>;
     /// Called after the change succeeded.
     fn after(&self, pid: u32, change: &Change<'_>);
 }
@@ -73,8 +99,440 @@ pub trait Observer: Send + Sync {
 pub struct Passthrough;
 
 impl Observer for Passthrough {
-    fn before(&self, _pid: u32, _change: &Change<'_>) -> io::Result<()> {
-        Ok(())
+    fn before(&self, _pid: u32, _change: &Change<'_>) -> io::Result<Permit<'_>> {
+        Ok(None)
     }
     fn after(&self, _pid: u32, _change: &Change<'_>) {}
+}
+
+/// The bytes a path is stored under.
+pub fn path_key(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+/// Reads the current state of `rel` beneath `root`, storing a regular file's content as a blob.
+///
+/// # Errors
+/// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
+pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
+    let st = match sys::lstat_at(root, rel) {
+        Ok(st) => st,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(PreImage::absent()),
+        Err(e) => return Err(e),
+    };
+    let base = |kind| PreImage {
+        kind,
+        blob: None,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        size: st.st_size as u64,
+        target: None,
+    };
+    Ok(match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let fd = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME, 0)
+                .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
+            let (hash, size) = store.blobs.put_fd(fd.as_fd())?;
+            PreImage { blob: Some(hash), size, ..base(Kind::File) }
+        }
+        libc::S_IFDIR => base(Kind::Dir),
+        libc::S_IFLNK => {
+            let t = sys::readlinkat(root, rel)?;
+            PreImage { target: Some(t.as_bytes().to_vec()), ..base(Kind::Symlink) }
+        }
+        _ => PreImage { size: st.st_rdev, ..base(Kind::Other) },
+    })
+}
+
+/// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
+pub fn is_tool_temp(p: &Path) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else { return false };
+    let mut parts = name.rsplitn(4, '.');
+    let (Some(ms), Some(pid), Some(tmp), Some(base)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    tmp == "tmp" && !base.is_empty() && !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) && pid.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The current checkpoint and what has been captured in it.
+#[derive(Debug)]
+struct State {
+    /// Sequence number of the current checkpoint.
+    seq: i64,
+    /// Its uuid.
+    uuid: String,
+    /// The session of the last `begin_message` (None until the first one).
+    session: Option<String>,
+    /// Paths captured in the current checkpoint → bit set of the actors that changed them.
+    seen: HashMap<Vec<u8>, u8>,
+    /// Paths a tool has changed, per session (mirror of the `tracked` table).
+    tracked: HashMap<String, HashSet<Vec<u8>>>,
+}
+
+/// One process as the classifier saw it.
+#[derive(Debug, Clone)]
+struct ProcInfo {
+    actor: Actor,
+    comm: String,
+    at: Instant,
+}
+
+/// Which processes are the agent, and which tool call is running.
+#[derive(Debug, Default)]
+struct Actors {
+    /// Registered agent processes (thread-group ids).
+    agents: HashSet<u32>,
+    /// Open tool spans: tool_use_id → (tool name, file path).
+    spans: HashMap<String, (String, Option<PathBuf>)>,
+    /// pid → classification, valid for a short while (pids are reused).
+    cache: HashMap<u32, ProcInfo>,
+}
+
+/// How long a pid's classification is trusted.
+const PROC_CACHE_TTL: Duration = Duration::from_secs(2);
+
+/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
+fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut tgid = None;
+    let mut ppid = None;
+    let mut name = String::new();
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("Tgid:") {
+            tgid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("PPid:") {
+            ppid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Name:") {
+            name = v.trim().to_string();
+        }
+    }
+    Some((tgid?, ppid?, name))
+}
+
+/// The parent pid of a process (for the hook command's agent).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    proc_status(pid).map(|(_, ppid, _)| ppid)
+}
+
+/// Records every change: pre-images into the store, entries into the change log.
+pub struct Recorder {
+    /// The workspace's underlying directory (a dup of the core's root fd).
+    root: OwnedFd,
+    pub store: Arc<Store>,
+    /// Current checkpoint and captured paths. Lock order: `gate` → `capture` → `state`.
+    state: Mutex<State>,
+    /// Serialises taking pre-images, so two changes to one path cannot both capture.
+    capture: Mutex<()>,
+    /// Changes hold it shared; a rewind holds it exclusively.
+    gate: RwLock<()>,
+    /// Actor classification.
+    actors: Mutex<Actors>,
+    /// Change-log entries not yet written (flushed with the next capture, at boundaries,
+    /// and by the daemon's timer).
+    log: Mutex<Vec<LogEntry>>,
+}
+
+impl Recorder {
+    /// Opens a recorder, beginning the mount's implicit checkpoint.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn new(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
+        let root = rustix::io::fcntl_dupfd_cloexec(root, 3).map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let seq = store.begin_checkpoint(&uuid, None, "mount")?;
+        Ok(Recorder {
+            root,
+            store,
+            state: Mutex::new(State { seq, uuid, session: None, seen: HashMap::new(), tracked: HashMap::new() }),
+            capture: Mutex::new(()),
+            gate: RwLock::new(()),
+            actors: Mutex::new(Actors::default()),
+            log: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// The current checkpoint: (seq, uuid, session).
+    pub fn current(&self) -> (i64, String, Option<String>) {
+        let s = self.state.lock().unwrap();
+        (s.seq, s.uuid.clone(), s.session.clone())
+    }
+
+    /// Registered agent pids.
+    pub fn agents(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.actors.lock().unwrap().agents.iter().copied().collect();
+        v.sort();
+        v
+    }
+
+    pub fn register_agent(&self, pid: u32) {
+        let mut a = self.actors.lock().unwrap();
+        a.agents.insert(pid);
+        a.cache.clear();
+    }
+
+    /// A tool call starts (`pre`) or ends (`post`).
+    pub fn tool_span(&self, pre: bool, tool_name: &str, tool_use_id: &str, file: Option<PathBuf>) {
+        let mut a = self.actors.lock().unwrap();
+        if pre {
+            a.spans.insert(tool_use_id.to_string(), (tool_name.to_string(), file));
+        } else {
+            a.spans.remove(tool_use_id);
+        }
+    }
+
+    /// Classifies the process behind a FUSE request: the agent itself is `tool`, its
+    /// descendants `shell`, anyone else `external`. A change to the file of an open tool span
+    /// (or to that file's `<target>.tmp.<pid>.<ms>`) is `tool` whenever the process is the agent
+    /// or one of its descendants — or no agent is registered — which covers SDKs whose hooks
+    /// run in the host process rather than in the CLI.
+    fn classify(&self, pid: u32, path: Option<&Path>) -> (Actor, String, Option<String>) {
+        let mut a = self.actors.lock().unwrap();
+        let span_for_path = path.and_then(|p| {
+            a.spans.iter().find_map(|(id, (_, f))| {
+                let f = f.as_deref()?;
+                let hit = p == f
+                    || (is_tool_temp(p)
+                        && p.parent() == f.parent()
+                        && p.file_name().and_then(|n| n.to_str()).zip(f.file_name().and_then(|n| n.to_str())).is_some_and(|(n, t)| n.starts_with(&format!("{t}.tmp."))));
+                hit.then(|| id.clone())
+            })
+        });
+        let any_span = if a.spans.len() == 1 { a.spans.keys().next().cloned() } else { None };
+        let no_agents = a.agents.is_empty();
+        let cached = a.cache.get(&pid).filter(|p| p.at.elapsed() < PROC_CACHE_TTL).cloned();
+        let (actor, comm) = match cached {
+            Some(p) => (p.actor, p.comm),
+            None => {
+                let (actor, comm) = Self::process_actor(&a.agents, pid);
+                if a.cache.len() > 4096 {
+                    a.cache.clear();
+                }
+                a.cache.insert(pid, ProcInfo { actor, comm: comm.clone(), at: Instant::now() });
+                (actor, comm)
+            }
+        };
+        if let Some(id) = span_for_path.clone() {
+            if no_agents || actor != Actor::External {
+                return (Actor::Tool, comm, Some(id));
+            }
+        }
+        let span = if actor == Actor::Tool { span_for_path.or(any_span) } else { None };
+        (actor, comm, span)
+    }
+
+    /// The process-tree classification of one pid (a thread id is mapped to its process).
+    fn process_actor(agents: &HashSet<u32>, pid: u32) -> (Actor, String) {
+        if pid == 0 {
+            return (Actor::External, String::new());
+        }
+        let Some((tgid, ppid, comm)) = proc_status(pid) else { return (Actor::External, String::new()) };
+        if agents.contains(&tgid) {
+            return (Actor::Tool, comm);
+        }
+        let mut cur = ppid;
+        for _ in 0..64 {
+            if cur <= 1 {
+                break;
+            }
+            if agents.contains(&cur) {
+                return (Actor::Shell, comm);
+            }
+            match proc_status(cur) {
+                Some((_, pp, _)) => cur = pp,
+                None => break,
+            }
+        }
+        (Actor::External, comm)
+    }
+
+    /// Makes sure `p` has a pre-image in the current checkpoint. Returns the checkpoint seq
+    /// and, if this call took the capture, its id.
+    fn ensure_captured(&self, p: &[u8], actor: Actor, op: Op) -> io::Result<(i64, Option<i64>)> {
+        loop {
+            let (seq, bits) = {
+                let s = self.state.lock().unwrap();
+                (s.seq, s.seen.get(p).copied())
+            };
+            if let Some(bits) = bits {
+                if bits & actor.bit() == 0 {
+                    self.store.add_actor(seq, p, actor.bit())?;
+                    if let Some(b) = self.state.lock().unwrap().seen.get_mut(p) {
+                        *b |= actor.bit();
+                    }
+                }
+                return Ok((seq, None));
+            }
+            let _g = self.capture.lock().unwrap();
+            {
+                let s = self.state.lock().unwrap();
+                if s.seq != seq || s.seen.contains_key(p) {
+                    continue;
+                }
+            }
+            let rel = Path::new(OsStr::from_bytes(p));
+            let pre = snapshot(self.root(), rel, &self.store).map_err(|e| {
+                tracing::error!("refusing {} of {}: its pre-image could not be saved: {e}", op.as_str(), rel.display());
+                e
+            })?;
+            let id = self.store.insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str()).map_err(|e| {
+                tracing::error!("refusing {} of {}: its pre-image could not be recorded: {e}", op.as_str(), rel.display());
+                io::Error::from(e)
+            })?;
+            let mut s = self.state.lock().unwrap();
+            if s.seq != seq {
+                continue; // a boundary passed: capture again for the new checkpoint
+            }
+            s.seen.insert(p.to_vec(), actor.bit());
+            return Ok((seq, Some(id)));
+        }
+    }
+
+    /// A tool changes `p`: remember the state just before its first tool change in the session.
+    fn track(&self, p: &[u8], seq: i64, fresh_capture: Option<i64>, op: Op) -> io::Result<()> {
+        let session = {
+            let s = self.state.lock().unwrap();
+            match &s.session {
+                Some(sess) if !s.tracked.get(sess).is_some_and(|t| t.contains(p)) => sess.clone(),
+                _ => return Ok(()),
+            }
+        };
+        if is_tool_temp(Path::new(OsStr::from_bytes(p))) {
+            return Ok(());
+        }
+        let id = match fresh_capture {
+            Some(id) => id,
+            None => {
+                // Already changed in this checkpoint by someone else: the state now is what the
+                // tool is about to overwrite.
+                let _g = self.capture.lock().unwrap();
+                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
+                self.store.insert_capture(seq, p, "tool", &pre, Actor::Tool, op.as_str())?
+            }
+        };
+        self.store.track(&session, p, seq, id)?;
+        self.state.lock().unwrap().tracked.entry(session).or_default().insert(p.to_vec());
+        Ok(())
+    }
+
+    /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
+    pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
+        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write).map(|_| ())
+    }
+
+    /// Takes the gate exclusively: no change runs until the guard is dropped.
+    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins a checkpoint of kind `kind` (message or rewind). The caller has flushed the
+    /// kernel's dirty data first, so it lands in the previous checkpoint.
+    pub fn begin(&self, uuid: &str, session: Option<&str>, kind: &str) -> io::Result<i64> {
+        let _g = self.capture.lock().unwrap();
+        self.flush_log();
+        let seq = self.store.begin_checkpoint(uuid, session, kind)?;
+        let mut s = self.state.lock().unwrap();
+        s.seq = seq;
+        s.uuid = uuid.to_string();
+        if let Some(sess) = session {
+            if s.session.as_deref() != Some(sess) {
+                s.session = Some(sess.to_string());
+                if !s.tracked.contains_key(sess) {
+                    let paths = self.store.tracked(sess)?.into_iter().map(|t| t.path).collect();
+                    s.tracked.insert(sess.to_string(), paths);
+                }
+            }
+        }
+        s.seen = HashMap::new();
+        Ok(seq)
+    }
+
+    /// Writes buffered change-log entries.
+    pub fn flush_log(&self) {
+        let entries = std::mem::take(&mut *self.log.lock().unwrap());
+        if let Err(e) = self.store.append_log(&entries) {
+            tracing::error!("change log: {e}; {} entries lost", entries.len());
+        }
+    }
+
+    fn log_change(&self, pid: u32, change: &Change<'_>) {
+        let (actor, comm, span) = self.classify(pid, Some(change.path2.filter(|_| change.op == Op::Rename).unwrap_or(change.path)));
+        let seq = self.state.lock().unwrap().seq;
+        let e = LogEntry {
+            seq: 0,
+            at: now_ms(),
+            checkpoint: seq,
+            op: change.op.as_str().to_string(),
+            path: path_key(change.path),
+            path2: change.path2.map(path_key),
+            actor: actor.as_str().to_string(),
+            pid,
+            process: comm,
+            tool_use_id: span,
+        };
+        let n = {
+            let mut l = self.log.lock().unwrap();
+            // Consecutive writes to one file are one entry.
+            if let Some(last) = l.last() {
+                if last.op == e.op && e.op == "write" && last.path == e.path && last.pid == e.pid && last.checkpoint == e.checkpoint {
+                    return;
+                }
+            }
+            l.push(e);
+            l.len()
+        };
+        if n >= 512 {
+            self.flush_log();
+        }
+    }
+}
+
+impl Observer for Recorder {
+    fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
+        let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        // For a rename, the file that matters for tool spans is the target.
+        let subject = if change.op == Op::Rename { change.path2.unwrap_or(change.path) } else { change.path };
+        let (actor, _, _) = self.classify(pid, Some(subject));
+        let op = change.op;
+        let primary = path_key(change.path);
+        match op {
+            Op::Rename | Op::Exchange => {
+                let dst = change.path2.map(path_key).unwrap_or_default();
+                let (seq, _) = self.ensure_captured(&primary, actor, op)?;
+                let (seq2, fresh) = self.ensure_captured(&dst, actor, op)?;
+                let src_is_dir = sys::lstat_at(self.root(), change.path).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+                let dst_is_dir = change.path2.is_some_and(|d| sys::lstat_at(self.root(), d).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR));
+                if src_is_dir || dst_is_dir {
+                    // Written before the rename: a rewind maps paths beneath it through this.
+                    self.store.insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
+                    // Paths beneath either name now hold other files: capture them afresh.
+                    let mut s = self.state.lock().unwrap();
+                    let under = |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
+                    s.seen.retain(|k, _| !under(k, &primary) && !under(k, &dst));
+                }
+                if actor == Actor::Tool {
+                    self.track(&dst, seq2, fresh, op)?;
+                    if op == Op::Exchange {
+                        self.track(&primary, seq, None, op)?;
+                    }
+                }
+            }
+            _ => {
+                let (seq, fresh) = self.ensure_captured(&primary, actor, op)?;
+                if actor == Actor::Tool && op != Op::Mkdir {
+                    self.track(&primary, seq, fresh, op)?;
+                }
+            }
+        }
+        Ok(Some(permit))
+    }
+
+    fn after(&self, pid: u32, change: &Change<'_>) {
+        self.log_change(pid, change);
+    }
 }

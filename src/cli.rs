@@ -44,6 +44,9 @@ pub enum Command {
         /// Register this pid as the agent (its writes are `tool`, its children's `shell`).
         #[arg(long)]
         agent_pid: Option<u32>,
+        /// fsync every pre-image before the change it protects (survives power loss, slower).
+        #[arg(long)]
+        sync: bool,
         /// Internal: set by the detaching parent.
         #[arg(long, hide = true)]
         detached: bool,
@@ -69,6 +72,7 @@ pub struct MountConfig {
     pub threads: usize,
     pub ttl: Duration,
     pub agent_pid: Option<u32>,
+    pub sync: bool,
 }
 
 /// The default store of a workspace: `$XDG_STATE_HOME/rewindfs/<name>-<hash>`.
@@ -100,6 +104,7 @@ impl MountConfig {
         threads: usize,
         ttl: f64,
         agent_pid: Option<u32>,
+        sync: bool,
     ) -> anyhow::Result<MountConfig> {
         let abs = crate::mounts::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
         if crate::mounts::is_stale(&abs) {
@@ -150,6 +155,7 @@ impl MountConfig {
             threads,
             ttl: Duration::from_secs_f64(ttl),
             agent_pid,
+            sync,
         })
     }
 }

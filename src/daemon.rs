@@ -16,10 +16,56 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use fuser::{MountOption, SessionACL};
 
-use crate::capture::{Observer, Passthrough};
+use crate::capture::{Observer, Recorder};
 use crate::cli::MountConfig;
+use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
+use crate::rewind::{Engine, KernelCache};
+use crate::store::Store;
 use crate::{mounts, sys};
+
+/// The kernel side of rewinds, on top of the FUSE session: `syncfs` on the mount to write back
+/// dirty pages, and the notifier to drop cached entries and pages.
+struct FuseKernel {
+    /// Set once the session is up.
+    notifier: std::sync::OnceLock<fuser::Notifier>,
+    core: Arc<Core>,
+    /// The mount point (opened lazily, from a thread that is not serving FUSE requests).
+    dir: PathBuf,
+}
+
+impl KernelCache for FuseKernel {
+    fn flush(&self) {
+        if self.notifier.get().is_none() {
+            return;
+        }
+        match File::open(&self.dir) {
+            Ok(f) => {
+                if let Err(e) = sys::syncfs(f.as_fd()) {
+                    tracing::warn!("syncfs {}: {e}", self.dir.display());
+                }
+            }
+            Err(e) => tracing::warn!("open {}: {e}", self.dir.display()),
+        }
+    }
+
+    fn invalidate(&self, paths: &[PathBuf]) {
+        let Some(n) = self.notifier.get() else { return };
+        for p in paths {
+            let (parent, node) = self.core.inodes.resolve(p);
+            if let (Some(parent), Some(name)) = (parent, p.file_name()) {
+                let _ = n.inval_entry(fuser::INodeNo(parent), name);
+            }
+            if let Some(node) = node {
+                let _ = n.inval_inode(fuser::INodeNo(node), 0, 0);
+            }
+            // The parent's own attributes (mtime, nlink) changed too.
+            if let Some(parent) = parent {
+                let _ = n.inval_inode(fuser::INodeNo(parent), 0, 0);
+            }
+        }
+    }
+}
 
 /// Files the daemon keeps in the store directory.
 pub mod files {
@@ -55,6 +101,9 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
         .arg(cfg.ttl.as_secs_f64().to_string());
     if let Some(pid) = cfg.agent_pid {
         cmd.arg("--agent-pid").arg(pid.to_string());
+    }
+    if cfg.sync {
+        cmd.arg("--sync");
     }
     let mut child = cmd
         .stdin(Stdio::null())
@@ -131,8 +180,20 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     std::fs::write(cfg.store.join(files::PID), format!("{}\n", sys::getpid()))?;
 
     let root = sys::open_dir_path(&cfg.dir)?;
-    let observer: Arc<dyn Observer> = Arc::new(Passthrough);
+    let store = Arc::new(Store::open(&cfg.store, cfg.sync)?);
+    let recorder = Arc::new(Recorder::new(root.as_fd(), store.clone())?);
+    if let Some(pid) = cfg.agent_pid {
+        recorder.register_agent(pid);
+    }
+    let observer: Arc<dyn Observer> = recorder.clone();
     let core = Arc::new(Core::new(root, observer)?);
+    let kernel = Arc::new(FuseKernel { notifier: std::sync::OnceLock::new(), core: core.clone(), dir: cfg.dir.clone() });
+    let engine = Arc::new(Engine::new(recorder.clone(), store.clone(), kernel.clone()));
+    // A rewind a crash interrupted is finished before anyone sees the tree.
+    let recovered = engine.recover().map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;
+    if recovered > 0 {
+        tracing::warn!("finished {recovered} interrupted rewind(s)");
+    }
     let fs = RewindFs::new(core.clone(), CacheConfig { ttl: cfg.ttl });
 
     let mut fcfg = fuser::Config::default();
@@ -150,7 +211,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     fcfg.clone_fd = cfg.threads > 1;
     let session = fuser::Session::new(fs, &cfg.dir, &fcfg)
         .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?;
-    let _notifier = session.notifier();
+    let _ = kernel.notifier.set(session.notifier());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new().name("fuse".into()).spawn(move || {
         let r = session.run();
@@ -164,6 +225,8 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let socket_path = cfg.store.join(files::SOCKET);
     let dir = cfg.dir.clone();
+    let daemon = Arc::new(Daemon { engine: engine.clone(), workspace: cfg.dir.clone(), store_dir: cfg.store.clone() });
+    let flusher = recorder.clone();
     let result: anyhow::Result<()> = rt.block_on(async move {
         let _ = std::fs::remove_file(&socket_path);
         let listener = tokio::net::UnixListener::bind(&socket_path)
@@ -173,16 +236,25 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut done_rx = done_rx;
-        let _listener = listener;
-        tokio::select! {
-            _ = term.recv() => stop(&dir),
-            _ = int.recv() => stop(&dir),
-            r = &mut done_rx => {
-                if let Ok(Err(e)) = r { return Err(anyhow::anyhow!("FUSE session ended: {e}")); }
+        let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let server = tokio::spawn(crate::control::serve(listener, daemon, shutdown_tx.subscribe()));
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut stopping = false;
+        let res = loop {
+            tokio::select! {
+                _ = term.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
+                _ = int.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
+                _ = tick.tick() => { let f = flusher.clone(); let _ = tokio::task::spawn_blocking(move || f.flush_log()).await; }
+                r = &mut done_rx => {
+                    break match r { Ok(Err(e)) => Err(anyhow::anyhow!("FUSE session ended: {e}")), _ => Ok(()) };
+                }
             }
-        }
-        Ok(())
+        };
+        let _ = shutdown_tx.send(());
+        let _ = server.await;
+        res
     });
+    recorder.flush_log();
     let _ = fuse_thread.join();
     let _ = std::fs::remove_file(cfg.store.join(files::SOCKET));
     let _ = std::fs::remove_file(cfg.store.join(files::PID));

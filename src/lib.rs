@@ -9,8 +9,11 @@
 //! - `sys` (raw system calls, relative to a directory fd).
 
 pub mod capture;
+pub mod store;
 pub mod cli;
+pub mod control;
 pub mod daemon;
 pub mod fs;
 pub mod mounts;
+pub mod rewind;
 pub mod sys;

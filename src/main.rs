@@ -26,8 +26,8 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     match args.command {
-        Command::Mount { dir, foreground, store, threads, ttl, agent_pid, detached } => {
-            let cfg = MountConfig::new(dir, store, foreground, detached, threads, ttl, agent_pid)?;
+        Command::Mount { dir, foreground, store, threads, ttl, agent_pid, detached, sync } => {
+            let cfg = MountConfig::new(dir, store, foreground, detached, threads, ttl, agent_pid, sync)?;
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rustix::fs::{OFlags, Stat};
 
 use super::inodes::{Inodes, Looked, ROOT};
-use crate::capture::{Change, Observer, Op};
+use crate::capture::{Change, Observer, Op, Permit};
 use crate::sys;
 
 /// Who asked: the caller's ids and pid, from the FUSE request header.
@@ -136,7 +136,7 @@ impl Core {
         self.handles.read().unwrap().len()
     }
 
-    fn before(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) -> io::Result<()> {
+    fn before(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) -> io::Result<Permit<'_>> {
         self.observer.before(ctx.pid, &Change { op, path, path2 })
     }
 
@@ -201,7 +201,7 @@ impl Core {
     pub fn setattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>, a: SetAttr) -> io::Result<Stat> {
         let p = self.path(ino).ok();
         let kind = self.inodes.kind(ino).unwrap_or(0);
-        if let Some(p) = &p {
+        let _permit = if let Some(p) = &p {
             let op = if a.size.is_some() {
                 Op::Truncate
             } else if a.mode.is_some() {
@@ -211,8 +211,10 @@ impl Core {
             } else {
                 Op::Utimes
             };
-            self.before(ctx, op, p, None)?;
-        }
+            self.before(ctx, op, p, None)?
+        } else {
+            None
+        };
         if let Some(size) = a.size {
             if kind == libc::S_IFDIR {
                 return Err(err(libc::EISDIR));
@@ -287,7 +289,7 @@ impl Core {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777);
-        self.before(ctx, Op::Create, &p, None)?;
+        let _permit = self.before(ctx, Op::Create, &p, None)?;
         if mode & libc::S_IFMT == libc::S_IFREG {
             sys::openat(self.root(), &p, OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY, mode & 0o7777)?;
         } else {
@@ -301,7 +303,7 @@ impl Core {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777) & 0o7777;
-        self.before(ctx, Op::Mkdir, &p, None)?;
+        let _permit = self.before(ctx, Op::Mkdir, &p, None)?;
         sys::mkdirat(self.root(), &p, mode)?;
         self.own(ctx, &pp, &p, mode, true)?;
         self.created(ctx, parent, name, &p, Op::Mkdir)
@@ -310,7 +312,7 @@ impl Core {
     pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &OsStr, target: &Path) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
-        self.before(ctx, Op::Symlink, &p, None)?;
+        let _permit = self.before(ctx, Op::Symlink, &p, None)?;
         sys::symlinkat(target, self.root(), &p)?;
         self.own(ctx, &pp, &p, 0, false)?;
         self.created(ctx, parent, name, &p, Op::Symlink)
@@ -319,7 +321,7 @@ impl Core {
     pub fn link(&self, ctx: &Ctx, ino: u64, newparent: u64, newname: &OsStr) -> io::Result<(Looked, Stat)> {
         let (old, _) = self.stat_node(ino)?;
         let p = self.child_path(newparent, newname)?;
-        self.before(ctx, Op::Link, &p, Some(&old))?;
+        let _permit = self.before(ctx, Op::Link, &p, Some(&old))?;
         sys::linkat(self.root(), &old, &p)?;
         let st = sys::lstat_at(self.root(), &p)?;
         self.after(ctx, Op::Link, &p, Some(&old));
@@ -347,7 +349,7 @@ impl Core {
             return Err(err(libc::EISDIR));
         }
         let op = if is_dir { Op::Rmdir } else { Op::Unlink };
-        self.before(ctx, op, &p, None)?;
+        let _permit = self.before(ctx, op, &p, None)?;
         sys::unlinkat(self.root(), &p, is_dir)?;
         self.after(ctx, op, &p, None);
         if let Some(ino) = self.inodes.ino_of(&st) {
@@ -364,10 +366,11 @@ impl Core {
         let to = self.child_path(newparent, newname)?;
         let src = sys::lstat_at(self.root(), &from)?;
         let dst = sys::lstat_opt(self.root(), &to)?;
-        self.before(ctx, Op::Rename, &from, Some(&to))?;
-        sys::renameat2(self.root(), &from, &to, flags)?;
-        self.after(ctx, Op::Rename, &from, Some(&to));
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        let op = if exchange { Op::Exchange } else { Op::Rename };
+        let _permit = self.before(ctx, op, &from, Some(&to))?;
+        sys::renameat2(self.root(), &from, &to, flags)?;
+        self.after(ctx, op, &from, Some(&to));
         let src_ino = self.inodes.ino_of(&src);
         let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
         let same = dst.as_ref().is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
@@ -410,9 +413,11 @@ impl Core {
     pub fn open(&self, ctx: &Ctx, ino: u64, flags: i32) -> io::Result<u64> {
         let p = self.path(ino)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        if flags & libc::O_TRUNC != 0 && writable {
-            self.before(ctx, Op::Truncate, &p, None)?;
-        }
+        let _permit = if flags & libc::O_TRUNC != 0 && writable {
+            self.before(ctx, Op::Truncate, &p, None)?
+        } else {
+            None
+        };
         let fd = sys::open_beneath(self.root(), &p, Self::open_flags(flags), 0)?;
         if flags & libc::O_TRUNC != 0 && writable {
             self.after(ctx, Op::Truncate, &p, None);
@@ -429,9 +434,11 @@ impl Core {
             return Err(err(libc::EEXIST));
         }
         let op = if existing.is_some() { Op::Truncate } else { Op::Create };
-        if existing.is_none() || flags & libc::O_TRUNC != 0 {
-            self.before(ctx, op, &p, None)?;
-        }
+        let _permit = if existing.is_none() || flags & libc::O_TRUNC != 0 {
+            self.before(ctx, op, &p, None)?
+        } else {
+            None
+        };
         let oflags = Self::open_flags(flags) | OFlags::CREATE;
         let fd = sys::openat(self.root(), &p, oflags, mode)?;
         if existing.is_none() {
@@ -458,9 +465,10 @@ impl Core {
     pub fn write(&self, ctx: &Ctx, fh: u64, off: u64, data: &[u8]) -> io::Result<usize> {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
-        if let Some(p) = &p {
-            self.before(ctx, Op::Write, p, None)?;
-        }
+        let _permit = match &p {
+            Some(p) => self.before(ctx, Op::Write, p, None)?,
+            None => None,
+        };
         let mut done = 0;
         while done < data.len() {
             let n = sys::pwrite(h.fd.as_fd(), &data[done..], off + done as u64)?;
@@ -546,7 +554,7 @@ impl Core {
         if is_link {
             return Err(err(libc::EPERM));
         }
-        self.before(ctx, Op::Setxattr, &p, None)?;
+        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::setxattr(fd.as_fd(), name, value, flags)?;
         self.after(ctx, Op::Setxattr, &p, None);
         Ok(())
@@ -557,7 +565,7 @@ impl Core {
         if is_link {
             return Err(err(libc::ENODATA));
         }
-        self.before(ctx, Op::Setxattr, &p, None)?;
+        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::removexattr(fd.as_fd(), name)?;
         self.after(ctx, Op::Setxattr, &p, None);
         Ok(())
@@ -571,9 +579,10 @@ impl Core {
     pub fn fallocate(&self, ctx: &Ctx, fh: u64, off: u64, len: u64, mode: i32) -> io::Result<()> {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
-        if let Some(p) = &p {
-            self.before(ctx, Op::Fallocate, p, None)?;
-        }
+        let _permit = match &p {
+            Some(p) => self.before(ctx, Op::Fallocate, p, None)?,
+            None => None,
+        };
         sys::fallocate(h.fd.as_fd(), mode, off, len)?;
         if let Some(p) = &p {
             self.after(ctx, Op::Fallocate, p, None);
@@ -590,9 +599,10 @@ impl Core {
         let hi = self.handle(fh_in)?;
         let ho = self.handle(fh_out)?;
         let p = self.path(ho.ino).ok();
-        if let Some(p) = &p {
-            self.before(ctx, Op::Write, p, None)?;
-        }
+        let _permit = match &p {
+            Some(p) => self.before(ctx, Op::Write, p, None)?,
+            None => None,
+        };
         let n = sys::copy_file_range(hi.fd.as_fd(), off_in, ho.fd.as_fd(), off_out, len.min(1 << 30) as usize)?;
         if let Some(p) = &p {
             self.after(ctx, Op::Write, p, None);

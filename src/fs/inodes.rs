@@ -49,6 +49,9 @@ struct Table {
     by_key: HashMap<(u64, u64), u64>,
     /// Next synthetic node id, for backing inodes whose own number is taken or on another dev.
     next_synthetic: u64,
+    /// (parent, name) → node, for the names nodes currently carry (used to invalidate the
+    /// kernel's entries for paths a rewind restored).
+    names: HashMap<(u64, OsString), u64>,
 }
 
 /// The inode table (one lock; see the module doc for its invariants).
@@ -146,6 +149,7 @@ impl Inodes {
             let same = matches!(&n.name, Some((p, nm)) if *p == parent && nm == name);
             if !same {
                 n.name = Some((parent, name.to_owned()));
+                t.names.insert((parent, name.to_owned()), ino);
                 if let Some(p) = t.nodes.get_mut(&parent) {
                     p.children += 1;
                 }
@@ -169,6 +173,7 @@ impl Inodes {
             ino,
             Node { key, generation: 0, nlookup: 1, children: 0, name: Some((parent, name.to_owned())), kind },
         );
+        t.names.insert((parent, name.to_owned()), ino);
         t.by_key.insert(key, ino);
         Looked { ino, generation: 0 }
     }
@@ -183,6 +188,14 @@ impl Inodes {
             return; // another hard link's name went away; the node keeps its own
         }
         let old_parent = n.name.as_ref().map(|(p, _)| *p);
+        if let Some(old) = n.name.clone() {
+            if t.names.get(&old) == Some(&ino) {
+                t.names.remove(&old);
+            }
+        }
+        if let Some((p, nm)) = to {
+            t.names.insert((p, nm.to_owned()), ino);
+        }
         let n = t.nodes.get_mut(&ino).unwrap();
         n.name = to.map(|(p, nm)| (p, nm.to_owned()));
         if let Some((p, _)) = to {
@@ -240,6 +253,11 @@ impl Inodes {
             if t.by_key.get(&n.key) == Some(&cur) {
                 t.by_key.remove(&n.key);
             }
+            if let Some(name) = &n.name {
+                if t.names.get(name) == Some(&cur) {
+                    t.names.remove(name);
+                }
+            }
             match n.name {
                 Some((p, _)) => {
                     if let Some(pn) = t.nodes.get_mut(&p) {
@@ -263,10 +281,19 @@ impl Inodes {
 
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        self.table.read().unwrap().names.get(&(parent, name.to_owned())).copied()
+    }
+
+    /// For a workspace-relative path: the node of its parent directory and its own node, as
+    /// far as the kernel may know them.
+    pub fn resolve(&self, rel: &std::path::Path) -> (Option<u64>, Option<u64>) {
         let t = self.table.read().unwrap();
-        t.nodes
-            .iter()
-            .find(|(_, n)| matches!(&n.name, Some((p, nm)) if *p == parent && nm == name))
-            .map(|(i, _)| *i)
+        let mut cur = Some(ROOT);
+        let mut parent = None;
+        for c in rel.components() {
+            parent = cur;
+            cur = cur.and_then(|p| t.names.get(&(p, c.as_os_str().to_owned())).copied());
+        }
+        (parent, cur)
     }
 }

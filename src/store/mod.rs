@@ -1,0 +1,658 @@
+//! The store: SQLite (checkpoints, captures, the change log, rewinds) and the blob directory.
+//!
+//! ```text
+//! <store>/
+//! ├── rewindfs.db        SQLite, WAL mode; schema in schema/00N_*.sql
+//! ├── blobs/             content-addressed pre-image contents (see blobs.rs)
+//! ├── control.sock       the daemon's control socket
+//! ├── daemon.pid, daemon.log, lock
+//! ```
+//!
+//! One connection behind a mutex: writes are short (a row or two), and a capture's row is
+//! committed before the change it protects is applied. `schema/store.md` describes every table.
+
+pub mod blobs;
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+pub use self::blobs::Blobs;
+
+/// Migrations, in order; `PRAGMA user_version` is the number applied.
+const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql")];
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database was written by a newer rewindfs.
+    #[error("store {path} has schema version {found}, newer than this rewindfs supports ({supported}); upgrade rewindfs")]
+    TooNew { path: String, found: i64, supported: i64 },
+    /// SQLite failed.
+    #[error("store database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// Blob or directory I/O failed.
+    #[error("store: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    /// The errno a refused change gets: a full store is `ENOSPC`, a busy one `EAGAIN`.
+    pub fn errno(&self) -> i32 {
+        match self {
+            StoreError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            StoreError::Sql(rusqlite::Error::SqliteFailure(e, _)) => match e.code {
+                rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => libc::EAGAIN,
+                _ => libc::EIO,
+            },
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<StoreError> for std::io::Error {
+    fn from(e: StoreError) -> std::io::Error {
+        let code = e.errno();
+        std::io::Error::new(std::io::Error::from_raw_os_error(code).kind(), e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Who made a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Actor {
+    Tool,
+    Shell,
+    External,
+    /// rewindfs itself, applying a rewind.
+    Rewind,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Tool => "tool",
+            Actor::Shell => "shell",
+            Actor::External => "external",
+            Actor::Rewind => "rewind",
+        }
+    }
+    pub fn parse(s: &str) -> Actor {
+        match s {
+            "tool" => Actor::Tool,
+            "shell" => Actor::Shell,
+            "rewind" => Actor::Rewind,
+            _ => Actor::External,
+        }
+    }
+    pub fn bit(self) -> u8 {
+        match self {
+            Actor::Tool => 1,
+            Actor::Shell => 2,
+            Actor::External => 4,
+            Actor::Rewind => 8,
+        }
+    }
+}
+
+/// What a path was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Absent,
+    Other,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Absent => "absent",
+            Kind::Other => "other",
+        }
+    }
+    pub fn parse(s: &str) -> Kind {
+        match s {
+            "file" => Kind::File,
+            "dir" => Kind::Dir,
+            "symlink" => Kind::Symlink,
+            "absent" => Kind::Absent,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// The saved state of one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreImage {
+    pub kind: Kind,
+    pub blob: Option<String>,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub target: Option<Vec<u8>>,
+}
+
+impl PreImage {
+    pub fn absent() -> PreImage {
+        PreImage { kind: Kind::Absent, blob: None, mode: 0, uid: 0, gid: 0, size: 0, target: None }
+    }
+}
+
+/// A capture row.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub id: i64,
+    pub checkpoint: i64,
+    pub path: Vec<u8>,
+    pub purpose: String,
+    pub pre: PreImage,
+    pub actor: Actor,
+    pub actors: u8,
+    pub op: String,
+}
+
+/// A checkpoint row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub seq: i64,
+    pub uuid: String,
+    pub session_id: Option<String>,
+    pub kind: String,
+    pub began_at: i64,
+}
+
+/// A checkpoint with its counts, for `list_checkpoints`.
+#[derive(Debug, Clone)]
+pub struct CheckpointSummary {
+    pub checkpoint: Checkpoint,
+    pub paths_changed: i64,
+    pub bytes_captured: i64,
+}
+
+/// A directory rename.
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub seq: i64,
+    pub checkpoint: i64,
+    pub src: Vec<u8>,
+    pub dst: Vec<u8>,
+    pub exchange: bool,
+    /// Captures with an id up to this one happened before the rename.
+    pub after_capture: i64,
+    pub actor: Actor,
+}
+
+/// A change-log entry.
+#[derive(Debug, Clone, Default)]
+pub struct LogEntry {
+    pub seq: i64,
+    pub at: i64,
+    pub checkpoint: i64,
+    pub op: String,
+    pub path: Vec<u8>,
+    pub path2: Option<Vec<u8>>,
+    pub actor: String,
+    pub pid: u32,
+    pub process: String,
+    pub tool_use_id: Option<String>,
+}
+
+/// A file a tool changed in a session.
+#[derive(Debug, Clone)]
+pub struct Tracked {
+    pub path: Vec<u8>,
+    pub checkpoint: i64,
+    pub capture: Option<i64>,
+}
+
+/// A rewind journal row.
+#[derive(Debug, Clone)]
+pub struct RewindRow {
+    pub id: String,
+    pub checkpoint: i64,
+    pub target: String,
+    pub scope: String,
+    pub state: String,
+    pub plan: String,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The store.
+pub struct Store {
+    /// The one connection (WAL mode). Held only for the duration of a statement or transaction.
+    conn: Mutex<Connection>,
+    pub blobs: Blobs,
+    pub dir: std::path::PathBuf,
+}
+
+fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
+    Ok(Capture {
+        id: r.get(0)?,
+        checkpoint: r.get(1)?,
+        path: r.get(2)?,
+        purpose: r.get(3)?,
+        pre: PreImage {
+            kind: Kind::parse(&r.get::<_, String>(4)?),
+            blob: r.get(5)?,
+            mode: r.get::<_, Option<i64>>(6)?.unwrap_or(0) as u32,
+            uid: r.get::<_, Option<i64>>(7)?.unwrap_or(0) as u32,
+            gid: r.get::<_, Option<i64>>(8)?.unwrap_or(0) as u32,
+            size: r.get::<_, Option<i64>>(9)?.unwrap_or(0) as u64,
+            target: r.get(10)?,
+        },
+        actor: Actor::parse(&r.get::<_, String>(11)?),
+        actors: r.get::<_, i64>(12)? as u8,
+        op: r.get(13)?,
+    })
+}
+
+const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op";
+
+fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
+    Ok(Checkpoint { seq: r.get(0)?, uuid: r.get(1)?, session_id: r.get(2)?, kind: r.get(3)?, began_at: r.get(4)? })
+}
+
+impl Store {
+    /// Opens (creating) the store in `dir`, applying migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::TooNew`] for a store written by a newer rewindfs; SQLite and I/O errors.
+    pub fn open(dir: &Path, sync: bool) -> Result<Store> {
+        std::fs::create_dir_all(dir)?;
+        let db = dir.join("rewindfs.db");
+        let mut conn = Connection::open(&db)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // NORMAL in WAL mode: a committed row survives any crash of the daemon (it is in the
+        // kernel's page cache); FULL adds an fsync per commit for power loss.
+        conn.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        migrate(&mut conn, &db)?;
+        let blobs = Blobs::open(&dir.join("blobs"), sync)?;
+        Ok(Store { conn: Mutex::new(conn), blobs, dir: dir.to_owned() })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(f(&mut c)?)
+    }
+
+    /// Begins a checkpoint; returns its sequence number.
+    pub fn begin_checkpoint(&self, uuid: &str, session: Option<&str>, kind: &str) -> Result<i64> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(s) = session {
+                tx.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?1, ?2)", params![s, now_ms()])?;
+            }
+            tx.execute(
+                "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, ?2, ?3, ?4)",
+                params![uuid, session, kind, now_ms()],
+            )?;
+            let seq = tx.last_insert_rowid();
+            tx.commit()?;
+            Ok(seq)
+        })
+    }
+
+    pub fn checkpoint(&self, uuid: &str) -> Result<Option<Checkpoint>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints WHERE uuid = ?1",
+                [uuid],
+                row_checkpoint,
+            )
+            .optional()
+        })
+    }
+
+    pub fn checkpoint_by_seq(&self, seq: i64) -> Result<Option<Checkpoint>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints WHERE seq = ?1",
+                [seq],
+                row_checkpoint,
+            )
+            .optional()
+        })
+    }
+
+    /// The checkpoints (of one session, or all), oldest first, with their counts.
+    pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointSummary>> {
+        self.with(|c| {
+            let mut st = c.prepare(
+                "SELECT k.seq, k.uuid, k.session_id, k.kind, k.began_at,
+                        (SELECT count(*) FROM captures WHERE checkpoint = k.seq AND purpose = 'checkpoint'),
+                        (SELECT coalesce(sum(b.size), 0) FROM captures x JOIN blobs b ON b.hash = x.blob WHERE x.checkpoint = k.seq)
+                 FROM checkpoints k WHERE (?1 IS NULL OR k.session_id = ?1) ORDER BY k.seq",
+            )?;
+            let rows = st.query_map([session], |r| {
+                Ok(CheckpointSummary { checkpoint: row_checkpoint(r)?, paths_changed: r.get(5)?, bytes_captured: r.get(6)? })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// The last checkpoint that began.
+    pub fn last_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints ORDER BY seq DESC LIMIT 1",
+                [],
+                row_checkpoint,
+            )
+            .optional()
+        })
+    }
+
+    /// Saves a pre-image (blob already stored) and returns the capture id. The caller makes
+    /// sure a path is captured once per checkpoint (the recorder's in-memory map).
+    #[allow(clippy::too_many_arguments)]
+    pub fn insert_capture(&self, checkpoint: i64, path: &[u8], purpose: &str, pre: &PreImage, actor: Actor, op: &str) -> Result<i64> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(b) = &pre.blob {
+                tx.execute("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)", params![b, pre.size as i64])?;
+            }
+            let n = tx.execute(
+                "INSERT INTO captures (checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                params![
+                    checkpoint,
+                    path,
+                    purpose,
+                    pre.kind.as_str(),
+                    pre.blob,
+                    pre.mode as i64,
+                    pre.uid as i64,
+                    pre.gid as i64,
+                    pre.size as i64,
+                    pre.target,
+                    actor.as_str(),
+                    actor.bit() as i64,
+                    op,
+                    now_ms()
+                ],
+            )?;
+            debug_assert_eq!(n, 1);
+            let id = tx.last_insert_rowid();
+            tx.commit()?;
+            Ok(id)
+        })
+    }
+
+    /// Records that another actor changed a path already captured in a checkpoint.
+    pub fn add_actor(&self, checkpoint: i64, path: &[u8], bits: u8) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE captures SET actors = actors | ?3 WHERE checkpoint = ?1 AND path = ?2 AND purpose = 'checkpoint'",
+                params![checkpoint, path, bits as i64],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Marks a path as tracked (tool-changed) in a session, if it is not already.
+    pub fn track(&self, session: &str, path: &[u8], checkpoint: i64, capture: i64) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT OR IGNORE INTO tracked (session_id, path, checkpoint, capture) VALUES (?1, ?2, ?3, ?4)",
+                params![session, path, checkpoint, capture],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 ORDER BY path")?;
+            let rows = st.query_map([session], |r| Ok(Tracked { path: r.get(0)?, checkpoint: r.get(1)?, capture: r.get(2)? }))?;
+            rows.collect()
+        })
+    }
+
+    /// Every tracked path of a session (to rebuild the in-memory set at mount).
+    pub fn capture_by_id(&self, id: i64) -> Result<Option<Capture>> {
+        self.with(|c| {
+            c.query_row(&format!("SELECT {CAPTURE_COLS} FROM captures WHERE id = ?1"), [id], row_capture).optional()
+        })
+    }
+
+    /// All checkpoint-purpose captures in checkpoints with `seq >= from`, oldest checkpoint first.
+    pub fn captures_from(&self, from: i64) -> Result<Vec<Capture>> {
+        self.with(|c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {CAPTURE_COLS} FROM captures WHERE checkpoint >= ?1 AND purpose = 'checkpoint' ORDER BY checkpoint, id"
+            ))?;
+            let rows = st.query_map([from], row_capture)?;
+            rows.collect()
+        })
+    }
+
+    /// Captures of one checkpoint (checkpoint purpose).
+    pub fn captures_in(&self, checkpoint: i64) -> Result<Vec<Capture>> {
+        self.with(|c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {CAPTURE_COLS} FROM captures WHERE checkpoint = ?1 AND purpose = 'checkpoint' ORDER BY id"
+            ))?;
+            let rows = st.query_map([checkpoint], row_capture)?;
+            rows.collect()
+        })
+    }
+
+    /// Records a directory rename before it is applied.
+    pub fn insert_move(&self, checkpoint: i64, src: &[u8], dst: &[u8], exchange: bool, actor: Actor) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO moves (checkpoint, src, dst, exchange, after_capture, actor, at)
+                 VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(id), 0) FROM captures), ?5, ?6)",
+                params![checkpoint, src, dst, exchange as i64, actor.as_str(), now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn moves_from(&self, from: i64) -> Result<Vec<Move>> {
+        self.with(|c| {
+            let mut st = c.prepare(
+                "SELECT seq, checkpoint, src, dst, exchange, after_capture, actor FROM moves WHERE checkpoint >= ?1 ORDER BY seq",
+            )?;
+            let rows = st.query_map([from], |r| {
+                Ok(Move {
+                    seq: r.get(0)?,
+                    checkpoint: r.get(1)?,
+                    src: r.get(2)?,
+                    dst: r.get(3)?,
+                    exchange: r.get::<_, i64>(4)? != 0,
+                    after_capture: r.get(5)?,
+                    actor: Actor::parse(&r.get::<_, String>(6)?),
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Appends change-log entries in one transaction.
+    pub fn append_log(&self, entries: &[LogEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT INTO changes (at, checkpoint, op, path, path2, actor, pid, process, tool_use_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?;
+                for e in entries {
+                    st.execute(params![e.at, e.checkpoint, e.op, e.path, e.path2, e.actor, e.pid, e.process, e.tool_use_id])?;
+                }
+            }
+            tx.commit()
+        })
+    }
+
+    /// The change log, newest last, optionally for one path (or paths beneath it).
+    pub fn log(&self, path: Option<&[u8]>, limit: i64) -> Result<Vec<LogEntry>> {
+        self.with(|c| {
+            let mut st = c.prepare(
+                "SELECT seq, at, checkpoint, op, path, path2, actor, pid, process, tool_use_id FROM (
+                   SELECT * FROM changes
+                   WHERE ?1 IS NULL OR path = ?1 OR path2 = ?1
+                      OR substr(path, 1, length(?1) + 1) = CAST(?1 AS BLOB) || X'2F'
+                   ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+            )?;
+            let rows = st.query_map(params![path, limit], |r| {
+                Ok(LogEntry {
+                    seq: r.get(0)?,
+                    at: r.get(1)?,
+                    checkpoint: r.get(2)?,
+                    op: r.get(3)?,
+                    path: r.get(4)?,
+                    path2: r.get(5)?,
+                    actor: r.get(6)?,
+                    pid: r.get::<_, Option<i64>>(7)?.unwrap_or(0) as u32,
+                    process: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+                    tool_use_id: r.get(9)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Counts for `status`: checkpoints, captures, bytes of captured content.
+    pub fn counts(&self) -> Result<(i64, i64, i64)> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM captures),
+                        (SELECT coalesce(sum(size), 0) FROM blobs)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+        })
+    }
+
+    pub fn insert_rewind(&self, r: &RewindRow) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO rewinds (id, checkpoint, target, scope, state, plan, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![r.id, r.checkpoint, r.target, r.scope, r.state, r.plan, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn set_rewind_state(&self, id: &str, state: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute("UPDATE rewinds SET state = ?2 WHERE id = ?1", params![id, state])?;
+            Ok(())
+        })
+    }
+
+    fn rewinds_where(&self, cond: &str) -> Result<Vec<RewindRow>> {
+        self.with(|c| {
+            let mut st = c.prepare(&format!(
+                "SELECT id, checkpoint, target, scope, state, plan FROM rewinds WHERE {cond} ORDER BY created_at, rowid"
+            ))?;
+            let rows = st.query_map([], |r| {
+                Ok(RewindRow {
+                    id: r.get(0)?,
+                    checkpoint: r.get(1)?,
+                    target: r.get(2)?,
+                    scope: r.get(3)?,
+                    state: r.get(4)?,
+                    plan: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Rewinds interrupted by a crash.
+    pub fn unfinished_rewinds(&self) -> Result<Vec<RewindRow>> {
+        self.rewinds_where("state = 'applying'")
+    }
+
+    /// The most recent completed rewind that has not been undone.
+    pub fn last_done_rewind(&self) -> Result<Option<RewindRow>> {
+        Ok(self.rewinds_where("state = 'done'")?.pop())
+    }
+
+    /// Every blob hash a capture refers to (for `fsck`).
+    pub fn referenced_blobs(&self) -> Result<Vec<String>> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT DISTINCT blob FROM captures WHERE blob IS NOT NULL")?;
+            let rows = st.query_map([], |r| r.get(0))?;
+            rows.collect()
+        })
+    }
+
+    /// `PRAGMA integrity_check`.
+    pub fn integrity_check(&self) -> Result<String> {
+        self.with(|c| c.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
+    }
+}
+
+/// Applies pending migrations inside an exclusive transaction; refuses a newer database.
+fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let supported = MIGRATIONS.len() as i64;
+    if version > supported {
+        return Err(StoreError::TooNew { path: db.display().to_string(), found: version, supported });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_and_a_newer_store_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let seq = s.begin_checkpoint("11111111-1111-4111-8111-111111111111", Some("s1"), "message").unwrap();
+        drop(s);
+        let s = Store::open(d.path(), false).unwrap();
+        assert_eq!(s.checkpoint("11111111-1111-4111-8111-111111111111").unwrap().unwrap().seq, seq);
+        drop(s);
+        let c = Connection::open(d.path().join("rewindfs.db")).unwrap();
+        c.pragma_update(None, "user_version", 99).unwrap();
+        drop(c);
+        let err = Store::open(d.path(), false).err().expect("newer store must be refused");
+        assert!(err.to_string().contains("newer than this rewindfs supports"), "{err}");
+    }
+
+    #[test]
+    fn a_capture_round_trips_with_its_actors() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let k = s.begin_checkpoint("22222222-2222-4222-8222-222222222222", None, "mount").unwrap();
+        let (h, n) = s.blobs.put_bytes(b"old").unwrap();
+        let pre = PreImage { kind: Kind::File, blob: Some(h), mode: 0o100644, uid: 0, gid: 0, size: n, target: None };
+        s.insert_capture(k, b"a.txt", "checkpoint", &pre, Actor::Shell, "write").unwrap();
+        s.add_actor(k, b"a.txt", Actor::Tool.bit()).unwrap();
+        let caps = s.captures_from(k).unwrap();
+        assert_eq!(caps.len(), 1);
+        assert_eq!(caps[0].pre, pre);
+        assert_eq!(caps[0].actors, Actor::Shell.bit() | Actor::Tool.bit());
+    }
+}
