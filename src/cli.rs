@@ -58,6 +58,87 @@ pub enum Command {
         #[arg(long)]
         lazy: bool,
     },
+    /// Begin the checkpoint of a user message (what the SDK does before sending a prompt).
+    Checkpoint {
+        /// The user message's UUID.
+        uuid: String,
+        /// The agent session it belongs to.
+        #[arg(long)]
+        session: String,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// List checkpoints, oldest first.
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Show the change log (when, what, which checkpoint, which actor/process).
+    Log {
+        /// Only changes to this path (or beneath it).
+        path: Option<PathBuf>,
+        #[arg(long, default_value_t = 1000)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Show the daemon's state.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Rewind files to the state they had when a user message began.
+    Rewind {
+        /// The user message's UUID (a checkpoint).
+        uuid: String,
+        /// Only report what would change.
+        #[arg(long)]
+        dry_run: bool,
+        /// tool: what Write/Edit/NotebookEdit changed (the SDK's behaviour); agent: tool and
+        /// shell; all: everything.
+        #[arg(long, default_value = "tool", value_parser = ["tool", "agent", "all"])]
+        scope: String,
+        /// Rewind even when other actors changed the same paths.
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+        /// Restrict to these paths or globs.
+        paths: Vec<String>,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Undo the last rewind.
+    Undo {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Unified diff from the current files to a checkpoint.
+    Diff {
+        uuid: String,
+        path: Option<String>,
+        #[arg(long, default_value = "all", value_parser = ["tool", "agent", "all"])]
+        scope: String,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Register a process as the agent (its writes are `tool`, its children's `shell`).
+    Agent {
+        pid: u32,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
 }
 
 /// A validated mount configuration.

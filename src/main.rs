@@ -2,9 +2,14 @@
 
 use std::process::ExitCode;
 
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 use clap::Parser;
-use rewindfs::cli::{Args, Command, MountConfig};
+use rewindfs::cli::{Args, Command, MountConfig, SocketArgs};
+use rewindfs::control::client::{Client, find_socket};
 use rewindfs::daemon;
+use serde_json::{Value, json};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -35,6 +40,160 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
         Command::Umount { dir, lazy } => daemon::umount(&dir, lazy)?,
+        Command::Checkpoint { uuid, session, socket } => {
+            let r = connect(&socket)?.request("begin_message", json!({"session_id": session, "user_message_id": uuid}))?;
+            println!("checkpoint {} began (seq {})", r["checkpoint"].as_str().unwrap_or(""), r["seq"]);
+        }
+        Command::List { session, json: as_json, socket } => {
+            let r = connect(&socket)?.request("list_checkpoints", json!({"session_id": session}))?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION", "UUID", "KIND", "BEGAN", "PATHS", "BYTES");
+                for c in r["checkpoints"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
+                        c["uuid"].as_str().unwrap_or(""),
+                        c["kind"].as_str().unwrap_or(""),
+                        c["beganAt"].as_str().unwrap_or(""),
+                        c["pathsChanged"],
+                        c["bytesCaptured"],
+                        c["sessionId"].as_str().unwrap_or("-")
+                    );
+                }
+            }
+        }
+        Command::Log { path, limit, json: as_json, socket } => {
+            let mut client = connect(&socket)?;
+            let path = match path {
+                Some(p) => Some(workspace_rel(&mut client, &p)?),
+                None => None,
+            };
+            let r = client.request("log", json!({"path": path, "limit": limit}))?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for e in r["entries"].as_array().into_iter().flatten() {
+                    let p2 = e["path2"].as_str().map(|p| format!(" -> {p}")).unwrap_or_default();
+                    println!(
+                        "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
+                        e["time"].as_str().unwrap_or(""),
+                        e["actor"].as_str().unwrap_or(""),
+                        e["op"].as_str().unwrap_or(""),
+                        e["path"].as_str().unwrap_or(""),
+                        p2,
+                        e["process"].as_str().unwrap_or(""),
+                        e["pid"],
+                        e["toolUseId"].as_str().unwrap_or(""),
+                        e["checkpoint"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        Command::Status { json: as_json, socket } => {
+            let r = connect(&socket)?.request("status", json!({}))?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for k in ["workspace", "store", "pid", "sessionId", "currentCheckpoint", "checkpoints", "captures", "bytesCaptured", "agentPids"] {
+                    let v = &r[k];
+                    println!("{k:<18} {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
+                }
+            }
+        }
+        Command::Rewind { uuid, dry_run, scope, force, json: as_json, paths, socket } => {
+            let mut client = connect(&socket)?;
+            let paths = paths.iter().map(|p| workspace_rel_glob(&mut client, p)).collect::<anyhow::Result<Vec<_>>>()?;
+            let r = client.request(
+                "rewind_files",
+                json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope, "force": force, "paths": paths}),
+            )?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print_outcome(&r, dry_run);
+            }
+            if r["canRewind"] == json!(false) {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Undo { json: as_json, socket } => {
+            let r = connect(&socket)?.request("undo_rewind", json!({}))?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("undid rewind {}", r["undone"].as_str().unwrap_or(""));
+                print_outcome(&r, false);
+            }
+        }
+        Command::Diff { uuid, path, scope, socket } => {
+            let mut client = connect(&socket)?;
+            let path = match path {
+                Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
+                None => None,
+            };
+            let r = client.request("diff", json!({"user_message_id": uuid, "path": path, "scope": scope}))?;
+            print!("{}", r["diff"].as_str().unwrap_or(""));
+        }
+        Command::Agent { pid, socket } => {
+            connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
+    let path = find_socket(s.socket.as_deref())?;
+    Ok(Client::connect(&path)?)
+}
+
+/// A path given on the command line, made relative to the workspace root.
+fn workspace_rel(client: &mut Client, p: &Path) -> anyhow::Result<String> {
+    let status = client.request("status", json!({}))?;
+    let ws = PathBuf::from(status["workspace"].as_str().context("status without workspace")?);
+    let abs = std::path::absolute(p)?;
+    let mut norm = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => norm.push(c),
+        }
+    }
+    let rel = norm
+        .strip_prefix(&ws)
+        .with_context(|| format!("{} is not inside the workspace {}", p.display(), ws.display()))?;
+    Ok(rel.to_string_lossy().into_owned())
+}
+
+/// Like `workspace_rel`, but globs are taken as workspace-relative as they are.
+fn workspace_rel_glob(client: &mut Client, p: &str) -> anyhow::Result<String> {
+    if p.contains(['*', '?', '[', '{']) {
+        Ok(p.trim_start_matches("./").to_string())
+    } else {
+        workspace_rel(client, Path::new(p))
+    }
+}
+
+fn print_outcome(r: &Value, dry_run: bool) {
+    if let Some(e) = r["error"].as_str() {
+        println!("cannot rewind: {e}");
+    }
+    let files = r["filesChanged"].as_array().cloned().unwrap_or_default();
+    let verb = if dry_run { "would change" } else { "changed" };
+    println!("{verb} {} file(s), +{} -{} lines", files.len(), r["insertions"], r["deletions"]);
+    for f in &files {
+        println!("  {}", f.as_str().unwrap_or(""));
+    }
+    if let Some(c) = r["conflicts"].as_array().filter(|c| !c.is_empty()) {
+        println!("conflicts (also changed by other actors):");
+        for f in c {
+            println!("  {}", f.as_str().unwrap_or(""));
+        }
+    }
+    if r["skippedLinks"].as_u64().unwrap_or(0) > 0 {
+        println!("skipped {} symlink(s)", r["skippedLinks"]);
+    }
 }

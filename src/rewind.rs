@@ -556,6 +556,27 @@ impl Engine {
                         }
                     }
                 }
+                // A path is known by other names before and after each rename: close the set
+                // under both directions, so content now beneath a moved directory (or captured
+                // under its new name) is considered under its old name too.
+                loop {
+                    let mut added = Vec::new();
+                    for m in &hist.moves {
+                        for p in &candidates {
+                            if let Some(rest) = under(p, &m.dst) {
+                                added.push(rebase(&rest, &m.src));
+                            }
+                            if let Some(rest) = under(p, &m.src) {
+                                added.push(rebase(&rest, &m.dst));
+                            }
+                        }
+                    }
+                    let before = candidates.len();
+                    candidates.extend(added);
+                    if candidates.len() == before {
+                        break;
+                    }
+                }
                 for p in candidates {
                     if p.is_empty() || !filter.matches(&p) {
                         continue;

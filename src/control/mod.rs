@@ -5,6 +5,7 @@
 //! peer hangs up or the daemon shuts down. Peers whose uid is neither ours nor root are
 //! refused. Requests run on the blocking pool (they touch SQLite and the disk).
 
+pub mod client;
 pub mod protocol;
 
 use std::os::fd::AsFd;

@@ -2,8 +2,10 @@
 
 mod support;
 
+mod agent;
 mod lifecycle;
 mod posix;
+mod rewind;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

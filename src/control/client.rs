@@ -1,0 +1,100 @@
+//! A blocking client for the control socket (used by the CLI subcommands and `rewindfs hook`).
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+/// Errors talking to the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No socket could be found.
+    #[error("no rewindfs daemon found: {0}")]
+    NotFound(String),
+    /// Connecting or talking failed.
+    #[error("control socket {path}: {source}")]
+    Io { path: String, source: io::Error },
+    /// The daemon answered with an error (its exact message).
+    #[error("{0}")]
+    Daemon(String),
+    /// The daemon's answer was not what the protocol says.
+    #[error("unexpected response from the daemon: {0}")]
+    Protocol(String),
+}
+
+/// Finds the socket: `explicit`, else `$REWINDFS_SOCKET`, else the mount containing the
+/// current directory (see `schema/protocol.md`).
+///
+/// # Errors
+/// [`ClientError::NotFound`] with what to do.
+pub fn find_socket(explicit: Option<&Path>) -> Result<PathBuf, ClientError> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("REWINDFS_SOCKET").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let cwd = std::env::current_dir().map_err(|e| ClientError::NotFound(format!("current directory: {e}")))?;
+    match crate::mounts::containing(&cwd) {
+        Ok(Some(m)) => Ok(m.source.join(crate::daemon::files::SOCKET)),
+        _ => Err(ClientError::NotFound(format!(
+            "{} is not inside a rewindfs mount; run this inside the workspace, or pass --socket / set REWINDFS_SOCKET",
+            cwd.display()
+        ))),
+    }
+}
+
+/// One connection to the daemon.
+pub struct Client {
+    path: PathBuf,
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    next: u64,
+}
+
+impl Client {
+    /// Connects to the socket at `path`.
+    ///
+    /// # Errors
+    /// [`ClientError::Io`] naming the socket.
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let io_err = |source| ClientError::Io { path: path.display().to_string(), source };
+        let s = UnixStream::connect(path).map_err(io_err)?;
+        s.set_read_timeout(Some(Duration::from_secs(600))).map_err(io_err)?;
+        let r = s.try_clone().map_err(io_err)?;
+        Ok(Client { path: path.to_path_buf(), writer: s, reader: BufReader::new(r), next: 1 })
+    }
+
+    /// Sends one request and returns the success payload.
+    ///
+    /// # Errors
+    /// [`ClientError::Daemon`] with the daemon's message for an `error` response.
+    pub fn request(&mut self, subtype: &str, fields: Value) -> Result<Value, ClientError> {
+        let id = format!("c{}", self.next);
+        self.next += 1;
+        let mut req = Map::new();
+        req.insert("subtype".into(), json!(subtype));
+        if let Value::Object(m) = fields {
+            req.extend(m);
+        }
+        let line = json!({"type": "control_request", "request_id": id, "request": req});
+        let io_err = |source| ClientError::Io { path: self.path.display().to_string(), source };
+        let mut bytes = serde_json::to_vec(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).map_err(io_err)?;
+        let mut resp = String::new();
+        let n = self.reader.read_line(&mut resp).map_err(|source| ClientError::Io { path: self.path.display().to_string(), source })?;
+        if n == 0 {
+            return Err(ClientError::Protocol("the daemon closed the connection".into()));
+        }
+        let v: Value = serde_json::from_str(&resp).map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;
+        let r = &v["response"];
+        match r["subtype"].as_str() {
+            Some("success") => Ok(r["response"].clone()),
+            Some("error") => Err(ClientError::Daemon(r["error"].as_str().unwrap_or("unknown error").to_string())),
+            _ => Err(ClientError::Protocol(resp)),
+        }
+    }
+}

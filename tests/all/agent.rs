@@ -1,0 +1,73 @@
+//! A stand-in agent for tests: this test process is registered as the agent, writes files
+//! in-process the way Claude Code's Write/Edit do (temp file + rename), and runs shell
+//! commands as child processes.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use rewindfs::control::client::Client;
+use serde_json::{Value, json};
+
+use crate::support::{Mounted, sh};
+
+pub struct Agent {
+    pub m: Mounted,
+    pub c: Client,
+    pub session: String,
+    n: u64,
+}
+
+pub fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+impl Agent {
+    pub fn new(setup: impl FnOnce(&Path)) -> Agent {
+        let m = Mounted::with(setup);
+        let mut c = Client::connect(&m.socket()).unwrap();
+        c.request("register_agent", json!({"pid": std::process::id()})).unwrap();
+        Agent { m, c, session: format!("session-{}", uuid()), n: 0 }
+    }
+
+    /// Begins a new user message; returns its uuid.
+    pub fn turn(&mut self) -> String {
+        let u = uuid();
+        self.c.request("begin_message", json!({"session_id": self.session, "user_message_id": u})).unwrap();
+        u
+    }
+
+    /// Write/Edit: a temp file beside the target, renamed over it, inside a tool span.
+    pub fn tool_write(&mut self, rel: &str, data: &[u8]) {
+        self.n += 1;
+        let id = format!("toolu_{}", self.n);
+        let target = self.m.p(rel);
+        self.c.request("tool_use", json!({"phase": "pre", "tool_name": "Write", "tool_use_id": id, "file_path": target})).unwrap();
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        let mode = fs::metadata(&target).ok().map(|m| m.permissions().mode());
+        let tmp = target.with_file_name(format!("{}.tmp.{}.{}", target.file_name().unwrap().to_str().unwrap(), std::process::id(), 1_700_000_000_000u64 + self.n));
+        fs::write(&tmp, data).unwrap();
+        if let Some(mode) = mode {
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        fs::rename(&tmp, &target).unwrap();
+        self.c.request("tool_use", json!({"phase": "post", "tool_name": "Write", "tool_use_id": id, "file_path": target})).unwrap();
+    }
+
+    /// Bash: a child process.
+    pub fn bash(&self, cmd: &str) -> String {
+        sh(&self.m.dir, cmd)
+    }
+
+    pub fn rewind(&mut self, uuid: &str, scope: &str, dry_run: bool) -> Result<Value, String> {
+        self.c
+            .request("rewind_files", json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope}))
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn read(&self, rel: &str) -> Option<String> {
+        fs::read_to_string(self.m.p(rel)).ok()
+    }
+}

@@ -1,0 +1,246 @@
+//! Rewind through a real mount: one test per observed SDK behaviour (design.md §2), then the
+//! agent and all scopes, conflicts, undo, and the response shapes.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::json;
+
+use crate::agent::{Agent, uuid};
+use crate::support::{require_fuse, tree};
+
+fn files(v: &serde_json::Value) -> Vec<String> {
+    let mut f: Vec<String> = v["filesChanged"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    f.sort();
+    f
+}
+
+#[test]
+fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|_| {});
+    let t1 = a.turn();
+    a.tool_write("made_by_tool.txt", b"one\ntwo\n");
+    a.bash("echo shell > made_by_shell.txt");
+    let dry = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(dry["canRewind"], json!(true));
+    assert_eq!(files(&dry), vec!["made_by_tool.txt"]);
+    assert_eq!(dry["insertions"], json!(0));
+    assert_eq!(dry["deletions"], json!(2), "a created file being removed counts its lines as deletions");
+    let r = a.rewind(&t1, "tool", false).unwrap();
+    assert_eq!(r["canRewind"], json!(true));
+    assert_eq!(r["skippedLinks"], json!(0));
+    assert!(a.read("made_by_tool.txt").is_none());
+    assert_eq!(a.read("made_by_shell.txt").as_deref(), Some("shell\n"));
+}
+
+#[test]
+fn a_file_only_touched_by_bash_is_never_restored() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("s.txt"), "orig\n").unwrap());
+    let t1 = a.turn();
+    a.bash("echo more >> s.txt; echo new > n.txt");
+    let dry = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(files(&dry), Vec::<String>::new());
+    a.rewind(&t1, "tool", false).unwrap();
+    assert_eq!(a.read("s.txt").as_deref(), Some("orig\nmore\n"));
+}
+
+#[test]
+fn later_bash_changes_to_a_tracked_file_are_undone_and_a_deleted_one_comes_back() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::create_dir(d.join("keep")).unwrap());
+    let t1 = a.turn();
+    a.tool_write("src/deep/t.txt", b"tool v1\n");
+    fs::set_permissions(a.m.p("src/deep/t.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+    a.tool_write("keep/u.txt", b"u1\n");
+    let t2 = a.turn();
+    a.tool_write("src/deep/t.txt", b"tool v2\n");
+    a.bash("echo appended >> keep/u.txt; chmod 600 keep/u.txt");
+    a.bash("rm -rf src");
+    let r = a.rewind(&t2, "tool", false).unwrap();
+    assert_eq!(files(&r), vec!["keep/u.txt", "src/deep/t.txt"]);
+    assert_eq!(a.read("src/deep/t.txt").as_deref(), Some("tool v1\n"), "deleted tracked file comes back with its parents");
+    assert_eq!(fs::metadata(a.m.p("src/deep/t.txt")).unwrap().permissions().mode() & 0o7777, 0o640);
+    assert_eq!(a.read("keep/u.txt").as_deref(), Some("u1\n"));
+    assert_eq!(fs::metadata(a.m.p("keep/u.txt")).unwrap().permissions().mode() & 0o7777, 0o644);
+    // Back to before the first turn: both files were created by tools, so both go.
+    a.rewind(&t1, "tool", false).unwrap();
+    assert!(a.read("src/deep/t.txt").is_none());
+    assert!(a.read("keep/u.txt").is_none());
+    assert!(a.m.p("src/deep").is_dir(), "directories are never removed by the tool scope");
+}
+
+#[test]
+fn bash_then_edit_in_one_turn_restores_the_state_just_before_the_edit() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("h.txt"), "start\n").unwrap());
+    let t1 = a.turn();
+    a.bash("echo from-bash >> h.txt");
+    a.tool_write("h.txt", b"edited\n");
+    let r = a.rewind(&t1, "tool", false).unwrap();
+    assert_eq!(files(&r), vec!["h.txt"]);
+    assert_eq!(a.read("h.txt").as_deref(), Some("start\nfrom-bash\n"));
+}
+
+#[test]
+fn a_tracked_file_moved_by_bash_is_recreated_and_the_edited_target_stays() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|_| {});
+    let t0 = a.turn();
+    a.tool_write("a.txt", b"alpha\n");
+    let t1 = a.turn();
+    a.bash("mv a.txt b.txt");
+    a.tool_write("b.txt", b"edited b\n");
+    a.tool_write("newdir/x.txt", b"x\n");
+    a.rewind(&t1, "tool", false).unwrap();
+    assert_eq!(a.read("a.txt").as_deref(), Some("alpha\n"));
+    assert_eq!(a.read("b.txt").as_deref(), Some("alpha\n"), "b.txt keeps its content from before the Edit");
+    assert!(a.m.p("newdir").is_dir(), "directories created by tools stay");
+    assert!(a.read("newdir/x.txt").is_none());
+    let _ = t0;
+}
+
+#[test]
+fn binary_content_and_modes_come_back_byte_exact() {
+    if !require_fuse() {
+        return;
+    }
+    let bin: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let mut a = Agent::new(|_| {});
+    let t0 = a.turn();
+    for (name, mode) in [("x.bin", 0o755), ("p.bin", 0o600), ("r.bin", 0o444)] {
+        a.tool_write(name, &bin);
+        fs::set_permissions(a.m.p(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let t1 = a.turn();
+    for name in ["x.bin", "p.bin", "r.bin"] {
+        fs::set_permissions(a.m.p(name), fs::Permissions::from_mode(0o644)).unwrap();
+        a.tool_write(name, b"garbage");
+    }
+    let dry = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(dry["insertions"], json!(0), "binary files count no lines");
+    a.rewind(&t1, "tool", false).unwrap();
+    for (name, mode) in [("x.bin", 0o755), ("p.bin", 0o600), ("r.bin", 0o444)] {
+        assert_eq!(fs::read(a.m.p(name)).unwrap(), bin, "{name}");
+        assert_eq!(fs::metadata(a.m.p(name)).unwrap().permissions().mode() & 0o7777, mode, "{name}");
+    }
+    a.rewind(&t0, "tool", false).unwrap();
+    assert!(!a.m.p("x.bin").exists());
+}
+
+#[test]
+fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|_| {});
+    a.turn();
+    let missing = uuid();
+    let dry = a.rewind(&missing, "tool", true).unwrap();
+    assert_eq!(dry["canRewind"], json!(false));
+    assert_eq!(dry["error"], json!("No file checkpoint found for this message."));
+    assert_eq!(a.rewind(&missing, "tool", false).unwrap_err(), "No file checkpoint found for this message.");
+    let bad = a.rewind("not-a-uuid", "tool", false).unwrap_err();
+    assert!(bad.contains("not a UUID"), "{bad}");
+    // The connection is still usable.
+    assert!(a.c.request("status", json!({})).is_ok());
+}
+
+#[test]
+fn agent_scope_undoes_shell_work_including_directories_renames_and_symlinks() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| {
+        fs::create_dir_all(d.join("lib/sub")).unwrap();
+        fs::write(d.join("lib/sub/m.py"), "print(1)\n").unwrap();
+        fs::write(d.join("lib/top.py"), "top\n").unwrap();
+        std::os::unix::fs::symlink("lib/top.py", d.join("link")).unwrap();
+        fs::write(d.join("script.sh"), "#!/bin/sh\n").unwrap();
+    });
+    let before = tree(&a.m.dir);
+    let t1 = a.turn();
+    a.bash("mv lib library && echo changed > library/sub/m.py && mkdir -p build/out && echo o > build/out/o.txt && rm link && ln -s script.sh link && chmod 755 script.sh && rm -rf library/sub");
+    a.tool_write("notes.md", b"# notes\n");
+    let dry = a.rewind(&t1, "agent", true).unwrap();
+    assert_eq!(dry["canRewind"], json!(true));
+    a.rewind(&t1, "agent", false).unwrap();
+    assert_eq!(tree(&a.m.dir), before);
+}
+
+#[test]
+fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("f.txt"), "v0\n").unwrap());
+    let t1 = a.turn();
+    a.tool_write("f.txt", b"agent\n");
+    // An unrelated process (not a descendant of the agent): the user's editor.
+    let editor = std::process::Command::new("setsid")
+        .args(["-f", "bash", "-c", &format!("echo user >> {}", a.m.p("f.txt").display())])
+        .status()
+        .unwrap();
+    assert!(editor.success());
+    assert!(crate::support::wait_until(5, || a.read("f.txt").is_some_and(|s| s.ends_with("user\n"))));
+    let dry = a.rewind(&t1, "agent", true).unwrap();
+    assert_eq!(dry["canRewind"], json!(false));
+    assert_eq!(dry["conflicts"], json!(["f.txt"]));
+    let err = a.rewind(&t1, "agent", false).unwrap_err();
+    assert!(err.starts_with("Failed to rewind: "), "{err}");
+    assert_eq!(a.read("f.txt").as_deref(), Some("agent\nuser\n"), "a refused rewind changes nothing");
+    let r = a.c.request("rewind_files", json!({"user_message_id": t1, "scope": "agent", "force": true})).unwrap();
+    assert_eq!(r["canRewind"], json!(true));
+    assert_eq!(a.read("f.txt").as_deref(), Some("v0\n"));
+}
+
+#[test]
+fn undo_restores_the_exact_pre_rewind_tree_and_rewinding_again_works() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("base.txt"), "base\n").unwrap());
+    let t1 = a.turn();
+    a.tool_write("a.txt", b"a\n");
+    a.bash("mkdir -p d && echo x > d/x && echo more >> base.txt && ln -s a.txt l");
+    let after = tree(&a.m.dir);
+    a.rewind(&t1, "all", false).unwrap();
+    assert_ne!(tree(&a.m.dir), after);
+    let u = a.c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true));
+    assert_eq!(tree(&a.m.dir), after);
+    a.rewind(&t1, "all", false).unwrap();
+    assert_eq!(a.read("base.txt").as_deref(), Some("base\n"));
+    assert!(!a.m.p("d").exists());
+    let nothing = a.c.request("undo_rewind", json!({}));
+    assert!(nothing.is_ok(), "the second rewind can be undone too");
+    assert_eq!(tree(&a.m.dir), after);
+}
+
+#[test]
+fn a_rewind_is_seen_at_once_by_processes_that_cached_the_old_state() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("c.txt"), "old\n").unwrap());
+    let t1 = a.turn();
+    a.tool_write("c.txt", b"new\n");
+    // Warm the kernel's caches (entries, attributes, pages).
+    assert_eq!(a.bash("cat c.txt; stat -c %s c.txt; ls"), "new\n4\nc.txt\n");
+    a.tool_write("gone.txt", b"g\n");
+    assert_eq!(a.bash("cat gone.txt"), "g\n");
+    a.rewind(&t1, "all", false).unwrap();
+    assert_eq!(a.bash("cat c.txt; stat -c %s c.txt; ls"), "old\n4\nc.txt\n");
+    assert_eq!(a.bash("test -e gone.txt && echo present || echo absent"), "absent\n");
+}
