@@ -296,12 +296,14 @@ fn line_counts(old: &[u8], new: &[u8]) -> (u64, u64) {
 struct Filter {
     set: Option<globset::GlobSet>,
     prefixes: Vec<Vec<u8>>,
+    /// When set, exactly these paths (an undo: the paths the rewind touched).
+    exact: Option<HashSet<Vec<u8>>>,
 }
 
 impl Filter {
     fn new(paths: &[String]) -> Result<Filter, RewindError> {
         if paths.is_empty() {
-            return Ok(Filter { set: None, prefixes: Vec::new() });
+            return Ok(Filter { set: None, prefixes: Vec::new(), exact: None });
         }
         let mut b = globset::GlobSetBuilder::new();
         let mut prefixes = Vec::new();
@@ -313,9 +315,12 @@ impl Filter {
             prefixes.push(p.as_bytes().to_vec());
             b.add(globset::Glob::new(p).map_err(|e| RewindError::Failed(format!("bad glob {p:?}: {e}")))?);
         }
-        Ok(Filter { set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?), prefixes })
+        Ok(Filter { set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?), prefixes, exact: None })
     }
     fn matches(&self, p: &[u8]) -> bool {
+        if let Some(exact) = &self.exact {
+            return exact.contains(p);
+        }
         let Some(set) = &self.set else { return true };
         self.prefixes.iter().any(|x| p == &x[..] || under(p, x).is_some())
             || set.is_match(Path::new(OsStr::from_bytes(p)))
@@ -414,9 +419,7 @@ impl Engine {
         let Some(last) = self.store.last_done_rewind()? else {
             return Err(RewindError::Failed("nothing to undo".into()));
         };
-        let targets: Vec<Target> = serde_json::from_str(&last.plan).map_err(|e| RewindError::Failed(format!("rewind plan: {e}")))?;
         let cp = self.store.checkpoint_by_seq(last.checkpoint)?.ok_or(RewindError::NoCheckpoint)?;
-        let paths: Vec<String> = targets.iter().map(|t| String::from_utf8_lossy(&t.path).into_owned()).collect();
         let req = Request {
             user_message_id: cp.uuid,
             dry_run: false,
@@ -425,8 +428,10 @@ impl Engine {
             paths: Vec::new(),
             session_id: None,
         };
-        // Exactly the paths the rewind wrote.
-        let filter = Filter { set: Some(globset::GlobSet::empty()), prefixes: paths.iter().map(|p| p.as_bytes().to_vec()).collect() };
+        // Exactly the paths the rewind touched: its targets, the parents it created and what it
+        // removed beneath them — every path it captured under its own checkpoint.
+        let touched = self.store.captures_in(last.checkpoint)?.into_iter().filter(|c| c.actor == Actor::Rewind).map(|c| c.path).collect();
+        let filter = Filter { set: None, prefixes: Vec::new(), exact: Some(touched) };
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         self.kernel.flush();
         let (out, changed) = {

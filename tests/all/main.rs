@@ -4,6 +4,7 @@ mod support;
 
 mod agent;
 mod lifecycle;
+mod model;
 mod posix;
 mod rewind;
 mod workloads;

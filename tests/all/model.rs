@@ -1,0 +1,210 @@
+//! Model-based property test of rewind semantics: random operation sequences by the tool
+//! (in-process writes) and the shell (child processes) across random checkpoints, through a
+//! real mount; then a rewind to a random checkpoint with each scope. The expected tree comes
+//! from the trees observed when each checkpoint began (for `agent`/`all`) and from the SDK's
+//! rule for the `tool` scope; an undo must give back the tree from before the rewind.
+//!
+//! `PROPTEST_CASES` sets the number of cases (CI runs a few; `scripts/soak.sh` runs many).
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::agent::Agent;
+use crate::support::{require_fuse, tree};
+
+const PATHS: &[&str] = &["a.txt", "b.txt", "d/c.txt", "d/e/f.txt", "x/y.txt"];
+const DIRS: &[&str] = &["d", "d/e", "x", "z"];
+
+#[derive(Debug, Clone)]
+enum Step {
+    Turn,
+    Tool(usize, u8),
+    Append(usize, u8),
+    Remove(usize),
+    Move(usize, usize),
+    Chmod(usize, bool),
+    Symlink(usize, usize),
+    Mkdir(usize),
+    RemoveDir(usize),
+    MoveDir(usize, usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let p = 0..PATHS.len();
+    let d = 0..DIRS.len();
+    prop_oneof![
+        2 => Just(Step::Turn),
+        4 => (p.clone(), any::<u8>()).prop_map(|(a, b)| Step::Tool(a, b)),
+        2 => (p.clone(), any::<u8>()).prop_map(|(a, b)| Step::Append(a, b)),
+        1 => p.clone().prop_map(Step::Remove),
+        1 => (p.clone(), p.clone()).prop_map(|(a, b)| Step::Move(a, b)),
+        1 => (p.clone(), any::<bool>()).prop_map(|(a, b)| Step::Chmod(a, b)),
+        1 => (p.clone(), p.clone()).prop_map(|(a, b)| Step::Symlink(a, b)),
+        1 => d.clone().prop_map(Step::Mkdir),
+        1 => d.clone().prop_map(Step::RemoveDir),
+        1 => (d.clone(), d).prop_map(|(a, b)| Step::MoveDir(a, b)),
+    ]
+}
+
+/// The tree as path → listing line.
+fn tree_map(a: &Agent) -> BTreeMap<String, String> {
+    tree(&a.m.dir).into_iter().map(|l| (l.split(' ').next().unwrap().to_string(), l)).collect()
+}
+
+fn is_file(line: Option<&String>) -> bool {
+    line.is_some_and(|l| l.split(' ').nth(1) == Some("file"))
+}
+
+fn kind(line: Option<&String>) -> Option<&str> {
+    line.and_then(|l| l.split(' ').nth(1))
+}
+
+struct Run {
+    a: Agent,
+    turns: Vec<String>,
+    snapshots: Vec<BTreeMap<String, String>>,
+    /// path → (turn index of the first tool change, the state just before it)
+    tracked: BTreeMap<String, (usize, Option<String>)>,
+}
+
+impl Run {
+    fn apply(&mut self, s: &Step) {
+        let q = |i: usize| PATHS[i];
+        match s {
+            Step::Turn => {
+                self.snapshots.push(tree_map(&self.a));
+                let u = self.a.turn();
+                self.turns.push(u);
+            }
+            Step::Tool(i, b) => {
+                let p = q(*i);
+                let target = self.a.m.p(p);
+                // Write/Edit only writes regular files, under directories.
+                if target.is_dir() || target.is_symlink() || target.ancestors().skip(1).any(|x| x.is_symlink() || x.is_file()) {
+                    return;
+                }
+                if !self.tracked.contains_key(p) {
+                    let now = tree_map(&self.a);
+                    self.tracked.insert(p.to_string(), (self.turns.len() - 1, now.get(p).cloned()));
+                }
+                self.a.tool_write(p, format!("tool {b}\nline two\n").as_bytes());
+            }
+            Step::Append(i, b) => {
+                let p = q(*i);
+                self.a.bash(&format!("test -d \"$(dirname {p})\" && test ! -d {p} && echo 'shell {b}' >> {p} || true"));
+            }
+            Step::Remove(i) => {
+                self.a.bash(&format!("rm -f {}", q(*i)));
+            }
+            Step::Move(i, j) => {
+                let (x, y) = (q(*i), q(*j));
+                self.a.bash(&format!("test -f {x} && test -d \"$(dirname {y})\" && test ! -d {y} && mv -f {x} {y} || true"));
+            }
+            Step::Chmod(i, ro) => {
+                let mode = if *ro { "600" } else { "755" };
+                self.a.bash(&format!("test -f {p} && chmod {mode} {p} || true", p = q(*i)));
+            }
+            Step::Symlink(i, j) => {
+                let (x, y) = (q(*i), q(*j));
+                self.a.bash(&format!("test -d \"$(dirname {y})\" && test ! -e {y} && test ! -L {y} && ln -s {x} {y} || true"));
+            }
+            Step::Mkdir(k) => {
+                self.a.bash(&format!("mkdir -p {} 2>/dev/null || true", DIRS[*k]));
+            }
+            Step::RemoveDir(k) => {
+                self.a.bash(&format!("rm -rf {}", DIRS[*k]));
+            }
+            Step::MoveDir(k, l) => {
+                let (x, y) = (DIRS[*k], DIRS[*l]);
+                self.a.bash(&format!("test -d {x} && test ! -e {y} && test -d \"$(dirname {y})\" && mv {x} {y} 2>/dev/null || true"));
+            }
+        }
+    }
+
+    /// What the tool scope must produce (design.md §2), from the model.
+    fn expected_tool(&self, t: usize, now: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut out = now.clone();
+        for (p, (first, before_first)) in &self.tracked {
+            let target = if *first < t { self.snapshots[t].get(p).cloned() } else { before_first.clone() };
+            let cur = now.get(p);
+            if kind(target.as_ref()) == Some("link") || kind(cur) == Some("link") {
+                continue;
+            }
+            if !matches!(kind(target.as_ref()), None | Some("file")) || !matches!(kind(cur), None | Some("file")) {
+                continue;
+            }
+            match target {
+                None => {
+                    if is_file(cur) {
+                        out.remove(p);
+                    }
+                }
+                Some(line) => {
+                    // Missing parents are created (0755 under the daemon's creation).
+                    let mut acc = String::new();
+                    for part in p.split('/').collect::<Vec<_>>().split_last().unwrap().1 {
+                        if !acc.is_empty() {
+                            acc.push('/');
+                        }
+                        acc.push_str(part);
+                        out.entry(acc.clone()).or_insert_with(|| format!("{acc} dir 755"));
+                    }
+                    out.insert(p.clone(), line);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
+    let mut run = Run { a: Agent::new(|_| {}), turns: Vec::new(), snapshots: Vec::new(), tracked: BTreeMap::new() };
+    run.apply(&Step::Turn);
+    for s in &steps {
+        run.apply(s);
+    }
+    let t = pick % run.turns.len();
+    let now = tree_map(&run.a);
+    let expected = match scope {
+        "tool" => run.expected_tool(t, &now),
+        _ => run.snapshots[t].clone(),
+    };
+    let dry = run.a.rewind(&run.turns[t], scope, true).map_err(|e| TestCaseError::fail(e))?;
+    let r = run.a.rewind(&run.turns[t], scope, false).map_err(|e| TestCaseError::fail(e))?;
+    prop_assert_eq!(&dry["filesChanged"], &r["filesChanged"], "dry run and rewind disagree");
+    prop_assert_eq!(&dry["insertions"], &r["insertions"]);
+    let got = tree_map(&run.a);
+    prop_assert_eq!(got.values().collect::<Vec<_>>(), expected.values().collect::<Vec<_>>(), "scope {} to turn {}", scope, t);
+    let u = run.a.c.request("undo_rewind", json!({}));
+    if r["filesChanged"].as_array().is_some_and(|f| !f.is_empty()) {
+        prop_assert!(u.is_ok(), "undo failed: {:?}", u.err());
+        let after_undo = tree_map(&run.a);
+        prop_assert_eq!(after_undo.values().collect::<Vec<_>>(), now.values().collect::<Vec<_>>(), "undo");
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(8)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rewinding_with_the_all_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
+        if require_fuse() { check(steps, pick, "all")?; }
+    }
+
+    #[test]
+    fn rewinding_with_the_agent_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
+        if require_fuse() { check(steps, pick, "agent")?; }
+    }
+
+    #[test]
+    fn rewinding_with_the_tool_scope_follows_the_sdk_rule(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
+        if require_fuse() { check(steps, pick, "tool")?; }
+    }
+}
