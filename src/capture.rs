@@ -80,6 +80,8 @@ pub struct Change<'a> {
     pub op: Op,
     pub path: &'a Path,
     pub path2: Option<&'a Path>,
+    /// Other names of the same file (hard links) whose content the change also changes.
+    pub aliases: &'a [PathBuf],
 }
 
 /// Held while a change is applied: a rewind waits for every permit to be dropped.
@@ -523,6 +525,9 @@ impl Observer for Recorder {
                 }
             }
             _ => {
+                for alias in change.aliases {
+                    self.ensure_captured(&path_key(alias), actor, op)?;
+                }
                 let (seq, fresh) = self.ensure_captured(&primary, actor, op)?;
                 if actor == Actor::Tool && op != Op::Mkdir {
                     self.track(&primary, seq, fresh, op)?;

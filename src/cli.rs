@@ -133,6 +133,13 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Check a store: database integrity, every captured blob present and intact.
+    Fsck {
+        /// The store directory (default: the store of the workspace containing the current
+        /// directory).
+        #[arg(long)]
+        store: Option<PathBuf>,
+    },
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,

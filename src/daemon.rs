@@ -196,6 +196,19 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     }
     let fs = RewindFs::new(core.clone(), CacheConfig { ttl: cfg.ttl });
 
+    // The socket is up before the mount appears, so "mounted" implies "answers" (a stale
+    // socket file of a killed daemon is replaced here, before anyone can see the new mount).
+    let socket_path = cfg.store.join(files::SOCKET);
+    let _ = std::fs::remove_file(&socket_path);
+    let std_listener = {
+        // Created 0600 from the start: no window in which another user could connect.
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+        let l = std::os::unix::net::UnixListener::bind(&socket_path);
+        rustix::process::umask(old);
+        l.with_context(|| format!("binding {}", socket_path.display()))?
+    };
+    std_listener.set_nonblocking(true)?;
+
     let mut fcfg = fuser::Config::default();
     fcfg.mount_options = vec![
         MountOption::FSName(store_s.to_string()),
@@ -223,15 +236,11 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let socket_path = cfg.store.join(files::SOCKET);
     let dir = cfg.dir.clone();
     let daemon = Arc::new(Daemon { engine: engine.clone(), workspace: cfg.dir.clone(), store_dir: cfg.store.clone() });
     let flusher = recorder.clone();
     let result: anyhow::Result<()> = rt.block_on(async move {
-        let _ = std::fs::remove_file(&socket_path);
-        let listener = tokio::net::UnixListener::bind(&socket_path)
-            .with_context(|| format!("binding {}", socket_path.display()))?;
-        std::fs::set_permissions(&socket_path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let listener = tokio::net::UnixListener::from_std(std_listener)?;
         tracing::info!("mounted {} (store {})", dir.display(), socket_path.display());
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

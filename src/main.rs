@@ -135,6 +135,24 @@ fn run() -> anyhow::Result<ExitCode> {
             let r = client.request("diff", json!({"user_message_id": uuid, "path": path, "scope": scope}))?;
             print!("{}", r["diff"].as_str().unwrap_or(""));
         }
+        Command::Fsck { store } => {
+            let store = match store {
+                Some(s) => s,
+                None => {
+                    let cwd = std::env::current_dir()?;
+                    daemon::store_of(&cwd).context("not inside a rewindfs mount; pass --store")?
+                }
+            };
+            let (problems, blobs) = rewindfs::store::fsck(&store)?;
+            if problems.is_empty() {
+                println!("{}: ok ({blobs} blobs verified)", store.display());
+            } else {
+                for p in &problems {
+                    println!("{}: {p}", store.display());
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Command::Agent { pid, socket } => {
             connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
         }

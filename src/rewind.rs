@@ -654,7 +654,7 @@ impl Engine {
             state: "applying".into(),
             plan,
         })?;
-        apply_plan(&self.recorder, &self.store, targets)?;
+        apply_plan(&self.recorder, &self.store, targets, id)?;
         self.store.set_rewind_state(id, "done")?;
         Ok(())
     }
@@ -665,7 +665,7 @@ impl Engine {
         for r in &pending {
             let targets: Vec<Target> = serde_json::from_str(&r.plan).map_err(|e| RewindError::Failed(e.to_string()))?;
             tracing::warn!("finishing rewind {} interrupted by a crash ({} paths)", r.id, targets.len());
-            apply_plan(&self.recorder, &self.store, &targets)?;
+            apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
             self.store.set_rewind_state(&r.id, "done")?;
         }
         Ok(pending.len())
@@ -679,7 +679,7 @@ fn depth(p: &[u8]) -> usize {
 /// Sets every target path to its state: removals deepest first, then directories top-down,
 /// then files, links and special files (each written beside and renamed over), then directory
 /// modes deepest first (so a read-only directory is filled before it is closed).
-pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target]) -> io::Result<()> {
+pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -> io::Result<()> {
     let root = rec.root();
     let mut order: Vec<&Target> = targets.iter().collect();
     // 1. Remove what must go (absent targets, and type changes).
@@ -717,7 +717,7 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target]) -> io::Resu
         let rel = t.rel();
         ensure_parents(rec, rel)?;
         rec.capture_for_rewind(rel)?;
-        write_beside(root, store, rel, t)?;
+        write_beside(root, store, rel, t, id)?;
     }
     // 4. Directory modes and owners, deepest first.
     order.sort_by_key(|t| std::cmp::Reverse(depth(&t.path)));
@@ -775,10 +775,12 @@ fn remove_tree(rec: &Recorder, rel: &Path, is_dir: bool) -> io::Result<()> {
 
 /// Writes a file, symlink or special file to a temp name in the same directory, then renames
 /// it over `rel`: readers see the old or the new state, never a mix.
-fn write_beside(root: BorrowedFd<'_>, store: &Store, rel: &Path, t: &Target) -> io::Result<()> {
+fn write_beside(root: BorrowedFd<'_>, store: &Store, rel: &Path, t: &Target, id: &str) -> io::Result<()> {
     let parent = rel.parent().unwrap_or(Path::new(""));
     let name = rel.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let tmp = parent.join(format!(".{}.rewindfs-{}", name.to_string_lossy().chars().take(32).collect::<String>(), uuid::Uuid::new_v4().simple()));
+    // Named after the rewind, so finishing it after a crash replaces a half-written temp.
+    let tmp = parent.join(format!(".{}.rewindfs-{}", name.to_string_lossy().chars().take(32).collect::<String>(), id));
+    let _ = sys::unlinkat(root, &tmp, false);
     let res = (|| -> io::Result<()> {
         match t.kind() {
             Kind::File => {

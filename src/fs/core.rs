@@ -137,11 +137,18 @@ impl Core {
     }
 
     fn before(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) -> io::Result<Permit<'_>> {
-        self.observer.before(ctx.pid, &Change { op, path, path2 })
+        self.observer.before(ctx.pid, &Change { op, path, path2, aliases: &[] })
+    }
+
+    /// Before a change to an existing file's content or attributes, which every hard link of
+    /// it shows.
+    fn before_node(&self, ctx: &Ctx, op: Op, ino: u64, path: &Path) -> io::Result<Permit<'_>> {
+        let aliases = self.inodes.aliases(ino);
+        self.observer.before(ctx.pid, &Change { op, path, path2: None, aliases: &aliases })
     }
 
     fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
-        self.observer.after(ctx.pid, &Change { op, path, path2 });
+        self.observer.after(ctx.pid, &Change { op, path, path2, aliases: &[] });
     }
 
     /// Stats a node by path, checking it is still the file the node stands for.
@@ -211,7 +218,7 @@ impl Core {
             } else {
                 Op::Utimes
             };
-            self.before(ctx, op, p, None)?
+            self.before_node(ctx, op, ino, p)?
         } else {
             None
         };
@@ -326,7 +333,7 @@ impl Core {
         let st = sys::lstat_at(self.root(), &p)?;
         self.after(ctx, Op::Link, &p, Some(&old));
         // Keep the node's existing name; only count the lookup the kernel now holds.
-        let looked = self.inodes.lookup(newparent, newname, &st);
+        let looked = self.inodes.lookup_link(newparent, newname, &st);
         Ok((looked, st))
     }
 
@@ -414,7 +421,7 @@ impl Core {
         let p = self.path(ino)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let _permit = if flags & libc::O_TRUNC != 0 && writable {
-            self.before(ctx, Op::Truncate, &p, None)?
+            self.before_node(ctx, Op::Truncate, ino, &p)?
         } else {
             None
         };
@@ -466,7 +473,7 @@ impl Core {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before(ctx, Op::Write, p, None)?,
+            Some(p) => self.before_node(ctx, Op::Write, h.ino, p)?,
             None => None,
         };
         let mut done = 0;
@@ -580,7 +587,7 @@ impl Core {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before(ctx, Op::Fallocate, p, None)?,
+            Some(p) => self.before_node(ctx, Op::Fallocate, h.ino, p)?,
             None => None,
         };
         sys::fallocate(h.fd.as_fd(), mode, off, len)?;
@@ -600,7 +607,7 @@ impl Core {
         let ho = self.handle(fh_out)?;
         let p = self.path(ho.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before(ctx, Op::Write, p, None)?,
+            Some(p) => self.before_node(ctx, Op::Write, ho.ino, p)?,
             None => None,
         };
         let n = sys::copy_file_range(hi.fd.as_fd(), off_in, ho.fd.as_fd(), off_out, len.min(1 << 30) as usize)?;

@@ -41,6 +41,8 @@ struct Node {
     name: Option<(u64, OsString)>,
     /// `S_IFMT` bits of the backing file.
     kind: u32,
+    /// The file has more than one name (hard links): a content change changes them all.
+    multi: bool,
 }
 
 #[derive(Default, Debug)]
@@ -79,7 +81,7 @@ impl Inodes {
         let key = (root.st_dev, root.st_ino);
         t.nodes.insert(
             ROOT,
-            Node { key, generation: 0, nlookup: 2, children: 0, name: None, kind: libc::S_IFDIR },
+            Node { key, generation: 0, nlookup: 2, children: 0, name: None, kind: libc::S_IFDIR, multi: false },
         );
         t.by_key.insert(key, ROOT);
         Inodes { table: RwLock::new(t), root_dev: root.st_dev }
@@ -111,6 +113,24 @@ impl Inodes {
             p.push(part);
         }
         Ok(p)
+    }
+
+    /// The other names of a hard-linked file that the kernel has looked up (empty for a file
+    /// with one name): a change to its content changes what every name shows.
+    pub fn aliases(&self, ino: u64) -> Vec<PathBuf> {
+        let names: Vec<(u64, OsString)> = {
+            let t = self.table.read().unwrap();
+            match t.nodes.get(&ino) {
+                Some(n) if n.multi => t
+                    .names
+                    .iter()
+                    .filter(|(k, v)| **v == ino && Some(*k) != n.name.as_ref().map(|(p, nm)| (*p, nm.clone())).as_ref())
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+                _ => return Vec::new(),
+            }
+        };
+        names.into_iter().filter_map(|(p, nm)| self.path(p).ok().map(|pp| if pp.as_os_str().is_empty() { PathBuf::from(&nm) } else { pp.join(&nm) })).collect()
     }
 
     /// The `S_IFMT` kind recorded for a node.
@@ -145,6 +165,7 @@ impl Inodes {
                 n.kind = kind;
             }
             n.nlookup += 1;
+            n.multi = kind != libc::S_IFDIR && st.st_nlink > 1;
             let g = n.generation;
             let same = matches!(&n.name, Some((p, nm)) if *p == parent && nm == name);
             if !same {
@@ -171,11 +192,35 @@ impl Inodes {
         }
         t.nodes.insert(
             ino,
-            Node { key, generation: 0, nlookup: 1, children: 0, name: Some((parent, name.to_owned())), kind },
+            Node {
+                key,
+                generation: 0,
+                nlookup: 1,
+                children: 0,
+                name: Some((parent, name.to_owned())),
+                kind,
+                multi: kind != libc::S_IFDIR && st.st_nlink > 1,
+            },
         );
         t.names.insert((parent, name.to_owned()), ino);
         t.by_key.insert(key, ino);
         Looked { ino, generation: 0 }
+    }
+
+    /// Like [`lookup`](Self::lookup) for a new hard link: one more lookup held, but an existing
+    /// node keeps the name it has (the name writers most likely use).
+    pub fn lookup_link(&self, parent: u64, name: &OsStr, st: &Stat) -> Looked {
+        {
+            let mut t = self.table.write().unwrap();
+            if let Some(&ino) = t.by_key.get(&(st.st_dev, st.st_ino)) {
+                t.names.insert((parent, name.to_owned()), ino);
+                let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
+                n.nlookup += 1;
+                n.multi = true;
+                return Looked { ino, generation: n.generation };
+            }
+        }
+        self.lookup(parent, name, st)
     }
 
     /// The node at `parent/name` moved to `newparent/newname` (rename), or was removed

@@ -46,6 +46,11 @@ impl Blobs {
         Ok(Blobs { dir: dir.to_owned(), sync, counter: AtomicU64::new(0) })
     }
 
+    /// The blob directory without opening it (read-only use: `fsck`).
+    pub fn at(dir: &Path) -> Blobs {
+        Blobs { dir: dir.to_owned(), sync: false, counter: AtomicU64::new(0) }
+    }
+
     /// Where the blob with this hash lives.
     pub fn path(&self, hash: &str) -> PathBuf {
         self.dir.join(&hash[..2]).join(&hash[2..])

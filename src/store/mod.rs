@@ -605,6 +605,48 @@ impl Store {
     }
 }
 
+/// Checks a store without changing it (safe while a daemon uses it): SQLite's integrity check,
+/// the schema version, and that every blob a capture refers to exists and hashes to its name.
+/// Returns the problems found (empty when the store is sound) and the number of blobs checked.
+///
+/// # Errors
+/// The database cannot be opened at all.
+pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
+    let db = dir.join("rewindfs.db");
+    if !db.exists() {
+        return Err(StoreError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{}: no store database", db.display()))));
+    }
+    let conn = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mut problems = Vec::new();
+    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+    if ok != "ok" {
+        problems.push(format!("database integrity: {ok}"));
+    }
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > MIGRATIONS.len() as i64 {
+        problems.push(format!("schema version {version} is newer than this rewindfs ({})", MIGRATIONS.len()));
+    }
+    let blobs = Blobs::at(&dir.join("blobs"));
+    let hashes: Vec<String> = {
+        let mut st = conn.prepare("SELECT DISTINCT blob FROM captures WHERE blob IS NOT NULL")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for h in &hashes {
+        match blobs.verify(h) {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!("blob {h}: content does not match its hash")),
+            Err(e) => problems.push(format!("blob {h}: {e}")),
+        }
+    }
+    let unfinished: i64 = conn.query_row("SELECT count(*) FROM rewinds WHERE state = 'applying'", [], |r| r.get(0))?;
+    if unfinished > 0 {
+        problems.push(format!("{unfinished} rewind(s) interrupted; the next mount finishes them"));
+    }
+    Ok((problems, hashes.len()))
+}
+
 /// Applies pending migrations inside an exclusive transaction; refuses a newer database.
 fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;

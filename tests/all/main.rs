@@ -3,6 +3,7 @@
 mod support;
 
 mod agent;
+mod capture;
 mod lifecycle;
 mod model;
 mod posix;

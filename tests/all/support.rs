@@ -166,3 +166,11 @@ pub fn tree(root: &Path) -> Vec<String> {
     walk(root, Path::new(""), &mut out);
     out
 }
+
+/// A FUSE mount whose daemon died ("Transport endpoint is not connected"), or no mount at all.
+pub fn is_stale_or_gone(dir: &Path) -> bool {
+    match std::fs::metadata(dir) {
+        Err(e) => e.raw_os_error() == Some(libc::ENOTCONN),
+        Ok(_) => !is_fuse(dir),
+    }
+}

@@ -1,0 +1,296 @@
+//! Captures through a real mount: every kind of change leaves exactly the old state as its
+//! pre-image, once per (checkpoint, path); actors are told apart; a full store refuses the
+//! change; a message boundary flushes what the kernel still holds; crashes lose nothing.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rusqlite::OptionalExtension;
+use serde_json::json;
+
+use crate::agent::{Agent, uuid};
+use crate::support::{Mounted, require_fuse, rewindfs, rewindfs_ok, sh, tree, wait_until};
+
+/// (kind, content, mode & 0o7777, symlink target) of the pre-image captured for `path` in the
+/// checkpoint `uuid`, read straight from the store.
+fn captured(m: &Mounted, cp: &str, path: &str) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
+    let db = rusqlite::Connection::open_with_flags(m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    db.query_row(
+        "SELECT c.kind, c.blob, c.mode, c.target FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint
+         WHERE k.uuid = ?1 AND c.path = CAST(?2 AS BLOB) AND c.purpose = 'checkpoint' ORDER BY c.id LIMIT 1",
+        rusqlite::params![cp, path],
+        |r| {
+            let blob: Option<String> = r.get(1)?;
+            let content = blob.map(|h| {
+                if h == blake3::hash(b"").to_hex().as_str() {
+                    Vec::new()
+                } else {
+                    fs::read(m.store.join("blobs").join(&h[..2]).join(&h[2..])).unwrap()
+                }
+            });
+            let target: Option<Vec<u8>> = r.get(3)?;
+            Ok((r.get(0)?, content, r.get::<_, i64>(2)? as u32 & 0o7777, target.map(|t| String::from_utf8(t).unwrap())))
+        },
+    )
+    .optional()
+    .unwrap()
+}
+
+fn count_captures(m: &Mounted, cp: &str, path: &str) -> i64 {
+    let db = rusqlite::Connection::open_with_flags(m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    db.query_row(
+        "SELECT count(*) FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint WHERE k.uuid = ?1 AND c.path = CAST(?2 AS BLOB) AND c.purpose = 'checkpoint'",
+        rusqlite::params![cp, path],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+fn file(content: &[u8], mode: u32) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
+    Some(("file".into(), Some(content.to_vec()), mode, None))
+}
+
+#[test]
+fn every_kind_of_change_captures_exactly_the_old_state() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| {
+        for n in ["w", "t", "o", "u", "rs", "rd", "ch", "x", "fa", "mm"] {
+            fs::write(d.join(n), format!("old {n}\n")).unwrap();
+        }
+        fs::set_permissions(d.join("ch"), fs::Permissions::from_mode(0o640)).unwrap();
+        fs::create_dir(d.join("dir")).unwrap();
+        fs::set_permissions(d.join("dir"), fs::Permissions::from_mode(0o750)).unwrap();
+        std::os::unix::fs::symlink("w", d.join("sl")).unwrap();
+    });
+    let cp = a.turn();
+    let steps = "set -e
+        echo new >> w                       # write
+        truncate -s 2 t                     # truncate
+        echo replaced > o                   # O_TRUNC
+        rm u                                # unlink
+        mv rs renamed                       # rename source (and a new target name)
+        echo x > newtarget && mv -f newtarget rd   # rename over an existing target
+        chmod 600 ch                        # chmod
+        setfattr -n user.k -v v x 2>/dev/null || python3 -c \"import os; os.setxattr('x', 'user.k', b'v')\"
+        fallocate -l 65536 fa
+        rmdir dir
+        rm sl && ln -s elsewhere sl         # symlink replaced
+        mkdir made && ln -s w madelink && ln w hard && echo c > created";
+    a.bash(steps);
+    a.bash("python3 -c \"import mmap\nf=open('mm','r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:3]=b'MAP'\nm.flush()\"");
+    assert_eq!(captured(&a.m, &cp, "w"), file(b"old w\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "t"), file(b"old t\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "o"), file(b"old o\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "u"), file(b"old u\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "rs"), file(b"old rs\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "renamed").map(|c| c.0), Some("absent".into()));
+    assert_eq!(captured(&a.m, &cp, "rd"), file(b"old rd\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "ch"), file(b"old ch\n", 0o640));
+    assert_eq!(captured(&a.m, &cp, "x"), file(b"old x\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "fa"), file(b"old fa\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "mm"), file(b"old mm\n", 0o644));
+    assert_eq!(captured(&a.m, &cp, "dir"), Some(("dir".into(), None, 0o750, None)));
+    assert_eq!(captured(&a.m, &cp, "sl").map(|c| (c.0, c.3)), Some(("symlink".into(), Some("w".into()))));
+    for created in ["made", "madelink", "hard", "created", "newtarget"] {
+        assert_eq!(captured(&a.m, &cp, created).map(|c| c.0), Some("absent".into()), "{created}");
+    }
+    // Each path once per checkpoint, however many times it changed.
+    a.bash("for i in $(seq 1 20); do echo $i >> w; done");
+    assert_eq!(count_captures(&a.m, &cp, "w"), 1);
+    let cp2 = a.turn();
+    a.bash("echo again >> w");
+    assert_eq!(count_captures(&a.m, &cp2, "w"), 1);
+    assert_eq!(captured(&a.m, &cp2, "w").unwrap().1.unwrap().ends_with(b"20\n"), true);
+    // A directory rename is one event: nothing beneath it is copied.
+    a.bash("mkdir -p big/sub && for i in $(seq 1 50); do echo $i > big/sub/f$i; done");
+    let cp3 = a.turn();
+    a.bash("mv big big2");
+    let db = rusqlite::Connection::open_with_flags(a.m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let n: i64 = db
+        .query_row("SELECT count(*) FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint WHERE k.uuid = ?1", [&cp3], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2, "a directory rename captures its two names, not its contents");
+}
+
+#[test]
+fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|_| {});
+    a.turn();
+    fs::write(a.m.p("by_agent.txt"), b"t").unwrap();
+    a.bash("echo s > by_child.txt; (echo g > by_grandchild.txt)");
+    let st = Command::new("setsid").args(["-f", "bash", "-c", &format!("echo e > {}", a.m.p("by_stranger.txt").display())]).status().unwrap();
+    assert!(st.success());
+    assert!(wait_until(5, || a.m.p("by_stranger.txt").exists()));
+    // A hook in another process announces a Write of span.txt: the write is the tool's even
+    // though it comes from a child (as when the SDK's hooks run in the host process).
+    let target = a.m.p("span.txt");
+    a.c.request("tool_use", json!({"phase": "pre", "tool_name": "Write", "tool_use_id": "toolu_x", "file_path": target})).unwrap();
+    a.bash("echo span > span.txt");
+    a.c.request("tool_use", json!({"phase": "post", "tool_name": "Write", "tool_use_id": "toolu_x", "file_path": target})).unwrap();
+    let log = a.c.request("log", json!({})).unwrap();
+    let actor_of = |p: &str| -> Vec<String> {
+        log["entries"].as_array().unwrap().iter().filter(|e| e["path"] == json!(p)).map(|e| e["actor"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(actor_of("by_agent.txt").iter().all(|x| x == "tool") && !actor_of("by_agent.txt").is_empty());
+    assert!(actor_of("by_child.txt").iter().all(|x| x == "shell") && !actor_of("by_child.txt").is_empty());
+    assert!(actor_of("by_grandchild.txt").iter().all(|x| x == "shell") && !actor_of("by_grandchild.txt").is_empty());
+    assert!(actor_of("by_stranger.txt").iter().all(|x| x == "external") && !actor_of("by_stranger.txt").is_empty());
+    assert!(actor_of("span.txt").iter().all(|x| x == "tool") && !actor_of("span.txt").is_empty());
+    let span_entry = log["entries"].as_array().unwrap().iter().find(|e| e["path"] == json!("span.txt")).unwrap();
+    assert_eq!(span_entry["toolUseId"], json!("toolu_x"));
+}
+
+#[test]
+fn a_full_store_refuses_the_change_and_loses_nothing() {
+    if !require_fuse() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    fs::create_dir(&store).unwrap();
+    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"]).arg(&store).status().unwrap();
+    assert!(st.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(store.clone());
+    let dir = tmp.path().join("proj");
+    fs::create_dir(&dir).unwrap();
+    let big: Vec<u8> = (0..8 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    fs::write(dir.join("big.bin"), &big).unwrap();
+    fs::write(dir.join("small.txt"), b"small\n").unwrap();
+    rewindfs_ok(&["mount", dir.to_str().unwrap(), "--store", store.to_str().unwrap()]);
+    let out = Command::new("bash").arg("-c").arg("echo more >> big.bin").current_dir(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(fs::read(dir.join("big.bin")).unwrap(), big, "the refused change did not reach the file");
+    // Small changes still work, and the mount is alive.
+    sh(&dir, "echo ok >> small.txt");
+    assert_eq!(fs::read_to_string(dir.join("small.txt")).unwrap(), "small\nok\n");
+    let log = fs::read_to_string(store.join("daemon.log")).unwrap();
+    assert!(log.contains("big.bin") && log.contains("refusing"), "the log names the path and cause: {log}");
+    rewindfs_ok(&["umount", dir.to_str().unwrap()]);
+}
+
+#[test]
+fn a_message_boundary_flushes_mmap_data_into_the_previous_checkpoint() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| fs::write(d.join("m.bin"), vec![b'.'; 8192]).unwrap());
+    let t1 = a.turn();
+    let mut py = Command::new("python3")
+        .arg("-c")
+        .arg("import mmap,sys\nf=open('m.bin','r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:6]=b'DIRTY!'\nprint('written', flush=True)\nsys.stdin.readline()\n")
+        .current_dir(&a.m.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(py.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "written\n");
+    let t2 = a.turn();
+    drop(py.stdin.take());
+    py.wait().unwrap();
+    assert!(count_captures(&a.m, &t1, "m.bin") == 1, "the dirty page belongs to the first turn");
+    assert_eq!(count_captures(&a.m, &t2, "m.bin"), 0, "nothing of it is left for the second");
+    a.rewind(&t2, "all", false).unwrap();
+    assert!(fs::read(a.m.p("m.bin")).unwrap().starts_with(b"DIRTY!"));
+}
+
+#[test]
+fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
+    if !require_fuse() {
+        return;
+    }
+    let rounds: usize = std::env::var("CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let mut m = Mounted::with(|d| {
+        for i in 0..30 {
+            fs::write(d.join(format!("f{i}")), format!("original {i}\n")).unwrap();
+        }
+        fs::create_dir(d.join("sub")).unwrap();
+    });
+    for round in 0..rounds {
+        let start = tree(&m.dir);
+        let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+        let cp = uuid();
+        c.request("begin_message", json!({"session_id": "crash", "user_message_id": cp})).unwrap();
+        let mut w = Command::new("bash")
+            .arg("-c")
+            .arg("for i in $(seq 1 100000); do n=$((i % 40)); echo \"$i\" >> f$n; echo x > sub/t$n && mv sub/t$n sub/u$n; rm -f f$(((i+7) % 40)); mkdir -p d$n; rmdir d$n; done 2>/dev/null")
+            .current_dir(&m.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(150 + (round as u64 * 97) % 400));
+        let pid = m.daemon_pid();
+        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+        let _ = w.kill();
+        let _ = w.wait();
+        assert!(wait_until(10, || crate::support::is_stale_or_gone(&m.dir)));
+        rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
+        m.mount(&[]);
+        let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+        let r = c.request("rewind_files", json!({"user_message_id": cp, "scope": "all"}));
+        assert!(r.is_ok(), "round {round}: {r:?}");
+        assert_eq!(tree(&m.dir), start, "round {round}: a change reached the disk without its pre-image");
+        let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
+        assert!(out.status.success(), "round {round}: fsck: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    let _ = Path::new("");
+}
+
+#[test]
+fn killing_the_daemon_in_the_middle_of_a_large_rewind_finishes_it_at_the_next_mount() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::with(|d| {
+        for i in 0..3000 {
+            fs::write(d.join(format!("f{i:04}")), format!("v1 {i}\n")).unwrap();
+        }
+    });
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let cp = uuid();
+    c.request("begin_message", json!({"session_id": "s", "user_message_id": cp})).unwrap();
+    let at_cp = tree(&m.dir);
+    sh(&m.dir, "for f in f*; do echo v2 >> $f; done; mkdir extra && touch extra/a");
+    let changed = tree(&m.dir);
+    let sock = m.socket();
+    let t = std::thread::spawn(move || {
+        let mut c = rewindfs::control::client::Client::connect(&sock).unwrap();
+        let _ = c.request("rewind_files", json!({"user_message_id": cp, "scope": "all"}));
+    });
+    // Kill once the rewind has begun writing.
+    let db_path = m.store.join("rewindfs.db");
+    assert!(wait_until(20, || {
+        rusqlite::Connection::open_with_flags(&db_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|db| db.query_row("SELECT count(*) FROM rewinds", [], |r| r.get::<_, i64>(0)))
+            .is_ok_and(|n| n > 0)
+    }));
+    std::thread::sleep(Duration::from_millis(30));
+    let pid = m.daemon_pid();
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+    let _ = t.join();
+    assert!(wait_until(10, || crate::support::is_stale_or_gone(&m.dir)));
+    rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
+    let half = tree(&m.dir);
+    m.mount(&[]);
+    let after = tree(&m.dir);
+    assert!(after == at_cp, "after remount the rewind must be complete (was {} of {} paths differing before remount)",
+        half.iter().zip(changed.iter()).filter(|(a, b)| a != b).count(), changed.len());
+}
