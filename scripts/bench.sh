@@ -1,0 +1,833 @@
+#!/usr/bin/env bash
+# bench.sh — agent-like workloads, run natively and through a rewindfs mount in the same run,
+# on a fresh ext4 loop filesystem (design.md §6; issues 2 item 6 and 6). A benchmark, not a
+# test: it prints seconds and the ratio mount/native per workload. Runs as root.
+#
+# Usage:
+#   scripts/bench.sh [--quick] [--only w1,w2] [--compare bindfs,fuse-overlayfs]
+#                    [--native-only] [--markdown FILE] [--build]
+#                    [--repeat N] [--boundaries[=loop|phase|off]] [--no-boundaries]
+#                    [--boundary-ms N] [--mount-args "ARGS"]
+#                    [--no-loop]
+#
+#   --quick            smaller sizes for smoke tests (2k files, 1k edits, 64 MiB seq/random files)
+#   --only LIST        run only these workloads (comma-separated; see the list below)
+#   --compare LIST     also run the peers bindfs and/or fuse-overlayfs, side by side, when
+#                      installed (a peer that is not installed is noted and skipped)
+#   --native-only      skip the rewindfs runs (peers from --compare still run)
+#   --markdown FILE    also write the table (with the run's settings) as markdown to FILE
+#   --build            build target/release/rewindfs with `cargo build --release` if missing
+#   --boundaries[=M]   checkpoint boundaries during the rewindfs runs (see below): loop (the
+#                      default; bare --boundaries means loop), phase, or off
+#   --no-boundaries    the same as --boundaries=off
+#   --boundary-ms N    interval of the background boundary loop (default 100)
+#   --mount-args ARGS  extra arguments for `rewindfs mount` (e.g. "--threads 1 --ttl 5")
+#   --repeat N         run each workload N times per target (interleaved) and report the
+#                      median (default 1)
+#   --no-loop          use a plain directory instead of an ext4 loop mount
+#
+# Environment:
+#   REWINDFS_BIN    the binary (default: <repo>/target/release/rewindfs)
+#   BENCH_DIR       where the temporary directory is made (default: $TMPDIR or /tmp)
+#   BENCH_IMG_SIZE  size of the sparse ext4 image (default: 8G)
+#
+# Workloads (in run order; each is run for every target before the next workload starts):
+#   extract       tar -xf of a synthetic source tree (20k files in 1000 dirs; quick: 2k/100)
+#   git-commit    git add -A && git commit of that tree (git init is untimed)
+#   git-status    git status ×10
+#   grep          grep -r of a pattern in the tree (warm cache, like an agent's repeated grep)
+#   edit-trunc    10k open(O_TRUNC)-write-close edits over 1000 files (one python process,
+#                 timed inside it so interpreter start-up is not counted)
+#   edit-rename   10k write-temp-then-rename edits over the same files
+#   seq-write     dd bs=1M count=1024 conv=fsync (1 GiB; quick: 64 MiB)
+#   seq-read      dd of that file to /dev/null, page cache dropped first (native and mounted)
+#   overwrite-4k  capture cost: a 4 KiB overwrite in the middle of the 1 GiB file plus a
+#                 4 KiB append; the "store delta" column shows what rewindfs stored for it
+#   rand-write    10k 4 KiB pwrites at random aligned offsets in a 256 MiB file, no fsync
+#                 (quick: 1k in 64 MiB)
+#   rand-read     10k 4 KiB preads at random offsets in that file, page cache dropped first
+#   rm-rf         rm -rf of the tree (including .git)
+#   cargo-build   cargo build --offline of a generated dependency-free crate, with
+#                 CARGO_TARGET_DIR inside the measured directory (skipped if cargo is missing)
+# A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
+#
+# Layout: everything lives on one fresh ext4 loop filesystem $MNT (design.md §6: the root
+# filesystem here has no journal and ages badly): $MNT/native/work (plain directory),
+# $MNT/mounted/work (rewindfs mounted in place over it, store in $MNT/store-rewindfs),
+# $MNT/bindfs/{src,work}, $MNT/fuse-overlayfs/{lower,upper,workdir,work}, $MNT/data (the
+# tarball and generated inputs, read by every target). A trap unmounts everything and
+# removes the image on exit.
+#
+# Checkpoint boundaries: issue 6 asks for "a checkpoint boundary every 1,000 operations".
+# Operations cannot be counted from outside the daemon, so this approximates it. In every
+# mode but off, one boundary is sent before each rewindfs workload (between phases); in loop
+# mode a background loop also sends one every --boundary-ms (default 100 ms, about 1,000
+# FUSE requests at the 20-100 us a request costs) while the workload runs. Each boundary is
+# `rewindfs checkpoint <uuid> --session bench --socket $STORE/control.sock`. The
+# "boundaries" column counts those sent during each workload (median over --repeat).
+# Caveats: the loop's own cost (one client process per boundary) is charged to the
+# rewindfs column, so ratios err against rewindfs; and a time-based loop over-samples long
+# large-I/O phases (a 1 GiB write is ~1,000 1 MiB requests, i.e. ~1 boundary by the issue's
+# measure, but ~10 per second of runtime here) — compare with --boundaries=phase. If the
+# first checkpoint command fails, a warning is printed once and the run continues without
+# boundaries.
+#
+# Timing: bash $EPOCHREALTIME differences around the command (python workloads time
+# themselves with perf_counter). `sync` runs before every timed phase; the page cache is
+# dropped (echo 3 > /proc/sys/vm/drop_caches) before seq-read and rand-read for every
+# target; the other workloads run on a warm cache, as an agent's repeated commands do. Each number is a single run unless --repeat is given: expect noise of ±10–20% on the short workloads, more
+# in --quick mode and when the machine is busy.
+set -euo pipefail
+
+ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
+  overwrite-4k rand-write rand-read rm-rf cargo-build)
+DROP_BEFORE=" seq-read rand-read "
+PEERS=(bindfs fuse-overlayfs)
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+warn() { printf '[bench] WARNING: %s\n' "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+# ---------------------------------------------------------------- arguments
+REPEAT=1 QUICK=0 NATIVE_ONLY=0 BUILD=0 BOUNDARIES=loop BOUNDARY_MS=100 USE_LOOP=1
+ONLY="" COMPARE="" MARKDOWN="" MOUNT_ARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --native-only) NATIVE_ONLY=1 ;;
+    --build) BUILD=1 ;;
+    --boundaries) BOUNDARIES=loop ;;
+    --boundaries=*) BOUNDARIES=${1#*=} ;;
+    --no-boundaries) BOUNDARIES=off ;;
+    --boundary-ms) BOUNDARY_MS=${2:?--boundary-ms needs a value}; shift ;;
+    --boundary-ms=*) BOUNDARY_MS=${1#*=} ;;
+    --only) ONLY=${2:?--only needs a list}; shift ;;
+    --only=*) ONLY=${1#*=} ;;
+    --compare) COMPARE=${2:?--compare needs a list}; shift ;;
+    --compare=*) COMPARE=${1#*=} ;;
+    --markdown) MARKDOWN=${2:?--markdown needs a file}; shift ;;
+    --markdown=*) MARKDOWN=${1#*=} ;;
+    --mount-args) MOUNT_ARGS=${2?--mount-args needs a value}; shift ;;
+    --mount-args=*) MOUNT_ARGS=${1#*=} ;;
+    --no-loop) USE_LOOP=0 ;;
+    --repeat) REPEAT=${2:?--repeat needs a count}; shift ;;
+    --repeat=*) REPEAT=${1#*=} ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+  shift
+done
+[[ $BOUNDARIES =~ ^(loop|phase|off)$ ]] || die "--boundaries must be loop, phase or off"
+[[ $BOUNDARY_MS =~ ^[0-9]+$ && $BOUNDARY_MS -gt 0 ]] || die "--boundary-ms must be a positive integer"
+[[ $REPEAT =~ ^[0-9]+$ && $REPEAT -gt 0 ]] || die "--repeat must be a positive integer"
+[ "$(id -u)" -eq 0 ] || die "run as root (loop mounts, FUSE mounts and drop_caches need it)"
+for tool in python3 tar git dd awk; do
+  command -v "$tool" >/dev/null || die "$tool is required"
+done
+if [ -n "$MARKDOWN" ]; then
+  case "$MARKDOWN" in /*) ;; *) MARKDOWN="$PWD/$MARKDOWN" ;; esac
+fi
+
+WORKLOADS=()
+if [ -n "$ONLY" ]; then
+  IFS=, read -r -a wanted <<<"$ONLY"
+  for w in "${wanted[@]}"; do
+    [[ " ${ALL_WORKLOADS[*]} " == *" $w "* ]] || die "unknown workload '$w' (known: ${ALL_WORKLOADS[*]})"
+  done
+  for w in "${ALL_WORKLOADS[@]}"; do  # keep the canonical order
+    [[ ",$ONLY," == *",$w,"* ]] && WORKLOADS+=("$w")
+  done
+else
+  WORKLOADS=("${ALL_WORKLOADS[@]}")
+fi
+
+if [ "$QUICK" = 1 ]; then
+  N_FILES=2000 N_DIRS=100 N_EDITS=1000 N_EDIT_FILES=100 SEQ_MB=64 RAND_MB=64 N_RAND=1000
+else
+  N_FILES=20000 N_DIRS=1000 N_EDITS=10000 N_EDIT_FILES=1000 SEQ_MB=1024 RAND_MB=256 N_RAND=10000
+fi
+N_STATUS=10
+
+# ---------------------------------------------------------------- targets
+TARGETS=(native)
+NOTES=()
+if [ "$NATIVE_ONLY" = 0 ]; then
+  if [ -n "${REWINDFS_BIN:-}" ]; then
+    case "$REWINDFS_BIN" in /*) BIN=$REWINDFS_BIN ;; *) BIN="$PWD/$REWINDFS_BIN" ;; esac
+  else
+    BIN="$REPO/target/release/rewindfs"
+  fi
+  if [ ! -x "$BIN" ]; then
+    if [ "$BUILD" = 1 ] && [ -z "${REWINDFS_BIN:-}" ]; then
+      command -v cargo >/dev/null || die "--build: cargo not found"
+      log "building rewindfs (cargo build --release)"
+      (cd "$REPO" && cargo build --release)
+      [ -x "$BIN" ] || die "cargo build --release did not produce $BIN"
+    else
+      die "rewindfs binary not found at $BIN — build it (cargo build --release), pass --build, set REWINDFS_BIN, or run with --native-only"
+    fi
+  fi
+  TARGETS+=(rewindfs)
+else
+  NOTES+=("rewindfs: not run (--native-only)")
+fi
+if [ -n "$COMPARE" ]; then
+  IFS=, read -r -a peers <<<"$COMPARE"
+  for p in "${peers[@]}"; do
+    [[ " ${PEERS[*]} " == *" $p "* ]] || die "unknown peer '$p' (known: ${PEERS[*]})"
+    if command -v "$p" >/dev/null; then
+      TARGETS+=("$p")
+    else
+      NOTES+=("$p: not installed (apt-get install $p) — column skipped")
+      log "note: $p is not installed; skipping it"
+    fi
+  done
+fi
+
+# ---------------------------------------------------------------- setup & cleanup
+BASE=${BENCH_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$BASE"
+ROOT=$(mktemp -d "$BASE/rewindfs-bench.XXXXXX")
+IMG="$ROOT/img" MNT="$ROOT/mnt" RUN="$ROOT/run"
+mkdir -p "$MNT" "$RUN/logs"
+LOOP_MOUNTED=0
+MOUNTS=()          # "kind:dir", unmounted in reverse order
+BOUNDARY_PID=""
+
+is_mounted() { # exact mount point match in mountinfo (no stat, so a dead FUSE mount counts)
+  awk -v d="$1" '$5 == d { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+
+unmount_one() { # kind dir
+  local kind=$1 dir=$2 i
+  is_mounted "$dir" || return 0
+  if [ "$kind" = rewindfs ]; then
+    "$BIN" umount "$dir" >/dev/null 2>&1 || true
+  fi
+  for i in 1 2 3 4 5; do
+    is_mounted "$dir" || return 0
+    umount "$dir" 2>/dev/null || sleep 0.3
+  done
+  is_mounted "$dir" || return 0
+  warn "could not unmount $dir cleanly; detaching it lazily"
+  umount -l "$dir" || true
+}
+
+cleanup() {
+  local status=$? i
+  set +e
+  trap - EXIT INT TERM
+  if [ -n "$BOUNDARY_PID" ]; then kill "$BOUNDARY_PID" 2>/dev/null; wait "$BOUNDARY_PID" 2>/dev/null; fi
+  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
+    unmount_one "${MOUNTS[i]%%:*}" "${MOUNTS[i]#*:}"
+  done
+  if [ "$LOOP_MOUNTED" = 1 ]; then
+    for i in $(seq 1 40); do  # daemons may still hold their stores open for a moment
+      umount "$MNT" 2>/dev/null && break
+      sleep 0.25
+    done
+    if is_mounted "$MNT"; then
+      warn "$MNT is still busy; detaching it lazily"
+      umount -l "$MNT"
+    fi
+  fi
+  if awk -v r="$ROOT/" 'index($5, r) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+    warn "something is still mounted under $ROOT; leaving it in place"
+  else
+    rm -rf "$ROOT"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ "$USE_LOOP" = 1 ]; then
+  if ! losetup -f >/dev/null 2>&1; then
+    warn "no free loop device (losetup -f failed); falling back to a plain directory"
+    USE_LOOP=0
+  fi
+fi
+if [ "$USE_LOOP" = 1 ]; then
+  if truncate -s "${BENCH_IMG_SIZE:-8G}" "$IMG" && mkfs.ext4 -q -F "$IMG" &&
+    mount -o loop "$IMG" "$MNT"; then
+    LOOP_MOUNTED=1
+    FS_DESC="fresh ext4 loop mount (${BENCH_IMG_SIZE:-8G} sparse image in $BASE)"
+  else
+    warn "could not make and loop-mount an ext4 image; falling back to a plain directory on $(df --output=fstype "$BASE" | tail -1)"
+    rm -f "$IMG"
+    USE_LOOP=0
+  fi
+fi
+if [ "$USE_LOOP" = 0 ]; then
+  warn "not using a fresh ext4 loop filesystem: numbers from an aged or journal-less filesystem are not comparable (design.md §6)"
+  FS_DESC="plain directory on $(df --output=fstype "$BASE" | tail -1) ($BASE)"
+fi
+log "working in $MNT — $FS_DESC"
+log "targets: ${TARGETS[*]}; workloads: ${WORKLOADS[*]}"
+
+DATA="$MNT/data"
+mkdir -p "$DATA"
+STORE="$MNT/store-rewindfs"
+SOCK="$STORE/control.sock"
+
+# Git: no user or system config, a fixed identity.
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
+export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
+export LC_ALL=C
+
+# ---------------------------------------------------------------- helpers in python
+cat >"$RUN/bio.py" <<'PY'
+"""Workload helpers. Timed subcommands print their elapsed seconds (perf_counter) on stdout."""
+import os, random, sys, time
+
+WORDS = ("let fn pub struct impl match self return value result error buffer index count "
+         "path name config state handle write read open close flush parse token node tree "
+         "list map vec string option some none ok err async await use mod crate super").split()
+
+def gen_tree(root, n_files, n_dirs):
+    rng = random.Random(20240601)
+    top = max(1, int(round(n_dirs ** 0.5)))
+    sub = max(1, n_dirs // top)
+    dirs = [os.path.join(root, f"pkg{a:03d}", f"mod{b:03d}") for a in range(top) for b in range(sub)]
+    exts = ["rs", "py", "c", "h", "ts", "md", "json", "toml"]
+    lines = []
+    for i in range(4000):
+        k = rng.randint(2, 12)
+        lines.append("    " * rng.randint(0, 3) + " ".join(rng.choice(WORDS) for _ in range(k)) + f" {i};\n")
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    for i in range(n_files):
+        d = dirs[i % len(dirs)]
+        size = min(16384, max(80, int(rng.lognormvariate(7.4, 0.9))))  # median ~1.6 KiB
+        parts, total = [], 0
+        if i % 97 == 0:
+            parts.append("// BENCH_NEEDLE: look here\n")
+        while total < size:
+            ln = lines[rng.randrange(len(lines))]
+            parts.append(ln)
+            total += len(ln)
+        name = f"file{i // len(dirs):04d}.{exts[i % len(exts)]}"
+        with open(os.path.join(d, name), "w") as f:
+            f.write("".join(parts))
+    with open(os.path.join(root, "README.md"), "w") as f:
+        f.write("# synthetic tree for rewindfs bench\n")
+
+def payloads(n=64):
+    rng = random.Random(7)
+    out = []
+    for i in range(n):
+        body = "".join(f"line {j} of edit variant {i} {rng.random()}\n" for j in range(rng.randint(20, 120)))
+        out.append(body.encode())
+    return out
+
+def make_edit_files(d, n):
+    os.makedirs(d, exist_ok=True)
+    p = payloads()
+    for i in range(n):
+        with open(os.path.join(d, f"f{i:05d}.txt"), "wb") as f:
+            f.write(p[i % len(p)])
+
+def edit(d, n, mode):
+    names = sorted(x for x in os.listdir(d) if x.endswith(".txt"))
+    paths = [os.path.join(d, x) for x in names]
+    tmps = [os.path.join(d, "." + x + ".tmp") for x in names]
+    p = payloads()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    m = len(paths)
+    t = time.perf_counter()
+    if mode == "trunc":
+        for i in range(n):
+            fd = os.open(paths[i % m], flags, 0o644)
+            os.write(fd, p[i % len(p)])
+            os.close(fd)
+    else:
+        for i in range(n):
+            k = i % m
+            fd = os.open(tmps[k], flags, 0o644)
+            os.write(fd, p[(i + 1) % len(p)])
+            os.close(fd)
+            os.rename(tmps[k], paths[k])
+    print(time.perf_counter() - t)
+
+def offsets(size, n, seed):
+    rng = random.Random(seed)
+    blocks = size // 4096
+    return [rng.randrange(blocks) * 4096 for _ in range(n)]
+
+def rand_write(path, n):
+    size = os.path.getsize(path)
+    offs = offsets(size, n, 1)
+    buf = bytes(random.Random(2).getrandbits(8) for _ in range(4096))
+    fd = os.open(path, os.O_WRONLY)
+    t = time.perf_counter()
+    for o in offs:
+        os.pwrite(fd, buf, o)
+    os.close(fd)
+    print(time.perf_counter() - t)
+
+def rand_read(path, n):
+    size = os.path.getsize(path)
+    offs = offsets(size, n, 3)
+    fd = os.open(path, os.O_RDONLY)
+    t = time.perf_counter()
+    for o in offs:
+        os.pread(fd, 4096, o)
+    os.close(fd)
+    print(time.perf_counter() - t)
+
+def overwrite(path):
+    size = os.path.getsize(path)
+    buf = b"\xab" * 4096
+    t = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, buf, (size // 2) // 4096 * 4096)
+    os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, buf)
+    os.close(fd)
+    print(time.perf_counter() - t)
+
+cmd, args = sys.argv[1], sys.argv[2:]
+if cmd == "gen-tree": gen_tree(args[0], int(args[1]), int(args[2]))
+elif cmd == "edit-files": make_edit_files(args[0], int(args[1]))
+elif cmd == "edit": edit(args[0], int(args[1]), args[2])
+elif cmd == "rand-write": rand_write(args[0], int(args[1]))
+elif cmd == "rand-read": rand_read(args[0], int(args[1]))
+elif cmd == "overwrite": overwrite(args[0])
+else: sys.exit(f"unknown command {cmd}")
+PY
+
+# ---------------------------------------------------------------- shared inputs
+TARBALL="$DATA/tree.tar"
+need_tree=0
+for w in "${WORKLOADS[@]}"; do
+  case "$w" in extract|git-commit|git-status|grep|rm-rf) need_tree=1 ;; esac
+done
+if [ "$need_tree" = 1 ]; then
+  log "generating a $N_FILES-file tree in $N_DIRS directories and its tarball"
+  python3 "$RUN/bio.py" gen-tree "$DATA/gen/tree" "$N_FILES" "$N_DIRS"
+  tar -C "$DATA/gen" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@1700000000 \
+    -cf "$TARBALL" tree
+  rm -rf "$DATA/gen"
+  log "tarball: $(du -h "$TARBALL" | cut -f1), $(tar -tf "$TARBALL" | wc -l) entries"
+fi
+
+HAVE_CARGO=0
+if command -v cargo >/dev/null; then HAVE_CARGO=1; fi
+if [[ " ${WORKLOADS[*]} " == *" cargo-build "* ]]; then
+  if [ "$HAVE_CARGO" = 1 ]; then
+    c="$DATA/crate"
+    mkdir -p "$c/src"
+    cat >"$c/Cargo.toml" <<'EOF'
+[package]
+name = "benchcrate"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+
+# Its own workspace, whatever directory it ends up in.
+[workspace]
+EOF
+    {
+      for m in 0 1 2 3 4 5 6 7; do echo "mod m$m;"; done
+      echo 'fn main() {'
+      echo '    let mut total = 0u64;'
+      for m in 0 1 2 3 4 5 6 7; do echo "    total = total.wrapping_add(m$m::run(${m}));"; done
+      echo '    println!("{total}");'
+      echo '}'
+    } >"$c/src/main.rs"
+    for m in 0 1 2 3 4 5 6 7; do
+      cat >"$c/src/m$m.rs" <<EOF
+use std::collections::HashMap;
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape$m { Circle(f64), Rect { w: f64, h: f64 }, Named(String) }
+
+pub trait Area { fn area(&self) -> f64; }
+
+impl Area for Shape$m {
+    fn area(&self) -> f64 {
+        match self {
+            Shape$m::Circle(r) => std::f64::consts::PI * r * r,
+            Shape$m::Rect { w, h } => w * h,
+            Shape$m::Named(n) => n.len() as f64,
+        }
+    }
+}
+
+impl fmt::Display for Shape$m {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { write!(f, "{:?}={:.2}", self, self.area()) }
+}
+
+pub struct Registry<T: Area> { items: Vec<T>, index: HashMap<String, usize> }
+
+impl<T: Area + fmt::Display> Registry<T> {
+    pub fn new() -> Self { Registry { items: Vec::new(), index: HashMap::new() } }
+    pub fn add(&mut self, item: T) { self.index.insert(item.to_string(), self.items.len()); self.items.push(item); }
+    pub fn total(&self) -> f64 { self.items.iter().map(|s| s.area()).sum() }
+    pub fn largest(&self) -> Option<&T> {
+        self.items.iter().max_by(|a, b| a.area().partial_cmp(&b.area()).unwrap_or(std::cmp::Ordering::Equal))
+    }
+}
+
+pub fn run(seed: u64) -> u64 {
+    let mut r = Registry::new();
+    for i in 0..(50 + seed) {
+        let f = i as f64;
+        r.add(match i % 3 { 0 => Shape$m::Circle(f), 1 => Shape$m::Rect { w: f, h: f + 1.0 }, _ => Shape$m::Named(format!("s{i}")) });
+    }
+    let words: Vec<String> = r.index.keys().filter(|k| k.contains('1')).cloned().collect();
+    (r.total() as u64).wrapping_add(words.len() as u64).wrapping_add(r.largest().map(|s| s.area() as u64).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test] fn area() { assert_eq!(Shape$m::Rect { w: 2.0, h: 3.0 }.area(), 6.0); }
+}
+EOF
+    done
+  else
+    NOTES+=("cargo-build: skipped (cargo not found)")
+    log "note: cargo not found; cargo-build will be skipped"
+  fi
+fi
+
+# ---------------------------------------------------------------- target mounts
+workdir() { if [ "$1" = rewindfs ]; then echo "$MNT/mounted/work"; else echo "$MNT/$1/work"; fi; }
+
+mount_target() {
+  local t=$1 w
+  w=$(workdir "$t")
+  case "$t" in
+    native)
+      mkdir -p "$w" ;;
+    rewindfs)
+      mkdir -p "$w" "$STORE"
+      # shellcheck disable=SC2086  # MOUNT_ARGS is split on purpose
+      MOUNTS+=("rewindfs:$w")
+      "$BIN" mount "$w" --store "$STORE" $MOUNT_ARGS || die "rewindfs mount $w failed"
+      is_mounted "$w" || die "rewindfs mount returned but $w is not a mount point"
+      if [ "$BOUNDARIES" != off ] && ! send_boundary_checked; then
+        BOUNDARIES=off
+      fi ;;
+    bindfs)
+      mkdir -p "$MNT/bindfs/src" "$w"
+      MOUNTS+=("bindfs:$w")
+      bindfs "$MNT/bindfs/src" "$w" 2>"$RUN/logs/mount.bindfs.log" ||
+        die "bindfs mount failed: $(cat "$RUN/logs/mount.bindfs.log")" ;;
+    fuse-overlayfs)
+      mkdir -p "$MNT/fuse-overlayfs/"{lower,upper,workdir} "$w"
+      MOUNTS+=("fuse-overlayfs:$w")
+      # (it warns "unknown argument ignored: lazytime" about the ext4 mount options: harmless)
+      fuse-overlayfs -o "lowerdir=$MNT/fuse-overlayfs/lower,upperdir=$MNT/fuse-overlayfs/upper,workdir=$MNT/fuse-overlayfs/workdir" \
+        "$w" 2>"$RUN/logs/mount.fuse-overlayfs.log" ||
+        die "fuse-overlayfs mount failed: $(cat "$RUN/logs/mount.fuse-overlayfs.log")" ;;
+  esac
+  [ "$t" = native ] || log "mounted $t on $w"
+}
+
+uuid() { cat /proc/sys/kernel/random/uuid; }
+
+BFILE="$RUN/boundaries"  # one line per boundary sent during the current workload
+send_boundary() {
+  "$BIN" checkpoint "$(uuid)" --session bench --socket "$SOCK" >/dev/null 2>&1 && echo >>"$BFILE"
+}
+
+send_boundary_checked() {
+  local err
+  if ! err=$("$BIN" checkpoint "$(uuid)" --session bench --socket "$SOCK" 2>&1 >/dev/null); then
+    warn "rewindfs checkpoint failed (${err:-no message}); continuing WITHOUT checkpoint boundaries"
+    NOTES+=("checkpoint boundaries: OFF — \`rewindfs checkpoint\` failed: ${err%%$'\n'*}")
+    return 1
+  fi
+}
+
+start_boundary_loop() {
+  local secs
+  secs=$(awk -v ms="$BOUNDARY_MS" 'BEGIN { printf "%.3f", ms / 1000 }')
+  (
+    trap 'exit 0' TERM
+    while :; do
+      send_boundary || true
+      sleep "$secs"
+    done
+  ) &
+  BOUNDARY_PID=$!
+}
+
+stop_boundary_loop() {
+  if [ -n "$BOUNDARY_PID" ]; then
+    kill "$BOUNDARY_PID" 2>/dev/null || true
+    wait "$BOUNDARY_PID" 2>/dev/null || true
+    BOUNDARY_PID=""
+  fi
+}
+
+DROP_OK=1
+drop_caches() {
+  sync
+  if [ "$DROP_OK" = 1 ] && ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+    DROP_OK=0
+    warn "cannot write /proc/sys/vm/drop_caches; reads will run on a warm cache"
+    NOTES+=("page cache could NOT be dropped: read workloads ran warm")
+  fi
+}
+
+# ---------------------------------------------------------------- workloads
+# prep_X W: untimed set-up of the inputs of X in W.  wl_X W: the workload; writes the
+# elapsed seconds to $TFILE.  Both run in a subshell with set -e, cwd = W.
+TFILE="$RUN/elapsed"
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.6f\n", b - a }' >"$TFILE"; }
+fmt_secs() { # raw seconds -> 3 decimals, or 5 below 10 ms; words pass through
+  awk -v s="$1" 'BEGIN { if (s !~ /^[0-9.]+$/) print s; else if (s < 0.01) printf "%.5f\n", s; else printf "%.3f\n", s }'
+}
+py_timed() { python3 "$RUN/bio.py" "$@" >"$TFILE"; }
+
+ensure_tree() { [ -d tree ] || tar --no-same-owner -xf "$TARBALL"; }
+ensure_repo() {
+  ensure_tree
+  if [ ! -d tree/.git ]; then
+    git -C tree init -q -b main
+    git -C tree add -A
+    git -C tree commit -q -m "bench: initial"
+  fi
+}
+ensure_seq() { [ -f seq.bin ] || dd if=/dev/zero of=seq.bin bs=1M count="$SEQ_MB" conv=fsync status=none; }
+ensure_rand() { [ -f rand.bin ] || dd if=/dev/urandom of=rand.bin bs=1M count="$RAND_MB" conv=fsync status=none; }
+ensure_edits() { [ -d edits ] || python3 "$RUN/bio.py" edit-files edits "$N_EDIT_FILES"; }
+
+prep_extract() { rm -rf tree; }
+wl_extract() { local t; t=$EPOCHREALTIME; tar --no-same-owner -xf "$TARBALL"; since "$t"; }
+
+prep_git-commit() { ensure_tree; rm -rf tree/.git; git -C tree init -q -b main; }
+wl_git-commit() { local t; t=$EPOCHREALTIME; (cd tree && git add -A && git commit -q -m "bench: import"); since "$t"; }
+
+prep_git-status() { ensure_repo; }
+wl_git-status() {
+  local t i; t=$EPOCHREALTIME
+  for ((i = 0; i < N_STATUS; i++)); do git -C tree status >/dev/null; done
+  since "$t"
+}
+
+prep_grep() { ensure_tree; }
+wl_grep() { local t; t=$EPOCHREALTIME; grep -r BENCH_NEEDLE tree >/dev/null; since "$t"; }
+
+prep_edit-trunc() { ensure_edits; }
+wl_edit-trunc() { py_timed edit edits "$N_EDITS" trunc; }
+
+prep_edit-rename() { ensure_edits; }
+wl_edit-rename() { py_timed edit edits "$N_EDITS" rename; }
+
+prep_seq-write() { rm -f seq.bin; }
+wl_seq-write() {
+  local t; t=$EPOCHREALTIME
+  dd if=/dev/zero of=seq.bin bs=1M count="$SEQ_MB" conv=fsync status=none
+  since "$t"
+}
+
+prep_seq-read() { ensure_seq; }
+wl_seq-read() { local t; t=$EPOCHREALTIME; dd if=seq.bin of=/dev/null bs=1M status=none; since "$t"; }
+
+prep_overwrite-4k() { ensure_seq; }
+wl_overwrite-4k() { py_timed overwrite seq.bin; }
+
+prep_rand-write() { ensure_rand; }
+wl_rand-write() { py_timed rand-write rand.bin "$N_RAND"; }
+
+prep_rand-read() { ensure_rand; }
+wl_rand-read() { py_timed rand-read rand.bin "$N_RAND"; }
+
+prep_rm-rf() { ensure_repo; }
+wl_rm-rf() { local t; t=$EPOCHREALTIME; rm -rf tree; since "$t"; }
+
+prep_cargo-build() { rm -rf crate; cp -r "$DATA/crate" crate; }
+wl_cargo-build() {
+  local t; t=$EPOCHREALTIME
+  (cd crate && CARGO_TARGET_DIR="$PWD/target" cargo build --offline -q)
+  since "$t"
+}
+
+# The last selected workload using a big file frees it afterwards (untimed): the image has
+# to hold every target's copy.
+last_of() { local w r=""; for w in "${WORKLOADS[@]}"; do [[ " $* " == *" $w "* ]] && r=$w; done; echo "$r"; }
+LAST_SEQ=$(last_of seq-write seq-read overwrite-4k)
+LAST_RAND=$(last_of rand-write rand-read)
+post_cleanup() { # wl
+  if [ "$1" = "$LAST_SEQ" ]; then rm -f seq.bin; fi
+  if [ "$1" = "$LAST_RAND" ]; then rm -f rand.bin; fi
+}
+
+# in_dir dir fn args...: run fn in a set -e subshell in dir; its status goes to $ST. Call it
+# as a plain statement, never in a condition (there bash ignores the subshell's set -e).
+ST=0
+in_dir() {
+  local d=$1; shift
+  set +e
+  ( set -euo pipefail; cd "$d"; "$@" )
+  ST=$?
+  set -e
+}
+
+store_bytes() { du -sb "$STORE" 2>/dev/null | cut -f1 || echo 0; }
+
+declare -A SAMPLES DELTAS BCOUNTS RES STORE_DELTA BOUNDS
+FAILED=()
+
+run_one() { # workload target repetition
+  local wl=$1 t=$2 r=$3 w lf before=0 after secs
+  w=$(workdir "$t")
+  lf="$RUN/logs/$wl.$t.$r.log"
+  if [ "$wl" = cargo-build ] && [ "$HAVE_CARGO" = 0 ]; then SAMPLES[$wl/$t]=skipped; return; fi
+  [ "${SAMPLES[$wl/$t]:-}" = error ] && return  # failed before: do not retry
+  in_dir "$w" "prep_$wl" >"$lf" 2>&1
+  if [ "$ST" -ne 0 ]; then
+    SAMPLES[$wl/$t]=error; FAILED+=("$wl/$t (prep)")
+    warn "$wl on $t: preparation failed (log: $lf):"; tail -n 5 "$lf" >&2; return
+  fi
+  if [[ $DROP_BEFORE == *" $wl "* ]]; then drop_caches; else sync; fi
+  if [ "$t" = rewindfs ]; then
+    before=$(store_bytes)
+    : >"$BFILE"
+    if [ "$BOUNDARIES" != off ]; then send_boundary || true; fi
+    if [ "$BOUNDARIES" = loop ]; then start_boundary_loop; fi
+  fi
+  rm -f "$TFILE"
+  in_dir "$w" "wl_$wl" >>"$lf" 2>&1
+  if [ "$ST" -eq 0 ] && [ -s "$TFILE" ]; then
+    secs=$(awk '{ printf "%.6f", $1 }' "$TFILE")
+    SAMPLES[$wl/$t]+="$secs "
+  else
+    SAMPLES[$wl/$t]=error; FAILED+=("$wl/$t")
+    warn "$wl on $t failed (log: $lf):"; tail -n 5 "$lf" >&2
+  fi
+  stop_boundary_loop
+  if [ "$t" = rewindfs ]; then
+    sync
+    after=$(store_bytes)
+    BCOUNTS[$wl]+="$(wc -l <"$BFILE") "
+    DELTAS[$wl]+="$(awk -v a="$after" -v b="$before" 'BEGIN { printf "%.1f", (a - b) / 1048576 }') "
+  fi
+  if [ "$r" -eq "$REPEAT" ]; then in_dir "$w" post_cleanup "$wl" >>"$lf" 2>&1; fi
+  log "$(printf '%-13s %-15s %s s' "$wl" "$t" "$(fmt_secs "${secs:-${SAMPLES[$wl/$t]}}")")"
+}
+
+median() { # numbers... -> the median (the mean of the middle two for an even count)
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) exit; if (NR % 2) printf "%.6f", v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# ---------------------------------------------------------------- run
+for t in "${TARGETS[@]}"; do mount_target "$t"; done
+START=$EPOCHREALTIME
+for wl in "${WORKLOADS[@]}"; do
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+    for t in "${TARGETS[@]}"; do run_one "$wl" "$t" "$rep"; done
+  done
+  for t in "${TARGETS[@]}"; do
+    case "${SAMPLES[$wl/$t]:-}" in
+      error|skipped) RES[$wl/$t]=${SAMPLES[$wl/$t]} ;;
+      *) read -r -a xs <<<"${SAMPLES[$wl/$t]:-}"; RES[$wl/$t]=$(median "${xs[@]}") ;;
+    esac
+  done
+  if [ -n "${DELTAS[$wl]:-}" ]; then
+    read -r -a xs <<<"${DELTAS[$wl]}"
+    STORE_DELTA[$wl]=$(median "${xs[@]}" | awk '{ printf "%.1f", $1 }')
+    read -r -a xs <<<"${BCOUNTS[$wl]}"
+    BOUNDS[$wl]=$(median "${xs[@]}" | awk '{ printf "%g", $1 }')
+  fi
+done
+TOTAL=$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
+
+RSS_NOTE=""
+if [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
+  for p in /proc/[0-9]*; do
+    if [ "$(cat "$p/comm" 2>/dev/null)" = "$(basename "$BIN" | cut -c1-15)" ] &&
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$(workdir rewindfs)"; then
+      RSS_NOTE="rewindfs daemon (pid ${p#/proc/}): peak RSS $(awk '/VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "$p/status"), store $(du -sh "$STORE" | cut -f1)"
+      break
+    fi
+  done
+fi
+
+# ---------------------------------------------------------------- report
+ratio() { # secs native
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) { print "-"; exit }
+    if (b + 0 == 0) { print "inf"; exit }
+    printf "%.2fx", a / b }'
+}
+table() {
+  local hdr="| workload | native s |" sep="| --- | ---: |" t wl row
+  for t in "${TARGETS[@]:1}"; do
+    hdr+=" $t s | ratio |"; sep+=" ---: | ---: |"
+    if [ "$t" = rewindfs ]; then hdr+=" store delta MiB | boundaries |"; sep+=" ---: | ---: |"; fi
+  done
+  echo "$hdr"; echo "$sep"
+  for wl in "${WORKLOADS[@]}"; do
+    row="| $wl | $(fmt_secs "${RES[$wl/native]:--}") |"
+    for t in "${TARGETS[@]:1}"; do
+      row+=" $(fmt_secs "${RES[$wl/$t]:--}") | $(ratio "${RES[$wl/$t]:-}" "${RES[$wl/native]:-}") |"
+      if [ "$t" = rewindfs ]; then row+=" ${STORE_DELTA[$wl]:--} | ${BOUNDS[$wl]:--} |"; fi
+    done
+    echo "$row"
+  done
+}
+pad() { # align the cells of a markdown table (still valid markdown)
+  awk -F'|' '
+    { n[NR] = NF; for (i = 2; i < NF; i++) { c = $i; gsub(/^ +| +$/, "", c); cell[NR, i] = c
+        l = length(c); if (l > w[i]) w[i] = l } }
+    END { for (r = 1; r <= NR; r++) { line = "|"
+        for (i = 2; i < n[r]; i++) { c = cell[r, i]
+          if (c ~ /^-+:?$/) { d = ""; for (k = 0; k < w[i] - (c ~ /:$/); k++) d = d "-"; if (c ~ /:$/) d = d ":"; c = d }
+          if (i == 2) line = line " " sprintf("%-" w[i] "s", c) " |"
+          else line = line " " sprintf("%" w[i] "s", c) " |" }
+        print line } }'
+}
+SETTINGS="$N_FILES files / $N_DIRS dirs, $N_EDITS edits over $N_EDIT_FILES files, $SEQ_MB MiB sequential, $N_RAND x 4 KiB random in $RAND_MB MiB"
+case "$BOUNDARIES" in
+  loop) BOUNDARY_DESC="one before each workload + every ${BOUNDARY_MS} ms during it" ;;
+  phase) BOUNDARY_DESC="one before each workload" ;;
+  *) BOUNDARY_DESC="off" ;;
+esac
+TABLE=$(table | pad)
+RUNS_DESC="single run"
+[ "$REPEAT" -eq 1 ] || RUNS_DESC="median of $REPEAT runs"
+{
+  echo
+  echo "$TABLE"
+  echo
+  echo "seconds per workload ($RUNS_DESC; ratio = target/native, same run); total ${TOTAL}s"
+  echo "on: $FS_DESC; $(nproc) cores; Linux $(uname -r)"
+  echo "sizes: $SETTINGS"
+  [[ " ${TARGETS[*]} " == *" rewindfs "* ]] && echo "rewindfs: $BIN${MOUNT_ARGS:+ ($MOUNT_ARGS)}; checkpoint boundaries: $BOUNDARY_DESC"
+  [ -n "$RSS_NOTE" ] && echo "$RSS_NOTE"
+  for n in "${NOTES[@]}"; do echo "note: $n"; done
+  [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
+} | tee "$RUN/report.txt"
+if [ -n "$MARKDOWN" ]; then
+  {
+    echo "# rewindfs benchmark — $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "$TABLE"
+    echo
+    echo "- seconds per workload ($RUNS_DESC); ratio = target ÷ native in the same run; total ${TOTAL}s"
+    echo "- filesystem: $FS_DESC; $(nproc) cores; Linux $(uname -r)"
+    echo "- sizes: $SETTINGS"
+    if [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
+      echo "- rewindfs: \`$BIN\`${MOUNT_ARGS:+ (mount args: \`$MOUNT_ARGS\`)}, commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+dirty'); checkpoint boundaries: $BOUNDARY_DESC"
+    fi
+    [ -n "$RSS_NOTE" ] && echo "- $RSS_NOTE"
+    for n in "${NOTES[@]}"; do echo "- note: $n"; done
+    [ ${#FAILED[@]} -eq 0 ] || echo "- FAILED: ${FAILED[*]}"
+  } >"$MARKDOWN"
+  log "markdown written to $MARKDOWN"
+fi
+[ ${#FAILED[@]} -eq 0 ]
