@@ -39,6 +39,9 @@ impl KernelCache for FuseKernel {
         if self.notifier.get().is_none() {
             return;
         }
+        // syncfs starts writing back every dirty page, but the kernel does not wait for a
+        // FUSE daemon to have received them; fsync of each file open for writing does (it
+        // waits for the file's pending writes to be answered).
         match File::open(&self.dir) {
             Ok(f) => {
                 if let Err(e) = sys::syncfs(f.as_fd()) {
@@ -46,6 +49,13 @@ impl KernelCache for FuseKernel {
                 }
             }
             Err(e) => tracing::warn!("open {}: {e}", self.dir.display()),
+        }
+        for p in self.core.writable_paths() {
+            if let Ok(f) = File::open(self.dir.join(&p)) {
+                if let Err(e) = f.sync_data() {
+                    tracing::warn!("flushing {}: {e}", p.display());
+                }
+            }
         }
     }
 

@@ -131,6 +131,15 @@ impl Core {
         fh
     }
 
+    /// Paths of files open for writing (whose data the kernel may still hold: mmap pages).
+    pub fn writable_paths(&self) -> Vec<PathBuf> {
+        let inos: Vec<u64> = self.handles.read().unwrap().values().filter(|h| h.writable).map(|h| h.ino).collect();
+        let mut paths: Vec<PathBuf> = inos.into_iter().filter_map(|i| self.path(i).ok()).collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
     /// Number of open handles (for `status`).
     pub fn open_handles(&self) -> usize {
         self.handles.read().unwrap().len()

@@ -223,35 +223,37 @@ impl Inodes {
         self.lookup(parent, name, st)
     }
 
-    /// The node at `parent/name` moved to `newparent/newname` (rename), or was removed
-    /// (`to == None`: unlink/rmdir of its last known name).
+    /// The name `from` of a node moved to `to` (rename), or went away (`to == None`: unlink,
+    /// rmdir, or replaced by a rename). A hard-linked file whose primary name goes away keeps
+    /// another name the kernel knows.
     pub fn renamed(&self, ino: u64, from: (u64, &OsStr), to: Option<(u64, &OsStr)>) {
         let mut t = self.table.write().unwrap();
-        let Some(n) = t.nodes.get(&ino) else { return };
-        let is_that_name = matches!(&n.name, Some((p, nm)) if *p == from.0 && nm == from.1);
-        if !is_that_name && to.is_none() {
-            return; // another hard link's name went away; the node keeps its own
-        }
-        let old_parent = n.name.as_ref().map(|(p, _)| *p);
-        if let Some(old) = n.name.clone() {
-            if t.names.get(&old) == Some(&ino) {
-                t.names.remove(&old);
-            }
+        let from_key = (from.0, from.1.to_owned());
+        if t.names.get(&from_key) == Some(&ino) {
+            t.names.remove(&from_key);
         }
         if let Some((p, nm)) = to {
             t.names.insert((p, nm.to_owned()), ino);
         }
-        let n = t.nodes.get_mut(&ino).unwrap();
-        n.name = to.map(|(p, nm)| (p, nm.to_owned()));
-        if let Some((p, _)) = to {
-            if let Some(pn) = t.nodes.get_mut(&p) {
+        let Some(n) = t.nodes.get(&ino) else { return };
+        let is_primary = n.name.as_ref() == Some(&from_key);
+        if !is_primary {
+            return; // another name of a hard-linked file; the node keeps its own
+        }
+        let new_name = match to {
+            Some((p, nm)) => Some((p, nm.to_owned())),
+            None => t.names.iter().find(|(_, v)| **v == ino).map(|(k, _)| k.clone()),
+        };
+        let old_parent = from.0;
+        if let Some((p, _)) = &new_name {
+            if let Some(pn) = t.nodes.get_mut(p) {
                 pn.children += 1;
             }
         }
-        if let Some(op) = old_parent {
-            Self::release_child(&mut t, op);
-        }
-        if to.is_none() {
+        let gone = new_name.is_none();
+        t.nodes.get_mut(&ino).unwrap().name = new_name;
+        Self::release_child(&mut t, old_parent);
+        if gone {
             Self::maybe_remove(&mut t, ino);
         }
     }
