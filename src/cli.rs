@@ -140,6 +140,26 @@ pub enum Command {
         #[arg(long)]
         store: Option<PathBuf>,
     },
+    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse): reads the hook
+    /// JSON on stdin and tells the daemon the current message and the tool call. Never blocks
+    /// the agent: if the daemon is down it warns and lets the tool run.
+    Hook {
+        /// How long to wait for a lagging transcript, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        wait_ms: u64,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Mount DIR, run COMMAND as the agent (REWINDFS_SOCKET set, its pid registered),
+    /// unmount when it exits, and exit with its status.
+    Exec {
+        dir: PathBuf,
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,

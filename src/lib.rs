@@ -14,6 +14,7 @@ pub mod cli;
 pub mod control;
 pub mod daemon;
 pub mod fs;
+pub mod hook;
 pub mod mounts;
 pub mod rewind;
 pub mod sys;

@@ -153,11 +153,77 @@ fn run() -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+        Command::Hook { wait_ms, socket } => {
+            // Whatever happens, the agent's tool runs: problems are warnings on stderr.
+            let mut input = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+                eprintln!("rewindfs hook: reading stdin: {e}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let v: Value = match serde_json::from_str(&input) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("rewindfs hook: the hook input is not JSON ({e}); ignoring");
+                    return Ok(ExitCode::SUCCESS);
+                }
+            };
+            if let Some(cwd) = v["cwd"].as_str() {
+                let _ = std::env::set_current_dir(cwd);
+            }
+            let r = find_socket(socket.socket.as_deref())
+                .and_then(|p| Client::connect(&p))
+                .and_then(|mut c| rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms)));
+            if let Err(e) = r {
+                eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");
+            }
+        }
+        Command::Exec { dir, store, command } => return exec(dir, store, command),
         Command::Agent { pid, socket } => {
             connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rewindfs exec`: the child waits on a FIFO until its pid is registered as the agent, then
+/// execs the command (same pid), so not one of its writes is misclassified.
+fn exec(dir: PathBuf, store: Option<PathBuf>, command: Vec<String>) -> anyhow::Result<ExitCode> {
+    let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+    daemon::spawn_detached(&cfg)?;
+    let sock = cfg.store.join(daemon::files::SOCKET);
+    let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let run = || -> anyhow::Result<std::process::ExitStatus> {
+        rustix::fs::mknodat(rustix::fs::CWD, &gate, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
+            .with_context(|| format!("creating {}", gate.display()))?;
+        // Re-enter the current directory: a cwd inside DIR from before the mount still points
+        // at the directory underneath it.
+        let cwd = std::env::current_dir()?;
+        let mut child = std::process::Command::new("sh")
+            .current_dir(&cwd)
+            .arg("-c")
+            .arg("read _ < \"$REWINDFS_EXEC_GATE\" && unset REWINDFS_EXEC_GATE && exec \"$@\"")
+            .arg("rewindfs-exec")
+            .args(&command)
+            .env("REWINDFS_SOCKET", &sock)
+            .env("REWINDFS_EXEC_GATE", &gate)
+            .spawn()
+            .with_context(|| format!("running {}", command[0]))?;
+        Client::connect(&sock)?.request("register_agent", json!({"pid": child.id()}))?;
+        std::fs::write(&gate, b"go\n")?;
+        Ok(child.wait()?)
+    };
+    let status = run();
+    let _ = std::fs::remove_file(&gate);
+    let um = daemon::umount(&cfg.dir, false);
+    let status = status?;
+    um?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
+        _ => ExitCode::FAILURE,
+    })
 }
 
 fn connect(s: &SocketArgs) -> anyhow::Result<Client> {

@@ -90,10 +90,11 @@ pub fn containing(dir: &Path) -> io::Result<Option<MountEntry>> {
     Ok(best)
 }
 
-/// Whether a stat of `dir` fails with "Transport endpoint is not connected": a FUSE mount
-/// whose daemon is gone.
+/// Whether `dir` is a FUSE mount whose daemon is gone ("Transport endpoint is not
+/// connected"). `statfs` always asks the daemon; a `stat` may be answered from the kernel's
+/// attribute cache for a while after the daemon died.
 pub fn is_stale(dir: &Path) -> bool {
-    matches!(std::fs::metadata(dir), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+    matches!(rustix::fs::statfs(dir), Err(e) if e.raw_os_error() == libc::ENOTCONN)
 }
 
 /// Unmounts a FUSE mount: directly when we may (root), else through `fusermount3 -u`.

@@ -14,7 +14,7 @@ pub enum ClientError {
     #[error("no rewindfs daemon found: {0}")]
     NotFound(String),
     /// Connecting or talking failed.
-    #[error("control socket {path}: {source}")]
+    #[error("control socket {path}")]
     Io { path: String, source: io::Error },
     /// The daemon answered with an error (its exact message).
     #[error("{0}")]
@@ -83,10 +83,12 @@ impl Client {
         let io_err = |source| ClientError::Io { path: self.path.display().to_string(), source };
         let mut bytes = serde_json::to_vec(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
-        self.writer.write_all(&bytes).map_err(io_err)?;
+        // If the daemon refused us it has already said why and hung up: read that first.
+        let written = self.writer.write_all(&bytes);
         let mut resp = String::new();
         let n = self.reader.read_line(&mut resp).map_err(|source| ClientError::Io { path: self.path.display().to_string(), source })?;
         if n == 0 {
+            written.map_err(io_err)?;
             return Err(ClientError::Protocol("the daemon closed the connection".into()));
         }
         let v: Value = serde_json::from_str(&resp).map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;

@@ -73,7 +73,7 @@ fn a_killed_daemons_mount_is_recognised_and_cleared() {
     let pid = m.daemon_pid();
     crate::support::sh(&m.dir, "true");
     rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
-    assert!(wait_until(10, || fs::metadata(&m.dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))));
+    assert!(wait_until(10, || rustix::fs::statfs(&m.dir).is_err_and(|e| e.raw_os_error() == libc::ENOTCONN)));
     let out = rewindfs(&["mount", m.dir.to_str().unwrap(), "--store", m.store.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

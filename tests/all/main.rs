@@ -4,9 +4,11 @@ mod support;
 
 mod agent;
 mod capture;
+mod hook;
 mod lifecycle;
 mod model;
 mod posix;
+mod protocol;
 mod rewind;
 mod workloads;
 

@@ -169,8 +169,8 @@ pub fn tree(root: &Path) -> Vec<String> {
 
 /// A FUSE mount whose daemon died ("Transport endpoint is not connected"), or no mount at all.
 pub fn is_stale_or_gone(dir: &Path) -> bool {
-    match std::fs::metadata(dir) {
-        Err(e) => e.raw_os_error() == Some(libc::ENOTCONN),
-        Ok(_) => !is_fuse(dir),
+    match rustix::fs::statfs(dir) {
+        Err(e) => e.raw_os_error() == libc::ENOTCONN,
+        Ok(s) => s.f_type as i64 != 0x6573_5546,
     }
 }

@@ -1,0 +1,160 @@
+//! The control socket, spoken to with raw JSON lines: every response matches
+//! `schema/protocol.schema.json`, bad input gets errors (never a crash), the connection and the
+//! daemon survive hostile input, and strangers are refused.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::agent::{Agent, uuid};
+use crate::support::{Mounted, require_fuse};
+
+fn schema_for(def: &str) -> jsonschema::Validator {
+    let mut root: Value = serde_json::from_str(include_str!("../../schema/protocol.schema.json")).unwrap();
+    let obj = root.as_object_mut().unwrap();
+    obj.remove("oneOf");
+    obj.insert("$ref".into(), json!(format!("#/$defs/{def}")));
+    jsonschema::validator_for(&root).unwrap()
+}
+
+fn assert_valid(def: &str, v: &Value) {
+    let s = schema_for(def);
+    let errors: Vec<String> = s.iter_errors(v).map(|e| format!("{e} at {}", e.instance_path)).collect();
+    assert!(errors.is_empty(), "{def}: {v}\n{}", errors.join("\n"));
+}
+
+struct Raw {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+}
+
+impl Raw {
+    fn new(m: &Mounted) -> Raw {
+        let w = UnixStream::connect(m.socket()).unwrap();
+        let r = BufReader::new(w.try_clone().unwrap());
+        Raw { w, r }
+    }
+    fn send(&mut self, line: &[u8]) -> Value {
+        self.w.write_all(line).unwrap();
+        self.w.write_all(b"\n").unwrap();
+        let mut s = String::new();
+        self.r.read_line(&mut s).unwrap();
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("not JSON ({e}): {s:?}"))
+    }
+    fn req(&mut self, id: &str, request: Value) -> Value {
+        self.send(json!({"type": "control_request", "request_id": id, "request": request}).to_string().as_bytes())
+    }
+}
+
+/// Checks the envelope and the payload, returns the payload.
+fn ok(v: &Value, id: &str, payload_def: &str) -> Value {
+    assert_valid("success_envelope", v);
+    assert_eq!(v["response"]["request_id"], json!(id));
+    let p = v["response"]["response"].clone();
+    assert_valid(payload_def, &p);
+    p
+}
+
+fn err(v: &Value) -> String {
+    assert_valid("error_envelope", v);
+    v["response"]["error"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_response_matches_the_protocol_schema() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
+    let mut c = Raw::new(&a.m);
+    let u1 = uuid();
+    ok(&c.req("1", json!({"subtype": "begin_message", "session_id": "s", "user_message_id": u1})), "1", "response_begin_message");
+    a.tool_write("a.txt", b"changed\n");
+    ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_empty");
+    ok(&c.req("3", json!({"subtype": "register_agent", "pid": std::process::id()})), "3", "response_empty");
+    ok(&c.req("4", json!({"subtype": "rewind_files", "user_message_id": u1, "dry_run": true})), "4", "response_rewind_files_dry");
+    let missing = ok(&c.req("5", json!({"subtype": "rewind_files", "user_message_id": uuid(), "dry_run": true})), "5", "response_rewind_files_dry");
+    assert_eq!(missing["error"], json!("No file checkpoint found for this message."));
+    ok(&c.req("6", json!({"subtype": "list_checkpoints"})), "6", "response_list_checkpoints");
+    ok(&c.req("7", json!({"subtype": "diff", "user_message_id": u1})), "7", "response_diff");
+    ok(&c.req("8", json!({"subtype": "log", "limit": 10})), "8", "response_log");
+    ok(&c.req("9", json!({"subtype": "status"})), "9", "response_status");
+    ok(&c.req("10", json!({"subtype": "rewind_files", "user_message_id": u1, "scope": "all"})), "10", "response_rewind_files");
+    ok(&c.req("11", json!({"subtype": "undo_rewind"})), "11", "response_undo_rewind");
+    assert_eq!(err(&c.req("12", json!({"subtype": "rewind_files", "user_message_id": uuid()}))), "No file checkpoint found for this message.");
+    // Undoing again redoes (the undo was a rewind too).
+    ok(&c.req("13", json!({"subtype": "undo_rewind"})), "13", "response_undo_rewind");
+    // The schema rejects what it should (the test can fail).
+    let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
+    assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
+}
+
+#[test]
+fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::new();
+    let mut c = Raw::new(&m);
+    assert_eq!(err(&c.req("u", json!({"subtype": "undo_rewind"}))), "Failed to rewind: nothing to undo");
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"not json".to_vec(), "invalid JSON"),
+        (vec![0xff, 0xfe, b'{', b'}'], "invalid JSON"),
+        (deep.into_bytes(), "invalid JSON"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"format_disk"}}"#.to_vec(), "unknown request subtype"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"begin_message","session_id":"s","user_message_id":"nope"}}"#.to_vec(), "not a UUID"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files"}}"#.to_vec(), "user_message_id"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"register_agent","pid":"1"}}"#.to_vec(), "pid"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","paths":["../../etc/passwd"],"scope":"all"}}"#.to_vec(), ""),
+    ];
+    for (line, want) in cases {
+        let e = err(&c.send(&line));
+        assert!(e.contains(want), "{:?}: {e}", String::from_utf8_lossy(&line[..line.len().min(80)]));
+    }
+    ok(&c.req("alive", json!({"subtype": "status"})), "alive", "response_status");
+    // A line over the cap is refused and that connection closed; the daemon lives on.
+    let mut big = Raw::new(&m);
+    let huge = vec![b'x'; 2 << 20];
+    // The daemon answers and hangs up before the whole line is sent: the write may fail.
+    let _ = big.w.write_all(&huge);
+    let mut s = String::new();
+    big.r.read_line(&mut s).unwrap();
+    let e = err(&serde_json::from_str(&s).unwrap());
+    assert!(e.contains("longer than"), "{e}");
+    // Many connections at once.
+    let conns: Vec<Raw> = (0..300).map(|_| Raw::new(&m)).collect();
+    drop(conns);
+    let mut again = Raw::new(&m);
+    ok(&again.req("after", json!({"subtype": "status"})), "after", "response_status");
+}
+
+#[test]
+fn a_peer_with_another_uid_is_refused() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::new();
+    let sock = m.socket();
+    assert_eq!(std::fs::metadata(&sock).map(|md| std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777).unwrap(), 0o600);
+    // Open the way to the socket so only the uid check stands between a stranger and it.
+    for d in [m.tmp.path(), m.store.as_path()] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    // Our own client binary, run as nobody (copied where nobody can execute it).
+    let bin = m.tmp.path().join("rewindfs-client");
+    std::fs::copy(crate::support::BIN, &bin).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("permission denied: uid 65534"), "stranger got: {text}");
+}
