@@ -119,7 +119,9 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
     let st = match sys::lstat_at(root, rel) {
         Ok(st) => st,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(PreImage::absent()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+            return Ok(PreImage::absent());
+        }
         Err(e) => return Err(e),
     };
     let base = |kind| PreImage {
@@ -133,28 +135,51 @@ pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<P
     };
     Ok(match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {
-            let fd = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME, 0)
-                .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
+            let fd = sys::open_beneath(
+                root,
+                rel,
+                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
+                0,
+            )
+            .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
             let (hash, size) = store.blobs.put_fd(fd.as_fd())?;
-            PreImage { blob: Some(hash), size, ..base(Kind::File) }
+            PreImage {
+                blob: Some(hash),
+                size,
+                ..base(Kind::File)
+            }
         }
         libc::S_IFDIR => base(Kind::Dir),
         libc::S_IFLNK => {
             let t = sys::readlinkat(root, rel)?;
-            PreImage { target: Some(t.as_bytes().to_vec()), ..base(Kind::Symlink) }
+            PreImage {
+                target: Some(t.as_bytes().to_vec()),
+                ..base(Kind::Symlink)
+            }
         }
-        _ => PreImage { size: st.st_rdev, ..base(Kind::Other) },
+        _ => PreImage {
+            size: st.st_rdev,
+            ..base(Kind::Other)
+        },
     })
 }
 
 /// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
 pub fn is_tool_temp(p: &Path) -> bool {
-    let Some(name) = p.file_name().and_then(|n| n.to_str()) else { return false };
-    let mut parts = name.rsplitn(4, '.');
-    let (Some(ms), Some(pid), Some(tmp), Some(base)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    tmp == "tmp" && !base.is_empty() && !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) && pid.bytes().all(|b| b.is_ascii_digit())
+    let mut parts = name.rsplitn(4, '.');
+    let (Some(ms), Some(pid), Some(tmp), Some(base)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    tmp == "tmp"
+        && !base.is_empty()
+        && !ms.is_empty()
+        && ms.bytes().all(|b| b.is_ascii_digit())
+        && pid.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The current checkpoint and what has been captured in it.
@@ -241,13 +266,20 @@ impl Recorder {
     /// # Errors
     /// Store errors.
     pub fn new(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
-        let root = rustix::io::fcntl_dupfd_cloexec(root, 3).map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+        let root = rustix::io::fcntl_dupfd_cloexec(root, 3)
+            .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
         let uuid = uuid::Uuid::new_v4().to_string();
         let seq = store.begin_checkpoint(&uuid, None, "mount")?;
         Ok(Recorder {
             root,
             store,
-            state: Mutex::new(State { seq, uuid, session: None, seen: HashMap::new(), tracked: HashMap::new() }),
+            state: Mutex::new(State {
+                seq,
+                uuid,
+                session: None,
+                seen: HashMap::new(),
+                tracked: HashMap::new(),
+            }),
             capture: Mutex::new(()),
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
@@ -282,7 +314,8 @@ impl Recorder {
     pub fn tool_span(&self, pre: bool, tool_name: &str, tool_use_id: &str, file: Option<PathBuf>) {
         let mut a = self.actors.lock().unwrap();
         if pre {
-            a.spans.insert(tool_use_id.to_string(), (tool_name.to_string(), file));
+            a.spans
+                .insert(tool_use_id.to_string(), (tool_name.to_string(), file));
         } else {
             a.spans.remove(tool_use_id);
         }
@@ -301,13 +334,24 @@ impl Recorder {
                 let hit = p == f
                     || (is_tool_temp(p)
                         && p.parent() == f.parent()
-                        && p.file_name().and_then(|n| n.to_str()).zip(f.file_name().and_then(|n| n.to_str())).is_some_and(|(n, t)| n.starts_with(&format!("{t}.tmp."))));
+                        && p.file_name()
+                            .and_then(|n| n.to_str())
+                            .zip(f.file_name().and_then(|n| n.to_str()))
+                            .is_some_and(|(n, t)| n.starts_with(&format!("{t}.tmp."))));
                 hit.then(|| id.clone())
             })
         });
-        let any_span = if a.spans.len() == 1 { a.spans.keys().next().cloned() } else { None };
+        let any_span = if a.spans.len() == 1 {
+            a.spans.keys().next().cloned()
+        } else {
+            None
+        };
         let no_agents = a.agents.is_empty();
-        let cached = a.cache.get(&pid).filter(|p| p.at.elapsed() < PROC_CACHE_TTL).cloned();
+        let cached = a
+            .cache
+            .get(&pid)
+            .filter(|p| p.at.elapsed() < PROC_CACHE_TTL)
+            .cloned();
         let (actor, comm) = match cached {
             Some(p) => (p.actor, p.comm),
             None => {
@@ -315,7 +359,14 @@ impl Recorder {
                 if a.cache.len() > 4096 {
                     a.cache.clear();
                 }
-                a.cache.insert(pid, ProcInfo { actor, comm: comm.clone(), at: Instant::now() });
+                a.cache.insert(
+                    pid,
+                    ProcInfo {
+                        actor,
+                        comm: comm.clone(),
+                        at: Instant::now(),
+                    },
+                );
                 (actor, comm)
             }
         };
@@ -324,7 +375,11 @@ impl Recorder {
                 return (Actor::Tool, comm, Some(id));
             }
         }
-        let span = if actor == Actor::Tool { span_for_path.or(any_span) } else { None };
+        let span = if actor == Actor::Tool {
+            span_for_path.or(any_span)
+        } else {
+            None
+        };
         (actor, comm, span)
     }
 
@@ -333,7 +388,9 @@ impl Recorder {
         if pid == 0 {
             return (Actor::External, String::new());
         }
-        let Some((tgid, ppid, comm)) = proc_status(pid) else { return (Actor::External, String::new()) };
+        let Some((tgid, ppid, comm)) = proc_status(pid) else {
+            return (Actor::External, String::new());
+        };
         if agents.contains(&tgid) {
             return (Actor::Tool, comm);
         }
@@ -379,13 +436,24 @@ impl Recorder {
             }
             let rel = Path::new(OsStr::from_bytes(p));
             let pre = snapshot(self.root(), rel, &self.store).map_err(|e| {
-                tracing::error!("refusing {} of {}: its pre-image could not be saved: {e}", op.as_str(), rel.display());
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be saved: {e}",
+                    op.as_str(),
+                    rel.display()
+                );
                 e
             })?;
-            let id = self.store.insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str()).map_err(|e| {
-                tracing::error!("refusing {} of {}: its pre-image could not be recorded: {e}", op.as_str(), rel.display());
-                io::Error::from(e)
-            })?;
+            let id = self
+                .store
+                .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
+                .map_err(|e| {
+                    tracing::error!(
+                        "refusing {} of {}: its pre-image could not be recorded: {e}",
+                        op.as_str(),
+                        rel.display()
+                    );
+                    io::Error::from(e)
+                })?;
             let mut s = self.state.lock().unwrap();
             if s.seq != seq {
                 continue; // a boundary passed: capture again for the new checkpoint
@@ -414,17 +482,25 @@ impl Recorder {
                 // tool is about to overwrite.
                 let _g = self.capture.lock().unwrap();
                 let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
-                self.store.insert_capture(seq, p, "tool", &pre, Actor::Tool, op.as_str())?
+                self.store
+                    .insert_capture(seq, p, "tool", &pre, Actor::Tool, op.as_str())?
             }
         };
         self.store.track(&session, p, seq, id)?;
-        self.state.lock().unwrap().tracked.entry(session).or_default().insert(p.to_vec());
+        self.state
+            .lock()
+            .unwrap()
+            .tracked
+            .entry(session)
+            .or_default()
+            .insert(p.to_vec());
         Ok(())
     }
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
     pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write).map(|_| ())
+        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write)
+            .map(|_| ())
     }
 
     /// Takes the gate exclusively: no change runs until the guard is dropped.
@@ -445,7 +521,12 @@ impl Recorder {
             if s.session.as_deref() != Some(sess) {
                 s.session = Some(sess.to_string());
                 if !s.tracked.contains_key(sess) {
-                    let paths = self.store.tracked(sess)?.into_iter().map(|t| t.path).collect();
+                    let paths = self
+                        .store
+                        .tracked(sess)?
+                        .into_iter()
+                        .map(|t| t.path)
+                        .collect();
                     s.tracked.insert(sess.to_string(), paths);
                 }
             }
@@ -463,7 +544,15 @@ impl Recorder {
     }
 
     fn log_change(&self, pid: u32, change: &Change<'_>) {
-        let (actor, comm, span) = self.classify(pid, Some(change.path2.filter(|_| change.op == Op::Rename).unwrap_or(change.path)));
+        let (actor, comm, span) = self.classify(
+            pid,
+            Some(
+                change
+                    .path2
+                    .filter(|_| change.op == Op::Rename)
+                    .unwrap_or(change.path),
+            ),
+        );
         let seq = self.state.lock().unwrap().seq;
         let e = LogEntry {
             seq: 0,
@@ -481,7 +570,12 @@ impl Recorder {
             let mut l = self.log.lock().unwrap();
             // Consecutive writes to one file are one entry.
             if let Some(last) = l.last() {
-                if last.op == e.op && e.op == "write" && last.path == e.path && last.pid == e.pid && last.checkpoint == e.checkpoint {
+                if last.op == e.op
+                    && e.op == "write"
+                    && last.path == e.path
+                    && last.pid == e.pid
+                    && last.checkpoint == e.checkpoint
+                {
                     return;
                 }
             }
@@ -498,7 +592,11 @@ impl Observer for Recorder {
     fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
         let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
         // For a rename, the file that matters for tool spans is the target.
-        let subject = if change.op == Op::Rename { change.path2.unwrap_or(change.path) } else { change.path };
+        let subject = if change.op == Op::Rename {
+            change.path2.unwrap_or(change.path)
+        } else {
+            change.path
+        };
         let (actor, _, _) = self.classify(pid, Some(subject));
         let op = change.op;
         let primary = path_key(change.path);
@@ -507,14 +605,21 @@ impl Observer for Recorder {
                 let dst = change.path2.map(path_key).unwrap_or_default();
                 let (seq, _) = self.ensure_captured(&primary, actor, op)?;
                 let (seq2, fresh) = self.ensure_captured(&dst, actor, op)?;
-                let src_is_dir = sys::lstat_at(self.root(), change.path).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
-                let dst_is_dir = change.path2.is_some_and(|d| sys::lstat_at(self.root(), d).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR));
+                let src_is_dir = sys::lstat_at(self.root(), change.path)
+                    .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+                let dst_is_dir = change.path2.is_some_and(|d| {
+                    sys::lstat_at(self.root(), d)
+                        .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                });
                 if src_is_dir || dst_is_dir {
                     // Written before the rename: a rewind maps paths beneath it through this.
-                    self.store.insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
+                    self.store
+                        .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
                     // Paths beneath either name now hold other files: capture them afresh.
                     let mut s = self.state.lock().unwrap();
-                    let under = |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
+                    let under = |k: &Vec<u8>, d: &[u8]| {
+                        k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/'
+                    };
                     s.seen.retain(|k, _| !under(k, &primary) && !under(k, &dst));
                 }
                 if actor == Actor::Tool {

@@ -8,7 +8,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "rewindfs", version, about = "Make a coding agent's work on a directory rewindable")]
+#[command(
+    name = "rewindfs",
+    version,
+    about = "Make a coding agent's work on a directory rewindable"
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: Command,
@@ -188,13 +192,19 @@ pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     let base = match std::env::var_os("XDG_STATE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x),
         _ => {
-            let home = std::env::var_os("HOME").context("neither XDG_STATE_HOME nor HOME is set; pass --store")?;
+            let home = std::env::var_os("HOME")
+                .context("neither XDG_STATE_HOME nor HOME is set; pass --store")?;
             PathBuf::from(home).join(".local/state")
         }
     };
     let hash = blake3::hash(crate::mounts::path_bytes(dir)).to_hex();
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
-    Ok(base.join("rewindfs").join(format!("{name}-{}", &hash[..16])))
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    Ok(base
+        .join("rewindfs")
+        .join(format!("{name}-{}", &hash[..16])))
 }
 
 impl MountConfig {
@@ -223,24 +233,35 @@ impl MountConfig {
             );
         }
         let meta = std::fs::metadata(&abs).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow::anyhow!("cannot mount {}: no such directory", abs.display()),
-            std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot mount {}: permission denied", abs.display()),
+            std::io::ErrorKind::NotFound => {
+                anyhow::anyhow!("cannot mount {}: no such directory", abs.display())
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                anyhow::anyhow!("cannot mount {}: permission denied", abs.display())
+            }
             _ => anyhow::anyhow!("cannot mount {}: {e}", abs.display()),
         })?;
         if !meta.is_dir() {
             bail!("cannot mount {}: not a directory", abs.display());
         }
-        let dir = abs.canonicalize().with_context(|| format!("resolving {}", abs.display()))?;
+        let dir = abs
+            .canonicalize()
+            .with_context(|| format!("resolving {}", abs.display()))?;
         if let Some(m) = crate::mounts::mount_at(&dir)? {
             if m.fstype == crate::mounts::FSTYPE {
-                bail!("{} is already mounted by rewindfs (store {})", dir.display(), m.source.display());
+                bail!(
+                    "{} is already mounted by rewindfs (store {})",
+                    dir.display(),
+                    m.source.display()
+                );
             }
         }
         let store = match store {
             Some(s) => std::path::absolute(&s)?,
             None => default_store(&dir)?,
         };
-        std::fs::create_dir_all(&store).with_context(|| format!("creating store {}", store.display()))?;
+        std::fs::create_dir_all(&store)
+            .with_context(|| format!("creating store {}", store.display()))?;
         let store = store.canonicalize()?;
         if store.starts_with(&dir) {
             bail!(
@@ -252,7 +273,7 @@ impl MountConfig {
         if threads == 0 || threads > 64 {
             bail!("--threads must be between 1 and 64");
         }
-        if !(ttl >= 0.0 && ttl <= 86400.0) {
+        if !(0.0..=86400.0).contains(&ttl) {
             bail!("--ttl must be between 0 and 86400 seconds");
         }
         Ok(MountConfig {

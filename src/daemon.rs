@@ -125,10 +125,18 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
     loop {
         if let Some(status) = child.try_wait()? {
             let msg = read_from(&log_path, start).unwrap_or_default();
-            let msg = msg.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("").trim().to_string();
+            let msg = msg
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string();
             let msg = msg.strip_prefix("rewindfs: ").unwrap_or(&msg).to_string();
             if msg.is_empty() {
-                bail!("the daemon exited ({status}) before the mount was live; see {}", log_path.display());
+                bail!(
+                    "the daemon exited ({status}) before the mount was live; see {}",
+                    log_path.display()
+                );
             }
             bail!("{msg}");
         }
@@ -137,7 +145,10 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            bail!("the mount did not come up within 60 s; see {}", log_path.display());
+            bail!(
+                "the mount did not come up within 60 s; see {}",
+                log_path.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -153,7 +164,9 @@ fn read_from(path: &Path, start: u64) -> io::Result<String> {
 
 /// Whether `dir` is a rewindfs mount of `store` that answers, with its socket up.
 pub fn is_live(dir: &Path, store: &Path) -> bool {
-    let Ok(Some(m)) = mounts::mount_at(dir) else { return false };
+    let Ok(Some(m)) = mounts::mount_at(dir) else {
+        return false;
+    };
     m.fstype == mounts::FSTYPE
         && m.source == store
         && sys::statfs_type(dir).ok() == Some(sys::FUSE_SUPER_MAGIC)
@@ -179,13 +192,21 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", lock_path.display()))?;
     if let Err(e) = sys::try_lock(lock.as_fd()) {
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            bail!("store {} is in use by another rewindfs daemon", cfg.store.display());
+            bail!(
+                "store {} is in use by another rewindfs daemon",
+                cfg.store.display()
+            );
         }
         return Err(e).context(format!("locking {}", lock_path.display()));
     }
-    let store_s = cfg.store.to_str().context("the store path must be valid UTF-8")?;
+    let store_s = cfg
+        .store
+        .to_str()
+        .context("the store path must be valid UTF-8")?;
     if store_s.contains(',') || store_s.contains(char::is_whitespace) {
-        bail!("store path {store_s:?} must not contain commas or spaces (it is the mount's source)");
+        bail!(
+            "store path {store_s:?} must not contain commas or spaces (it is the mount's source)"
+        );
     }
     std::fs::write(cfg.store.join(files::PID), format!("{}\n", sys::getpid()))?;
 
@@ -197,10 +218,16 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     }
     let observer: Arc<dyn Observer> = recorder.clone();
     let core = Arc::new(Core::new(root, observer)?);
-    let kernel = Arc::new(FuseKernel { notifier: std::sync::OnceLock::new(), core: core.clone(), dir: cfg.dir.clone() });
+    let kernel = Arc::new(FuseKernel {
+        notifier: std::sync::OnceLock::new(),
+        core: core.clone(),
+        dir: cfg.dir.clone(),
+    });
     let engine = Arc::new(Engine::new(recorder.clone(), store.clone(), kernel.clone()));
     // A rewind a crash interrupted is finished before anyone sees the tree.
-    let recovered = engine.recover().map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;
+    let recovered = engine
+        .recover()
+        .map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;
     if recovered > 0 {
         tracing::warn!("finished {recovered} interrupted rewind(s)");
     }
@@ -229,17 +256,23 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         MountOption::Dev,
     ];
     // As root, let every user in (the permission checks are the kernel's: default_permissions).
-    fcfg.acl = if sys::geteuid() == 0 { SessionACL::All } else { SessionACL::Owner };
+    fcfg.acl = if sys::geteuid() == 0 {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
     fcfg.n_threads = Some(cfg.threads);
     fcfg.clone_fd = cfg.threads > 1;
     let session = fuser::Session::new(fs, &cfg.dir, &fcfg)
         .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?;
     let _ = kernel.notifier.set(session.notifier());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
-    let fuse_thread = std::thread::Builder::new().name("fuse".into()).spawn(move || {
-        let r = session.run();
-        let _ = done_tx.send(r);
-    })?;
+    let fuse_thread = std::thread::Builder::new()
+        .name("fuse".into())
+        .spawn(move || {
+            let r = session.run();
+            let _ = done_tx.send(r);
+        })?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -247,7 +280,11 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     let dir = cfg.dir.clone();
-    let daemon = Arc::new(Daemon { engine: engine.clone(), workspace: cfg.dir.clone(), store_dir: cfg.store.clone() });
+    let daemon = Arc::new(Daemon {
+        engine: engine.clone(),
+        workspace: cfg.dir.clone(),
+        store_dir: cfg.store.clone(),
+    });
     let flusher = recorder.clone();
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
@@ -305,8 +342,9 @@ pub fn umount(dir: &Path, lazy: bool) -> anyhow::Result<()> {
         bail!("{} is a {} mount, not rewindfs", dir.display(), m.fstype);
     }
     let store = m.source.clone();
-    let pid: Option<u32> =
-        std::fs::read_to_string(store.join(files::PID)).ok().and_then(|s| s.trim().parse().ok());
+    let pid: Option<u32> = std::fs::read_to_string(store.join(files::PID))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
     if mounts::is_stale(&dir) {
         mounts::unmount(&dir, true)?;
         return Ok(());
@@ -314,7 +352,11 @@ pub fn umount(dir: &Path, lazy: bool) -> anyhow::Result<()> {
     match mounts::unmount(&dir, lazy) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.to_string().contains("busy") => {
-            bail!("{}: {e}; close the files open in it (see `fuser -m {}`) or use --lazy", dir.display(), dir.display())
+            bail!(
+                "{}: {e}; close the files open in it (see `fuser -m {}`) or use --lazy",
+                dir.display(),
+                dir.display()
+            )
         }
         Err(e) => return Err(e.into()),
     }

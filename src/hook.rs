@@ -24,14 +24,18 @@ pub fn latest_prompt_uuid(transcript: &Path) -> Option<String> {
     let mut last = None;
     for line in BufReader::new(f).lines() {
         let Ok(line) = line else { continue };
-        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
         if v["type"] != "user" || v["isMeta"] == json!(true) {
             continue;
         }
         let content = &v["message"]["content"];
         let is_prompt = match content {
             Value::String(_) => true,
-            Value::Array(items) => !items.is_empty() && items.iter().all(|i| i["type"] != "tool_result"),
+            Value::Array(items) => {
+                !items.is_empty() && items.iter().all(|i| i["type"] != "tool_result")
+            }
             _ => false,
         };
         if is_prompt {
@@ -68,24 +72,40 @@ pub struct HookReport {
 ///
 /// # Errors
 /// Talking to the daemon failed.
-pub fn handle(client: &mut Client, input: &Value, wait: Duration) -> Result<HookReport, ClientError> {
+pub fn handle(
+    client: &mut Client,
+    input: &Value,
+    wait: Duration,
+) -> Result<HookReport, ClientError> {
     let mut report = HookReport::default();
     let event = input["hook_event_name"].as_str().unwrap_or("");
-    let session = input["session_id"].as_str().unwrap_or("default").to_string();
+    let session = input["session_id"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
     if let Some(pid) = agent_pid() {
-        if client.request("register_agent", json!({"pid": pid})).is_ok() {
+        if client
+            .request("register_agent", json!({"pid": pid}))
+            .is_ok()
+        {
             report.agent = Some(pid);
         }
     }
     if let Some(t) = input["transcript_path"].as_str() {
         let transcript = Path::new(t);
         let status = client.request("status", json!({}))?;
-        let current = status["currentCheckpoint"].as_str().unwrap_or("").to_string();
+        let current = status["currentCheckpoint"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let deadline = Instant::now() + wait;
         loop {
             match latest_prompt_uuid(transcript) {
                 Some(u) if u != current => {
-                    match client.request("begin_message", json!({"session_id": session, "user_message_id": u})) {
+                    match client.request(
+                        "begin_message",
+                        json!({"session_id": session, "user_message_id": u}),
+                    ) {
                         Ok(_) => report.began = Some(u),
                         // Already begun earlier (e.g. by UserPromptSubmit): nothing to do.
                         Err(ClientError::Daemon(m)) if m.contains("already began") => {}
@@ -94,18 +114,28 @@ pub fn handle(client: &mut Client, input: &Value, wait: Duration) -> Result<Hook
                     break;
                 }
                 // UserPromptSubmit fires before the prompt is in the transcript: wait for it.
-                _ if event == "UserPromptSubmit" && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(25)),
+                _ if event == "UserPromptSubmit" && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(25))
+                }
                 _ => break,
             }
         }
     }
     if event == "PreToolUse" || event == "PostToolUse" {
         let tool = input["tool_name"].as_str().unwrap_or("").to_string();
-        let id = input["tool_use_id"].as_str().map(str::to_string).unwrap_or_else(|| format!("hook-{tool}"));
+        let id = input["tool_use_id"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("hook-{tool}"));
         let ti = &input["tool_input"];
-        let file = ti["file_path"].as_str().or_else(|| ti["notebook_path"].as_str());
+        let file = ti["file_path"]
+            .as_str()
+            .or_else(|| ti["notebook_path"].as_str());
         let phase = if event == "PreToolUse" { "pre" } else { "post" };
-        client.request("tool_use", json!({"phase": phase, "tool_name": tool, "tool_use_id": id, "file_path": file}))?;
+        client.request(
+            "tool_use",
+            json!({"phase": phase, "tool_name": tool, "tool_use_id": id, "file_path": file}),
+        )?;
         report.span = Some((phase.to_string(), id));
     }
     Ok(report)

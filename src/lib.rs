@@ -9,7 +9,6 @@
 //! - `sys` (raw system calls, relative to a directory fd).
 
 pub mod capture;
-pub mod store;
 pub mod cli;
 pub mod control;
 pub mod daemon;
@@ -17,4 +16,5 @@ pub mod fs;
 pub mod hook;
 pub mod mounts;
 pub mod rewind;
+pub mod store;
 pub mod sys;

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("REWINDFS_LOG").unwrap_or_else(|_| "info,fuser=error".into()),
+            tracing_subscriber::EnvFilter::try_from_env("REWINDFS_LOG")
+                .unwrap_or_else(|_| "info,fuser=error".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -31,8 +32,19 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     match args.command {
-        Command::Mount { dir, foreground, store, threads, ttl, agent_pid, detached, sync } => {
-            let cfg = MountConfig::new(dir, store, foreground, detached, threads, ttl, agent_pid, sync)?;
+        Command::Mount {
+            dir,
+            foreground,
+            store,
+            threads,
+            ttl,
+            agent_pid,
+            detached,
+            sync,
+        } => {
+            let cfg = MountConfig::new(
+                dir, store, foreground, detached, threads, ttl, agent_pid, sync,
+            )?;
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {
@@ -40,16 +52,35 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
         Command::Umount { dir, lazy } => daemon::umount(&dir, lazy)?,
-        Command::Checkpoint { uuid, session, socket } => {
-            let r = connect(&socket)?.request("begin_message", json!({"session_id": session, "user_message_id": uuid}))?;
-            println!("checkpoint {} began (seq {})", r["checkpoint"].as_str().unwrap_or(""), r["seq"]);
+        Command::Checkpoint {
+            uuid,
+            session,
+            socket,
+        } => {
+            let r = connect(&socket)?.request(
+                "begin_message",
+                json!({"session_id": session, "user_message_id": uuid}),
+            )?;
+            println!(
+                "checkpoint {} began (seq {})",
+                r["checkpoint"].as_str().unwrap_or(""),
+                r["seq"]
+            );
         }
-        Command::List { session, json: as_json, socket } => {
-            let r = connect(&socket)?.request("list_checkpoints", json!({"session_id": session}))?;
+        Command::List {
+            session,
+            json: as_json,
+            socket,
+        } => {
+            let r =
+                connect(&socket)?.request("list_checkpoints", json!({"session_id": session}))?;
             if as_json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!("{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION", "UUID", "KIND", "BEGAN", "PATHS", "BYTES");
+                println!(
+                    "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION",
+                    "UUID", "KIND", "BEGAN", "PATHS", "BYTES"
+                );
                 for c in r["checkpoints"].as_array().into_iter().flatten() {
                     println!(
                         "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
@@ -63,7 +94,12 @@ fn run() -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Log { path, limit, json: as_json, socket } => {
+        Command::Log {
+            path,
+            limit,
+            json: as_json,
+            socket,
+        } => {
             let mut client = connect(&socket)?;
             let path = match path {
                 Some(p) => Some(workspace_rel(&mut client, &p)?),
@@ -74,7 +110,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 for e in r["entries"].as_array().into_iter().flatten() {
-                    let p2 = e["path2"].as_str().map(|p| format!(" -> {p}")).unwrap_or_default();
+                    let p2 = e["path2"]
+                        .as_str()
+                        .map(|p| format!(" -> {p}"))
+                        .unwrap_or_default();
                     println!(
                         "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
                         e["time"].as_str().unwrap_or(""),
@@ -90,20 +129,49 @@ fn run() -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Status { json: as_json, socket } => {
+        Command::Status {
+            json: as_json,
+            socket,
+        } => {
             let r = connect(&socket)?.request("status", json!({}))?;
             if as_json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                for k in ["workspace", "store", "pid", "sessionId", "currentCheckpoint", "checkpoints", "captures", "bytesCaptured", "agentPids"] {
+                for k in [
+                    "workspace",
+                    "store",
+                    "pid",
+                    "sessionId",
+                    "currentCheckpoint",
+                    "checkpoints",
+                    "captures",
+                    "bytesCaptured",
+                    "agentPids",
+                ] {
                     let v = &r[k];
-                    println!("{k:<18} {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
+                    println!(
+                        "{k:<18} {}",
+                        v.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string())
+                    );
                 }
             }
         }
-        Command::Rewind { uuid, dry_run, scope, force, json: as_json, paths, socket } => {
+        Command::Rewind {
+            uuid,
+            dry_run,
+            scope,
+            force,
+            json: as_json,
+            paths,
+            socket,
+        } => {
             let mut client = connect(&socket)?;
-            let paths = paths.iter().map(|p| workspace_rel_glob(&mut client, p)).collect::<anyhow::Result<Vec<_>>>()?;
+            let paths = paths
+                .iter()
+                .map(|p| workspace_rel_glob(&mut client, p))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let r = client.request(
                 "rewind_files",
                 json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope, "force": force, "paths": paths}),
@@ -117,7 +185,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Undo { json: as_json, socket } => {
+        Command::Undo {
+            json: as_json,
+            socket,
+        } => {
             let r = connect(&socket)?.request("undo_rewind", json!({}))?;
             if as_json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
@@ -126,13 +197,21 @@ fn run() -> anyhow::Result<ExitCode> {
                 print_outcome(&r, false);
             }
         }
-        Command::Diff { uuid, path, scope, socket } => {
+        Command::Diff {
+            uuid,
+            path,
+            scope,
+            socket,
+        } => {
             let mut client = connect(&socket)?;
             let path = match path {
                 Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
                 None => None,
             };
-            let r = client.request("diff", json!({"user_message_id": uuid, "path": path, "scope": scope}))?;
+            let r = client.request(
+                "diff",
+                json!({"user_message_id": uuid, "path": path, "scope": scope}),
+            )?;
             print!("{}", r["diff"].as_str().unwrap_or(""));
         }
         Command::Fsck { store } => {
@@ -172,12 +251,20 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             let r = find_socket(socket.socket.as_deref())
                 .and_then(|p| Client::connect(&p))
-                .and_then(|mut c| rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms)));
+                .and_then(|mut c| {
+                    rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
+                });
             if let Err(e) = r {
-                eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");
+                eprintln!(
+                    "rewindfs hook: warning: {e}; the change will not be rewindable by message"
+                );
             }
         }
-        Command::Exec { dir, store, command } => return exec(dir, store, command),
+        Command::Exec {
+            dir,
+            store,
+            command,
+        } => return exec(dir, store, command),
         Command::Agent { pid, socket } => {
             connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
         }
@@ -194,8 +281,14 @@ fn exec(dir: PathBuf, store: Option<PathBuf>, command: Vec<String>) -> anyhow::R
     let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
     let _ = std::fs::remove_file(&gate);
     let run = || -> anyhow::Result<std::process::ExitStatus> {
-        rustix::fs::mknodat(rustix::fs::CWD, &gate, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
-            .with_context(|| format!("creating {}", gate.display()))?;
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &gate,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .with_context(|| format!("creating {}", gate.display()))?;
         // Re-enter the current directory: a cwd inside DIR from before the mount still points
         // at the directory underneath it.
         let cwd = std::env::current_dir()?;
@@ -234,7 +327,11 @@ fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
 /// A path given on the command line, made relative to the workspace root.
 fn workspace_rel(client: &mut Client, p: &Path) -> anyhow::Result<String> {
     let status = client.request("status", json!({}))?;
-    let ws = PathBuf::from(status["workspace"].as_str().context("status without workspace")?);
+    let ws = PathBuf::from(
+        status["workspace"]
+            .as_str()
+            .context("status without workspace")?,
+    );
     let abs = std::path::absolute(p)?;
     let mut norm = PathBuf::new();
     for c in abs.components() {
@@ -246,9 +343,13 @@ fn workspace_rel(client: &mut Client, p: &Path) -> anyhow::Result<String> {
             c => norm.push(c),
         }
     }
-    let rel = norm
-        .strip_prefix(&ws)
-        .with_context(|| format!("{} is not inside the workspace {}", p.display(), ws.display()))?;
+    let rel = norm.strip_prefix(&ws).with_context(|| {
+        format!(
+            "{} is not inside the workspace {}",
+            p.display(),
+            ws.display()
+        )
+    })?;
     Ok(rel.to_string_lossy().into_owned())
 }
 
@@ -267,7 +368,12 @@ fn print_outcome(r: &Value, dry_run: bool) {
     }
     let files = r["filesChanged"].as_array().cloned().unwrap_or_default();
     let verb = if dry_run { "would change" } else { "changed" };
-    println!("{verb} {} file(s), +{} -{} lines", files.len(), r["insertions"], r["deletions"]);
+    println!(
+        "{verb} {} file(s), +{} -{} lines",
+        files.len(),
+        r["insertions"],
+        r["deletions"]
+    );
     for f in &files {
         println!("  {}", f.as_str().unwrap_or(""));
     }

@@ -26,7 +26,10 @@ fn unescape(s: &str) -> OsString {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -43,7 +46,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     let mut out = Vec::new();
     for line in text.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else { continue };
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
         if fields.len() < 5 || fields.len() < sep + 3 {
             continue;
         }
@@ -58,13 +63,17 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 
 /// The current mount table.
 pub fn mounts() -> io::Result<Vec<MountEntry>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
+    Ok(parse_mountinfo(&std::fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
 }
 
 /// Makes a path absolute without resolving its last component (which may be a dead mount).
 pub fn absolute(path: &Path) -> io::Result<PathBuf> {
     let abs = std::path::absolute(path)?;
-    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else { return Ok(abs) };
+    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+        return Ok(abs);
+    };
     match parent.canonicalize() {
         Ok(p) => Ok(p.join(name)),
         Err(_) => Ok(abs),
@@ -81,7 +90,9 @@ pub fn containing(dir: &Path) -> io::Result<Option<MountEntry>> {
     let mut best: Option<MountEntry> = None;
     for m in mounts()? {
         if m.fstype == FSTYPE && dir.starts_with(&m.mountpoint) {
-            let deeper = best.as_ref().is_none_or(|b| m.mountpoint.as_os_str().len() >= b.mountpoint.as_os_str().len());
+            let deeper = best
+                .as_ref()
+                .is_none_or(|b| m.mountpoint.as_os_str().len() >= b.mountpoint.as_os_str().len());
             if deeper {
                 best = Some(m);
             }
@@ -126,7 +137,10 @@ pub fn unmount(dir: &Path, lazy: bool) -> io::Result<()> {
             Err(_) => continue,
         }
     }
-    Err(io::Error::other(format!("unmount {}: permission denied and no fusermount3 found", dir.display())))
+    Err(io::Error::other(format!(
+        "unmount {}: permission denied and no fusermount3 found",
+        dir.display()
+    )))
 }
 
 /// Bytes of a path, for hashing it into a workspace id.

@@ -180,7 +180,11 @@ fn key(p: &Path) -> Vec<u8> {
 }
 
 fn under(p: &[u8], dir: &[u8]) -> Option<Vec<u8>> {
-    if p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/' { Some(p[dir.len()..].to_vec()) } else { None }
+    if p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/' {
+        Some(p[dir.len()..].to_vec())
+    } else {
+        None
+    }
 }
 
 fn rebase(rest: &[u8], onto: &[u8]) -> Vec<u8> {
@@ -210,7 +214,10 @@ impl History {
         for c in caps {
             by_path.entry(c.path.clone()).or_default().push(c);
         }
-        Ok(History { by_path, moves: store.moves_from(from)? })
+        Ok(History {
+            by_path,
+            moves: store.moves_from(from)?,
+        })
     }
 
     /// The state `q` had when the checkpoint began (see the module doc).
@@ -219,13 +226,20 @@ impl History {
         // Position in the event order: (capture id, 0 = capture / 1 = move).
         let mut pos: (i64, u8) = (0, 0);
         loop {
-            let cap = self.by_path.get(&cur).and_then(|v| v.iter().find(|c| (c.id, 0) > pos));
+            let cap = self
+                .by_path
+                .get(&cur)
+                .and_then(|v| v.iter().find(|c| (c.id, 0) > pos));
             let mv = self.moves.iter().find(|m| {
                 (m.after_capture, 1) > pos
-                    && (under(&cur, &m.src).is_some() || under(&cur, &m.dst).is_some() || (m.exchange && (cur == m.src || cur == m.dst)))
+                    && (under(&cur, &m.src).is_some()
+                        || under(&cur, &m.dst).is_some()
+                        || (m.exchange && (cur == m.src || cur == m.dst)))
             });
             match (cap, mv) {
-                (Some(c), Some(m)) if (c.id, 0) < (m.after_capture, 1) => return Lineage::Pre(c.pre.clone()),
+                (Some(c), Some(m)) if (c.id, 0) < (m.after_capture, 1) => {
+                    return Lineage::Pre(c.pre.clone());
+                }
                 (Some(c), None) => return Lineage::Pre(c.pre.clone()),
                 (_, Some(m)) => {
                     pos = (m.after_capture, 1);
@@ -253,14 +267,21 @@ impl History {
 
     /// Bit set of the actors that changed a path (by name) since the checkpoint.
     fn actors(&self, p: &[u8]) -> u8 {
-        self.by_path.get(p).map(|v| v.iter().fold(0, |a, c| a | c.actors)).unwrap_or(0)
+        self.by_path
+            .get(p)
+            .map(|v| v.iter().fold(0, |a, c| a | c.actors))
+            .unwrap_or(0)
     }
 }
 
 /// Lists every path beneath `rel` (not following symlinks).
 fn walk(root: BorrowedFd<'_>, rel: &Path, out: &mut Vec<Vec<u8>>) {
-    let Ok(fd) = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0) else { return };
-    let Ok(ents) = sys::read_dir_all(fd) else { return };
+    let Ok(fd) = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0) else {
+        return;
+    };
+    let Ok(ents) = sys::read_dir_all(fd) else {
+        return;
+    };
     for (name, _, dtype) in ents {
         let p = rel.join(&name);
         out.push(key(&p));
@@ -279,7 +300,10 @@ fn line_counts(old: &[u8], new: &[u8]) -> (u64, u64) {
     if !is_text(old) || !is_text(new) {
         return (0, 0);
     }
-    let (o, n) = (std::str::from_utf8(old).unwrap(), std::str::from_utf8(new).unwrap());
+    let (o, n) = (
+        std::str::from_utf8(old).unwrap(),
+        std::str::from_utf8(new).unwrap(),
+    );
     let diff = similar::TextDiff::from_lines(o, n);
     let (mut ins, mut del) = (0, 0);
     for c in diff.iter_all_changes() {
@@ -303,26 +327,41 @@ struct Filter {
 impl Filter {
     fn new(paths: &[String]) -> Result<Filter, RewindError> {
         if paths.is_empty() {
-            return Ok(Filter { set: None, prefixes: Vec::new(), exact: None });
+            return Ok(Filter {
+                set: None,
+                prefixes: Vec::new(),
+                exact: None,
+            });
         }
         let mut b = globset::GlobSetBuilder::new();
         let mut prefixes = Vec::new();
         for p in paths {
             let p = p.trim_start_matches("./").trim_end_matches('/');
             if p.starts_with('/') || p.split('/').any(|c| c == "..") {
-                return Err(RewindError::Failed(format!("path {p:?} is not inside the workspace")));
+                return Err(RewindError::Failed(format!(
+                    "path {p:?} is not inside the workspace"
+                )));
             }
             prefixes.push(p.as_bytes().to_vec());
-            b.add(globset::Glob::new(p).map_err(|e| RewindError::Failed(format!("bad glob {p:?}: {e}")))?);
+            b.add(
+                globset::Glob::new(p)
+                    .map_err(|e| RewindError::Failed(format!("bad glob {p:?}: {e}")))?,
+            );
         }
-        Ok(Filter { set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?), prefixes, exact: None })
+        Ok(Filter {
+            set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?),
+            prefixes,
+            exact: None,
+        })
     }
     fn matches(&self, p: &[u8]) -> bool {
         if let Some(exact) = &self.exact {
             return exact.contains(p);
         }
         let Some(set) = &self.set else { return true };
-        self.prefixes.iter().any(|x| p == &x[..] || under(p, x).is_some())
+        self.prefixes
+            .iter()
+            .any(|x| p == &x[..] || under(p, x).is_some())
             || set.is_match(Path::new(OsStr::from_bytes(p)))
     }
 }
@@ -339,7 +378,12 @@ fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
     let st = match sys::lstat_at(root, rel) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-            return Ok(Now { kind: Kind::Absent, mode: 0, content: None, target: None });
+            return Ok(Now {
+                kind: Kind::Absent,
+                mode: 0,
+                content: None,
+                target: None,
+            });
         }
         Err(e) => return Err(e),
     };
@@ -349,22 +393,42 @@ fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             let mut buf = vec![0u8; st.st_size as usize];
             let n = sys::pread_full(fd.as_fd(), &mut buf, 0)?;
             buf.truncate(n);
-            Now { kind: Kind::File, mode: st.st_mode, content: Some(buf), target: None }
+            Now {
+                kind: Kind::File,
+                mode: st.st_mode,
+                content: Some(buf),
+                target: None,
+            }
         }
-        libc::S_IFDIR => Now { kind: Kind::Dir, mode: st.st_mode, content: None, target: None },
+        libc::S_IFDIR => Now {
+            kind: Kind::Dir,
+            mode: st.st_mode,
+            content: None,
+            target: None,
+        },
         libc::S_IFLNK => Now {
             kind: Kind::Symlink,
             mode: st.st_mode,
             content: None,
             target: Some(sys::readlinkat(root, rel)?.as_bytes().to_vec()),
         },
-        _ => Now { kind: Kind::Other, mode: st.st_mode, content: None, target: None },
+        _ => Now {
+            kind: Kind::Other,
+            mode: st.st_mode,
+            content: None,
+            target: None,
+        },
     })
 }
 
 impl Engine {
     pub fn new(recorder: Arc<Recorder>, store: Arc<Store>, kernel: Arc<dyn KernelCache>) -> Engine {
-        Engine { recorder, store, kernel, apply: Mutex::new(()) }
+        Engine {
+            recorder,
+            store,
+            kernel,
+            apply: Mutex::new(()),
+        }
     }
 
     fn root(&self) -> BorrowedFd<'_> {
@@ -378,10 +442,17 @@ impl Engine {
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
         let uuid = uuid::Uuid::parse_str(&req.user_message_id)
-            .map_err(|_| RewindError::Failed(format!("user_message_id {:?} is not a UUID", req.user_message_id)))?
+            .map_err(|_| {
+                RewindError::Failed(format!(
+                    "user_message_id {:?} is not a UUID",
+                    req.user_message_id
+                ))
+            })?
             .hyphenated()
             .to_string();
-        let Some(cp) = self.store.checkpoint(&uuid)? else { return Err(RewindError::NoCheckpoint) };
+        let Some(cp) = self.store.checkpoint(&uuid)? else {
+            return Err(RewindError::NoCheckpoint);
+        };
         if let (Some(want), Some(have)) = (&req.session_id, &cp.session_id) {
             if want != have {
                 return Err(RewindError::Failed(format!(
@@ -402,11 +473,17 @@ impl Engine {
             let _gate = self.recorder.exclusive();
             let mut out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
             if !out.can_rewind {
-                return Err(RewindError::Failed(out.error.unwrap_or_else(|| "cannot rewind".into())));
+                return Err(RewindError::Failed(
+                    out.error.unwrap_or_else(|| "cannot rewind".into()),
+                ));
             }
             let id = uuid::Uuid::new_v4().to_string();
             self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets)?;
-            changed = out.targets.iter().map(|t| t.rel().to_path_buf()).collect::<Vec<_>>();
+            changed = out
+                .targets
+                .iter()
+                .map(|t| t.rel().to_path_buf())
+                .collect::<Vec<_>>();
             out.rewind_id = Some(id);
             out
         };
@@ -419,7 +496,10 @@ impl Engine {
         let Some(last) = self.store.last_done_rewind()? else {
             return Err(RewindError::Failed("nothing to undo".into()));
         };
-        let cp = self.store.checkpoint_by_seq(last.checkpoint)?.ok_or(RewindError::NoCheckpoint)?;
+        let cp = self
+            .store
+            .checkpoint_by_seq(last.checkpoint)?
+            .ok_or(RewindError::NoCheckpoint)?;
         let req = Request {
             user_message_id: cp.uuid,
             dry_run: false,
@@ -430,8 +510,18 @@ impl Engine {
         };
         // Exactly the paths the rewind touched: its targets, the parents it created and what it
         // removed beneath them — every path it captured under its own checkpoint.
-        let touched = self.store.captures_in(last.checkpoint)?.into_iter().filter(|c| c.actor == Actor::Rewind).map(|c| c.path).collect();
-        let filter = Filter { set: None, prefixes: Vec::new(), exact: Some(touched) };
+        let touched = self
+            .store
+            .captures_in(last.checkpoint)?
+            .into_iter()
+            .filter(|c| c.actor == Actor::Rewind)
+            .map(|c| c.path)
+            .collect();
+        let filter = Filter {
+            set: None,
+            prefixes: Vec::new(),
+            exact: Some(touched),
+        };
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         self.kernel.flush();
         let (out, changed) = {
@@ -441,7 +531,11 @@ impl Engine {
             self.apply_targets(&id, &last.id, "undo", &out.targets)?;
             self.store.set_rewind_state(&last.id, "undone")?;
             out.rewind_id = Some(last.id.clone());
-            let changed = out.targets.iter().map(|t| t.rel().to_path_buf()).collect::<Vec<_>>();
+            let changed = out
+                .targets
+                .iter()
+                .map(|t| t.rel().to_path_buf())
+                .collect::<Vec<_>>();
             (out, changed)
         };
         self.kernel.invalidate(&changed);
@@ -449,7 +543,12 @@ impl Engine {
     }
 
     /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change.
-    pub fn diff(&self, user_message_id: &str, path: Option<&str>, scope: Scope) -> Result<(String, Vec<String>), RewindError> {
+    pub fn diff(
+        &self,
+        user_message_id: &str,
+        path: Option<&str>,
+        scope: Scope,
+    ) -> Result<(String, Vec<String>), RewindError> {
         let req = Request {
             user_message_id: user_message_id.to_string(),
             dry_run: true,
@@ -477,28 +576,51 @@ impl Engine {
             }
             let (a, b) = (String::from_utf8_lossy(&old), String::from_utf8_lossy(&new));
             let d = similar::TextDiff::from_lines(a.as_ref(), b.as_ref());
-            let from = if now.kind == Kind::Absent { "/dev/null".to_string() } else { format!("a/{name}") };
-            let to = if t.kind() == Kind::Absent { "/dev/null".to_string() } else { format!("b/{name}") };
+            let from = if now.kind == Kind::Absent {
+                "/dev/null".to_string()
+            } else {
+                format!("a/{name}")
+            };
+            let to = if t.kind() == Kind::Absent {
+                "/dev/null".to_string()
+            } else {
+                format!("b/{name}")
+            };
             let u = d.unified_diff().header(&from, &to).to_string();
             if !u.is_empty() {
                 text.push_str(&u);
             } else if now.mode & 0o7777 != t.mode & 0o7777 && t.kind() != Kind::Absent {
-                text.push_str(&format!("mode {name}: {:o} -> {:o}\n", now.mode & 0o7777, t.mode & 0o7777));
+                text.push_str(&format!(
+                    "mode {name}: {:o} -> {:o}\n",
+                    now.mode & 0o7777,
+                    t.mode & 0o7777
+                ));
             }
         }
         Ok((text, out.files_changed))
     }
 
     /// Computes what a rewind would do; every target is self-contained (content in blobs).
-    fn plan(&self, c: i64, session: Option<&str>, req: &Request, filter: &Filter) -> Result<Outcome, RewindError> {
+    fn plan(
+        &self,
+        c: i64,
+        session: Option<&str>,
+        req: &Request,
+        filter: &Filter,
+    ) -> Result<Outcome, RewindError> {
         let hist = History::load(&self.store, c)?;
-        let mut out = Outcome { can_rewind: true, ..Default::default() };
+        let mut out = Outcome {
+            can_rewind: true,
+            ..Default::default()
+        };
         // path → the state to give it
         let mut wanted: BTreeMap<Vec<u8>, PreImage> = BTreeMap::new();
         let root = self.root();
         match req.scope {
             Scope::Tool => {
-                let session = session.map(str::to_string).or_else(|| self.recorder.current().2);
+                let session = session
+                    .map(str::to_string)
+                    .or_else(|| self.recorder.current().2);
                 let tracked = match &session {
                     Some(s) => self.store.tracked(s)?,
                     None => Vec::new(),
@@ -511,10 +633,15 @@ impl Engine {
                         match hist.lineage(&t.path) {
                             Lineage::Pre(p) => p,
                             Lineage::Current(at) if at == t.path => continue,
-                            Lineage::Current(at) => snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?,
+                            Lineage::Current(at) => {
+                                snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?
+                            }
                         }
                     } else {
-                        match t.capture.and_then(|id| self.store.capture_by_id(id).ok().flatten()) {
+                        match t
+                            .capture
+                            .and_then(|id| self.store.capture_by_id(id).ok().flatten())
+                        {
                             Some(cap) => cap.pre,
                             None => continue,
                         }
@@ -526,11 +653,14 @@ impl Engine {
                         continue;
                     }
                     // Files only: directories and special files are left alone.
-                    if !matches!(target.kind, Kind::File | Kind::Absent) || !matches!(now.kind, Kind::File | Kind::Absent) {
+                    if !matches!(target.kind, Kind::File | Kind::Absent)
+                        || !matches!(now.kind, Kind::File | Kind::Absent)
+                    {
                         continue;
                     }
                     if hist.actors(&t.path) & Actor::External.bit() != 0 {
-                        out.conflicts.push(String::from_utf8_lossy(&t.path).into_owned());
+                        out.conflicts
+                            .push(String::from_utf8_lossy(&t.path).into_owned());
                     }
                     wanted.insert(t.path.clone(), target);
                 }
@@ -591,10 +721,15 @@ impl Engine {
                         Lineage::Current(at) if at == p => continue,
                         // Moved elsewhere and unchanged since: take its content from there
                         // (stored as a blob, so the plan does not depend on the tree it rewrites).
-                        Lineage::Current(at) => snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?,
+                        Lineage::Current(at) => {
+                            snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?
+                        }
                     };
                     let bits = hist.actors(&p);
-                    if req.scope == Scope::Agent && bits & inside != 0 && bits & Actor::External.bit() != 0 {
+                    if req.scope == Scope::Agent
+                        && bits & inside != 0
+                        && bits & Actor::External.bit() != 0
+                    {
                         out.conflicts.push(String::from_utf8_lossy(&p).into_owned());
                     }
                     wanted.insert(p, target);
@@ -612,7 +747,9 @@ impl Engine {
                 _ => None,
             };
             let differs = now.kind != target.kind
-                || (target.kind != Kind::Absent && now.mode & 0o7777 != target.mode & 0o7777 && target.kind != Kind::Symlink)
+                || (target.kind != Kind::Absent
+                    && now.mode & 0o7777 != target.mode & 0o7777
+                    && target.kind != Kind::Symlink)
                 || (target.kind == Kind::File && now.content != new_content)
                 || (target.kind == Kind::Symlink && now.target != target.target);
             if !differs {
@@ -623,7 +760,8 @@ impl Engine {
             let (i, d) = line_counts(&old, &new);
             out.insertions += i;
             out.deletions += d;
-            out.files_changed.push(String::from_utf8_lossy(&p).into_owned());
+            out.files_changed
+                .push(String::from_utf8_lossy(&p).into_owned());
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(crate::store::blobs::empty_hash());
@@ -643,9 +781,16 @@ impl Engine {
     }
 
     /// Applies targets under a new checkpoint of the rewind's own, journalled.
-    fn apply_targets(&self, id: &str, target_uuid: &str, scope: &str, targets: &[Target]) -> Result<(), RewindError> {
+    fn apply_targets(
+        &self,
+        id: &str,
+        target_uuid: &str,
+        scope: &str,
+        targets: &[Target],
+    ) -> Result<(), RewindError> {
         let seq = self.recorder.begin(id, None, "rewind")?;
-        let plan = serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
+        let plan =
+            serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
         self.store.insert_rewind(&crate::store::RewindRow {
             id: id.to_string(),
             checkpoint: seq,
@@ -663,8 +808,13 @@ impl Engine {
     pub fn recover(&self) -> Result<usize, RewindError> {
         let pending = self.store.unfinished_rewinds()?;
         for r in &pending {
-            let targets: Vec<Target> = serde_json::from_str(&r.plan).map_err(|e| RewindError::Failed(e.to_string()))?;
-            tracing::warn!("finishing rewind {} interrupted by a crash ({} paths)", r.id, targets.len());
+            let targets: Vec<Target> =
+                serde_json::from_str(&r.plan).map_err(|e| RewindError::Failed(e.to_string()))?;
+            tracing::warn!(
+                "finishing rewind {} interrupted by a crash ({} paths)",
+                r.id,
+                targets.len()
+            );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
             self.store.set_rewind_state(&r.id, "done")?;
         }
@@ -694,7 +844,9 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
             libc::S_IFLNK => Kind::Symlink,
             _ => Kind::Other,
         };
-        if t.kind() == Kind::Absent || (cur_kind != t.kind() && (cur_kind == Kind::Dir || t.kind() == Kind::Dir)) {
+        if t.kind() == Kind::Absent
+            || (cur_kind != t.kind() && (cur_kind == Kind::Dir || t.kind() == Kind::Dir))
+        {
             rec.capture_for_rewind(rel)?;
             remove_tree(rec, rel, cur_kind == Kind::Dir)?;
         }
@@ -713,7 +865,10 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
         }
     }
     // 3. Files, symlinks, special files.
-    for t in order.iter().filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other)) {
+    for t in order
+        .iter()
+        .filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other))
+    {
         let rel = t.rel();
         ensure_parents(rec, rel)?;
         rec.capture_for_rewind(rel)?;
@@ -741,10 +896,11 @@ fn ensure_parents(rec: &Recorder, rel: &Path) -> io::Result<()> {
         match sys::lstat_opt(root, &acc)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             Some(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Other,
-                    format!("{}: a parent of {} is not a directory", acc.display(), rel.display()),
-                ));
+                return Err(io::Error::other(format!(
+                    "{}: a parent of {} is not a directory",
+                    acc.display(),
+                    rel.display()
+                )));
             }
             None => {
                 rec.capture_for_rewind(&acc)?;
@@ -775,16 +931,33 @@ fn remove_tree(rec: &Recorder, rel: &Path, is_dir: bool) -> io::Result<()> {
 
 /// Writes a file, symlink or special file to a temp name in the same directory, then renames
 /// it over `rel`: readers see the old or the new state, never a mix.
-fn write_beside(root: BorrowedFd<'_>, store: &Store, rel: &Path, t: &Target, id: &str) -> io::Result<()> {
+fn write_beside(
+    root: BorrowedFd<'_>,
+    store: &Store,
+    rel: &Path,
+    t: &Target,
+    id: &str,
+) -> io::Result<()> {
     let parent = rel.parent().unwrap_or(Path::new(""));
-    let name = rel.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     // Named after the rewind, so finishing it after a crash replaces a half-written temp.
-    let tmp = parent.join(format!(".{}.rewindfs-{}", name.to_string_lossy().chars().take(32).collect::<String>(), id));
+    let tmp = parent.join(format!(
+        ".{}.rewindfs-{}",
+        name.to_string_lossy().chars().take(32).collect::<String>(),
+        id
+    ));
     let _ = sys::unlinkat(root, &tmp, false);
     let res = (|| -> io::Result<()> {
         match t.kind() {
             Kind::File => {
-                let fd = sys::openat(root, &tmp, OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY, 0o600)?;
+                let fd = sys::openat(
+                    root,
+                    &tmp,
+                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                    0o600,
+                )?;
                 if let Some(hash) = &t.blob {
                     if let Some(src) = store.blobs.open_blob(hash)? {
                         let len = src.metadata()?.len();
@@ -792,7 +965,11 @@ fn write_beside(root: BorrowedFd<'_>, store: &Store, rel: &Path, t: &Target, id:
                     }
                 }
                 if sys::geteuid() == 0 {
-                    let _ = rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(t.uid)), Some(rustix::fs::Gid::from_raw(t.gid)));
+                    let _ = rustix::fs::fchown(
+                        &fd,
+                        Some(rustix::fs::Uid::from_raw(t.uid)),
+                        Some(rustix::fs::Gid::from_raw(t.gid)),
+                    );
                 }
                 sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
             }

@@ -99,7 +99,12 @@ pub fn open_dir_path(path: &Path) -> io::Result<OwnedFd> {
 
 /// Opens `rel` beneath `root` without following any symlink on the way, including the last
 /// component (an `O_PATH` open of a symlink returns the link itself).
-pub fn open_beneath(root: BorrowedFd<'_>, rel: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+pub fn open_beneath(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+    mode: u32,
+) -> io::Result<OwnedFd> {
     rustix::fs::openat2(
         root,
         at_path(rel),
@@ -161,7 +166,11 @@ pub fn linkat(dir: BorrowedFd<'_>, old: &Path, new: &Path) -> io::Result<()> {
 }
 
 pub fn unlinkat(dir: BorrowedFd<'_>, rel: &Path, is_dir: bool) -> io::Result<()> {
-    let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+    let flags = if is_dir {
+        AtFlags::REMOVEDIR
+    } else {
+        AtFlags::empty()
+    };
     rustix::fs::unlinkat(dir, rel, flags).map_err(errno)
 }
 
@@ -173,18 +182,28 @@ pub fn renameat2(dir: BorrowedFd<'_>, old: &Path, new: &Path, flags: u32) -> io:
 }
 
 pub fn chmodat(dir: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<()> {
-    rustix::fs::chmodat(dir, at_path(rel), Mode::from_raw_mode(mode), AtFlags::empty())
-        .map_err(errno)
+    rustix::fs::chmodat(
+        dir,
+        at_path(rel),
+        Mode::from_raw_mode(mode),
+        AtFlags::empty(),
+    )
+    .map_err(errno)
 }
 
 pub fn fchmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(errno)
 }
 
-pub fn lchownat(dir: BorrowedFd<'_>, rel: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+pub fn lchownat(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> io::Result<()> {
     // SAFETY-free: rustix validates ids; -1 (None) leaves an id unchanged.
-    let uid = uid.map(|u| rustix::fs::Uid::from_raw(u));
-    let gid = gid.map(|g| rustix::fs::Gid::from_raw(g));
+    let uid = uid.map(rustix::fs::Uid::from_raw);
+    let gid = gid.map(rustix::fs::Gid::from_raw);
     rustix::fs::chownat(dir, at_path(rel), uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
 }
 
@@ -193,19 +212,39 @@ pub type SetTime = Option<Option<(i64, i64)>>;
 
 fn timespec(t: SetTime) -> rustix::fs::Timespec {
     match t {
-        None => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
-        Some(None) => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
-        Some(Some((s, ns))) => rustix::fs::Timespec { tv_sec: s, tv_nsec: ns as _ },
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(None) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(Some((s, ns))) => rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        },
     }
 }
 
-pub fn lutimensat(dir: BorrowedFd<'_>, rel: &Path, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-    let ts = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+pub fn lutimensat(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    atime: SetTime,
+    mtime: SetTime,
+) -> io::Result<()> {
+    let ts = rustix::fs::Timestamps {
+        last_access: timespec(atime),
+        last_modification: timespec(mtime),
+    };
     rustix::fs::utimensat(dir, at_path(rel), &ts, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
 }
 
 pub fn futimens(fd: BorrowedFd<'_>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
-    let ts = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+    let ts = rustix::fs::Timestamps {
+        last_access: timespec(atime),
+        last_modification: timespec(mtime),
+    };
     rustix::fs::futimens(fd, &ts).map_err(errno)
 }
 
@@ -298,7 +337,12 @@ pub fn copy_all(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, len: u64) -> io::Resul
         match copy_file_range(src, off, dst, off, chunk) {
             Ok(0) => break,
             Ok(n) => off += n as u64,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP)
+                ) =>
+            {
                 let mut buf = vec![0u8; 1 << 20];
                 loop {
                     let n = pread(src, &mut buf, off)?;
@@ -323,7 +367,7 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::StatVfs> {
 }
 
 pub fn statfs_type(path: &Path) -> io::Result<i64> {
-    rustix::fs::statfs(path).map(|s| s.f_type as i64).map_err(errno)
+    rustix::fs::statfs(path).map(|s| s.f_type).map_err(errno)
 }
 
 /// The `/proc/self/fd/N` name of an fd: how xattr calls reach an `O_PATH` handle.
@@ -412,7 +456,11 @@ pub fn getpid() -> u32 {
 
 /// Unmounts `path`; `lazy` detaches a mount whose daemon is gone.
 pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
-    let flags = if lazy { rustix::mount::UnmountFlags::DETACH } else { rustix::mount::UnmountFlags::empty() };
+    let flags = if lazy {
+        rustix::mount::UnmountFlags::DETACH
+    } else {
+        rustix::mount::UnmountFlags::empty()
+    };
     rustix::mount::unmount(path, flags).map_err(errno)
 }
 
@@ -437,7 +485,9 @@ pub fn try_lock(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// The uid of the peer of a connected Unix socket.
 pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
-    rustix::net::sockopt::socket_peercred(fd).map(|c| c.uid.as_raw()).map_err(errno)
+    rustix::net::sockopt::socket_peercred(fd)
+        .map(|c| c.uid.as_raw())
+        .map_err(errno)
 }
 
 pub fn as_fd<T: AsFd>(t: &T) -> BorrowedFd<'_> {

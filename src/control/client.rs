@@ -36,7 +36,8 @@ pub fn find_socket(explicit: Option<&Path>) -> Result<PathBuf, ClientError> {
     if let Some(p) = std::env::var_os("REWINDFS_SOCKET").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    let cwd = std::env::current_dir().map_err(|e| ClientError::NotFound(format!("current directory: {e}")))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| ClientError::NotFound(format!("current directory: {e}")))?;
     match crate::mounts::containing(&cwd) {
         Ok(Some(m)) => Ok(m.source.join(crate::daemon::files::SOCKET)),
         _ => Err(ClientError::NotFound(format!(
@@ -60,11 +61,20 @@ impl Client {
     /// # Errors
     /// [`ClientError::Io`] naming the socket.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let io_err = |source| ClientError::Io { path: path.display().to_string(), source };
+        let io_err = |source| ClientError::Io {
+            path: path.display().to_string(),
+            source,
+        };
         let s = UnixStream::connect(path).map_err(io_err)?;
-        s.set_read_timeout(Some(Duration::from_secs(600))).map_err(io_err)?;
+        s.set_read_timeout(Some(Duration::from_secs(600)))
+            .map_err(io_err)?;
         let r = s.try_clone().map_err(io_err)?;
-        Ok(Client { path: path.to_path_buf(), writer: s, reader: BufReader::new(r), next: 1 })
+        Ok(Client {
+            path: path.to_path_buf(),
+            writer: s,
+            reader: BufReader::new(r),
+            next: 1,
+        })
     }
 
     /// Sends one request and returns the success payload.
@@ -80,22 +90,37 @@ impl Client {
             req.extend(m);
         }
         let line = json!({"type": "control_request", "request_id": id, "request": req});
-        let io_err = |source| ClientError::Io { path: self.path.display().to_string(), source };
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let io_err = |source| ClientError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        let mut bytes =
+            serde_json::to_vec(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
         // If the daemon refused us it has already said why and hung up: read that first.
         let written = self.writer.write_all(&bytes);
         let mut resp = String::new();
-        let n = self.reader.read_line(&mut resp).map_err(|source| ClientError::Io { path: self.path.display().to_string(), source })?;
+        let n = self
+            .reader
+            .read_line(&mut resp)
+            .map_err(|source| ClientError::Io {
+                path: self.path.display().to_string(),
+                source,
+            })?;
         if n == 0 {
             written.map_err(io_err)?;
-            return Err(ClientError::Protocol("the daemon closed the connection".into()));
+            return Err(ClientError::Protocol(
+                "the daemon closed the connection".into(),
+            ));
         }
-        let v: Value = serde_json::from_str(&resp).map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;
+        let v: Value = serde_json::from_str(&resp)
+            .map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;
         let r = &v["response"];
         match r["subtype"].as_str() {
             Some("success") => Ok(r["response"].clone()),
-            Some("error") => Err(ClientError::Daemon(r["error"].as_str().unwrap_or("unknown error").to_string())),
+            Some("error") => Err(ClientError::Daemon(
+                r["error"].as_str().unwrap_or("unknown error").to_string(),
+            )),
             _ => Err(ClientError::Protocol(resp)),
         }
     }

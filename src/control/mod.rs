@@ -34,7 +34,11 @@ pub struct Daemon {
 }
 
 /// Serves `listener` until `shutdown` fires.
-pub async fn serve(listener: UnixListener, daemon: Arc<Daemon>, mut shutdown: broadcast::Receiver<()>) {
+pub async fn serve(
+    listener: UnixListener,
+    daemon: Arc<Daemon>,
+    mut shutdown: broadcast::Receiver<()>,
+) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let my_uid = crate::sys::geteuid();
     loop {
@@ -70,14 +74,30 @@ async fn write_line(stream: &mut (impl AsyncWriteExt + Unpin), v: &Value) -> std
     stream.write_all(&s).await
 }
 
-async fn handle_connection(stream: UnixStream, daemon: Arc<Daemon>, mut shutdown: broadcast::Receiver<()>, my_uid: u32) -> std::io::Result<()> {
+async fn handle_connection(
+    stream: UnixStream,
+    daemon: Arc<Daemon>,
+    mut shutdown: broadcast::Receiver<()>,
+    my_uid: u32,
+) -> std::io::Result<()> {
     let (peer_uid, peer_pid) = {
-        let cred = rustix::net::sockopt::socket_peercred(stream.as_fd()).map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
-        (cred.uid.as_raw(), rustix::process::Pid::as_raw(Some(cred.pid)) as u32)
+        let cred = rustix::net::sockopt::socket_peercred(stream.as_fd())
+            .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
+        (
+            cred.uid.as_raw(),
+            rustix::process::Pid::as_raw(Some(cred.pid)) as u32,
+        )
     };
     let (rd, mut wr) = stream.into_split();
     if peer_uid != my_uid && peer_uid != 0 {
-        write_line(&mut wr, &protocol::error("", &format!("permission denied: uid {peer_uid} may not control this daemon"))).await?;
+        write_line(
+            &mut wr,
+            &protocol::error(
+                "",
+                &format!("permission denied: uid {peer_uid} may not control this daemon"),
+            ),
+        )
+        .await?;
         return Ok(());
     }
     let mut rd = BufReader::new(rd);
@@ -93,7 +113,17 @@ async fn handle_connection(stream: UnixStream, daemon: Arc<Daemon>, mut shutdown
             return Ok(());
         }
         if line.len() > protocol::MAX_LINE {
-            write_line(&mut wr, &protocol::error("", &format!("request line longer than {} bytes; closing", protocol::MAX_LINE))).await?;
+            write_line(
+                &mut wr,
+                &protocol::error(
+                    "",
+                    &format!(
+                        "request line longer than {} bytes; closing",
+                        protocol::MAX_LINE
+                    ),
+                ),
+            )
+            .await?;
             return Ok(());
         }
         if line.iter().all(|b| b.is_ascii_whitespace()) {
@@ -106,7 +136,10 @@ async fn handle_connection(stream: UnixStream, daemon: Arc<Daemon>, mut shutdown
                 let dry = req.is_dry_run();
                 match tokio::task::spawn_blocking(move || handle(&d, req, peer_pid)).await {
                     Ok(Ok(v)) => protocol::success(&id, v),
-                    Ok(Err(e)) if dry => protocol::success(&id, json!({"canRewind": false, "error": e, "filesChanged": [], "insertions": 0, "deletions": 0})),
+                    Ok(Err(e)) if dry => protocol::success(
+                        &id,
+                        json!({"canRewind": false, "error": e, "filesChanged": [], "insertions": 0, "deletions": 0}),
+                    ),
                     Ok(Err(e)) => protocol::error(&id, &e),
                     Err(e) => protocol::error(&id, &format!("internal error: {e}")),
                 }
@@ -118,7 +151,11 @@ async fn handle_connection(stream: UnixStream, daemon: Arc<Daemon>, mut shutdown
 
 fn rel_to_workspace(daemon: &Daemon, p: &str) -> Option<PathBuf> {
     let path = Path::new(p);
-    let rel = if path.is_absolute() { path.strip_prefix(&daemon.workspace).ok()?.to_path_buf() } else { path.to_path_buf() };
+    let rel = if path.is_absolute() {
+        path.strip_prefix(&daemon.workspace).ok()?.to_path_buf()
+    } else {
+        path.to_path_buf()
+    };
     crate::sys::validate_rel(&rel).ok()
 }
 
@@ -156,29 +193,53 @@ fn rfc3339(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", sod / 3600, sod % 3600 / 60, sod % 60, ms.rem_euclid(1000))
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+        ms.rem_euclid(1000)
+    )
 }
 
 /// Runs one request. `Err` is the message of an `error` response.
 pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String> {
     let e = &d.engine;
     match req {
-        Request::BeginMessage { session_id, user_message_id } => {
+        Request::BeginMessage {
+            session_id,
+            user_message_id,
+        } => {
             let (seq, uuid, _) = e.recorder.current();
             if uuid == user_message_id {
                 return Ok(json!({"checkpoint": uuid, "seq": seq}));
             }
-            if e.store.checkpoint(&user_message_id).map_err(|x| x.to_string())?.is_some() {
-                return Err(format!("checkpoint {user_message_id} already began; a message's checkpoint cannot begin twice"));
+            if e.store
+                .checkpoint(&user_message_id)
+                .map_err(|x| x.to_string())?
+                .is_some()
+            {
+                return Err(format!(
+                    "checkpoint {user_message_id} already began; a message's checkpoint cannot begin twice"
+                ));
             }
             // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
             e.kernel.flush();
-            let seq = e.recorder.begin(&user_message_id, Some(&session_id), "message").map_err(|x| x.to_string())?;
+            let seq = e
+                .recorder
+                .begin(&user_message_id, Some(&session_id), "message")
+                .map_err(|x| x.to_string())?;
             Ok(json!({"checkpoint": user_message_id, "seq": seq}))
         }
-        Request::ToolUse { phase, tool_name, tool_use_id, file_path } => {
+        Request::ToolUse {
+            phase,
+            tool_name,
+            tool_use_id,
+            file_path,
+        } => {
             let rel = file_path.as_deref().and_then(|p| rel_to_workspace(d, p));
-            e.recorder.tool_span(phase == Phase::Pre, &tool_name, &tool_use_id, rel);
+            e.recorder
+                .tool_span(phase == Phase::Pre, &tool_name, &tool_use_id, rel);
             Ok(json!({}))
         }
         Request::RegisterAgent { pid } => {
@@ -188,8 +249,22 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
             e.recorder.register_agent(pid);
             Ok(json!({}))
         }
-        Request::RewindFiles { user_message_id, dry_run, scope, force, paths, session_id } => {
-            let r = crate::rewind::Request { user_message_id, dry_run, scope, force, paths, session_id };
+        Request::RewindFiles {
+            user_message_id,
+            dry_run,
+            scope,
+            force,
+            paths,
+            session_id,
+        } => {
+            let r = crate::rewind::Request {
+                user_message_id,
+                dry_run,
+                scope,
+                force,
+                paths,
+                session_id,
+            };
             match e.rewind(&r) {
                 Ok(o) => Ok(outcome_json(&o, dry_run)),
                 Err(RewindError::NoCheckpoint) => Err(RewindError::NoCheckpoint.to_string()),
@@ -198,10 +273,15 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
         }
         Request::UndoRewind => {
             let o = e.undo().map_err(|x| x.to_string())?;
-            Ok(json!({"canRewind": true, "filesChanged": o.files_changed, "insertions": o.insertions, "deletions": o.deletions, "undone": o.rewind_id}))
+            Ok(
+                json!({"canRewind": true, "filesChanged": o.files_changed, "insertions": o.insertions, "deletions": o.deletions, "undone": o.rewind_id}),
+            )
         }
         Request::ListCheckpoints { session_id } => {
-            let list = e.store.checkpoints(session_id.as_deref()).map_err(|x| x.to_string())?;
+            let list = e
+                .store
+                .checkpoints(session_id.as_deref())
+                .map_err(|x| x.to_string())?;
             let cps: Vec<Value> = list
                 .iter()
                 .map(|c| {
@@ -217,20 +297,37 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
                 .collect();
             Ok(json!({"checkpoints": cps}))
         }
-        Request::Diff { user_message_id, path, scope } => {
-            let (diff, files) = e.diff(&user_message_id, path.as_deref(), scope).map_err(|x| x.to_string())?;
+        Request::Diff {
+            user_message_id,
+            path,
+            scope,
+        } => {
+            let (diff, files) = e
+                .diff(&user_message_id, path.as_deref(), scope)
+                .map_err(|x| x.to_string())?;
             Ok(json!({"diff": diff, "filesChanged": files}))
         }
         Request::Log { path, limit } => {
             e.recorder.flush_log();
             let rel = match &path {
-                Some(p) => Some(rel_to_workspace(d, p).ok_or_else(|| format!("{p}: not a path inside the workspace"))?),
+                Some(p) => Some(
+                    rel_to_workspace(d, p)
+                        .ok_or_else(|| format!("{p}: not a path inside the workspace"))?,
+                ),
                 None => None,
             };
             let key = rel.as_ref().map(|r| crate::capture::path_key(r));
-            let entries = e.store.log(key.as_deref(), limit).map_err(|x| x.to_string())?;
-            let cps: std::collections::HashMap<i64, String> =
-                e.store.checkpoints(None).map_err(|x| x.to_string())?.into_iter().map(|c| (c.checkpoint.seq, c.checkpoint.uuid)).collect();
+            let entries = e
+                .store
+                .log(key.as_deref(), limit)
+                .map_err(|x| x.to_string())?;
+            let cps: std::collections::HashMap<i64, String> = e
+                .store
+                .checkpoints(None)
+                .map_err(|x| x.to_string())?
+                .into_iter()
+                .map(|c| (c.checkpoint.seq, c.checkpoint.uuid))
+                .collect();
             let v: Vec<Value> = entries
                 .iter()
                 .map(|x| {
@@ -276,6 +373,9 @@ mod tests {
     #[test]
     fn rfc3339_formats_known_instants() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339(1_795_356_231_123), "2026-11-22T14:03:51.123Z");
+        assert_eq!(
+            super::rfc3339(1_795_356_231_123),
+            "2026-11-22T14:03:51.123Z"
+        );
     }
 }

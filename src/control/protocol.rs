@@ -19,14 +19,40 @@ pub enum Phase {
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
-    BeginMessage { session_id: String, user_message_id: String },
-    ToolUse { phase: Phase, tool_name: String, tool_use_id: String, file_path: Option<String> },
-    RegisterAgent { pid: u32 },
-    RewindFiles { user_message_id: String, dry_run: bool, scope: Scope, force: bool, paths: Vec<String>, session_id: Option<String> },
+    BeginMessage {
+        session_id: String,
+        user_message_id: String,
+    },
+    ToolUse {
+        phase: Phase,
+        tool_name: String,
+        tool_use_id: String,
+        file_path: Option<String>,
+    },
+    RegisterAgent {
+        pid: u32,
+    },
+    RewindFiles {
+        user_message_id: String,
+        dry_run: bool,
+        scope: Scope,
+        force: bool,
+        paths: Vec<String>,
+        session_id: Option<String>,
+    },
     UndoRewind,
-    ListCheckpoints { session_id: Option<String> },
-    Diff { user_message_id: String, path: Option<String>, scope: Scope },
-    Log { path: Option<String>, limit: i64 },
+    ListCheckpoints {
+        session_id: Option<String>,
+    },
+    Diff {
+        user_message_id: String,
+        path: Option<String>,
+        scope: Scope,
+    },
+    Log {
+        path: Option<String>,
+        limit: i64,
+    },
     Status,
 }
 
@@ -76,7 +102,9 @@ fn uuid_field(m: &Map<String, Value>, name: &str) -> Result<String, String> {
 fn scope(m: &Map<String, Value>, default: Scope) -> Result<Scope, String> {
     match opt_string(m, "scope")? {
         None => Ok(default),
-        Some(s) => Scope::parse(&s).ok_or_else(|| format!("field \"scope\" must be \"tool\", \"agent\" or \"all\", not {s:?}")),
+        Some(s) => Scope::parse(&s).ok_or_else(|| {
+            format!("field \"scope\" must be \"tool\", \"agent\" or \"all\", not {s:?}")
+        }),
     }
 }
 
@@ -85,8 +113,11 @@ fn scope(m: &Map<String, Value>, default: Scope) -> Result<Scope, String> {
 /// # Errors
 /// `(request_id, message)` for anything malformed.
 pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
-    let v: Value = serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
-    let Value::Object(env) = v else { return Err((String::new(), "a request must be a JSON object".into())) };
+    let v: Value =
+        serde_json::from_slice(line).map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
+    let Value::Object(env) = v else {
+        return Err((String::new(), "a request must be a JSON object".into()));
+    };
     let id = match env.get("request_id") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
@@ -98,8 +129,11 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
         Some(_) => return Err(fail("field \"type\" must be \"control_request\"".into())),
         None => return Err(fail("missing field \"type\"".into())),
     }
-    let Some(Value::Object(r)) = env.get("request") else { return Err(fail("missing object \"request\"".into())) };
-    let subtype = string(r, "subtype").map_err(|_| fail("missing field \"request.subtype\"".into()))?;
+    let Some(Value::Object(r)) = env.get("request") else {
+        return Err(fail("missing object \"request\"".into()));
+    };
+    let subtype =
+        string(r, "subtype").map_err(|_| fail("missing field \"request.subtype\"".into()))?;
     let req = match subtype.as_str() {
         "begin_message" => Request::BeginMessage {
             session_id: string(r, "session_id").map_err(fail)?,
@@ -109,7 +143,11 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
             let phase = match string(r, "phase").map_err(fail)?.as_str() {
                 "pre" => Phase::Pre,
                 "post" => Phase::Post,
-                p => return Err(fail(format!("field \"phase\" must be \"pre\" or \"post\", not {p:?}"))),
+                p => {
+                    return Err(fail(format!(
+                        "field \"phase\" must be \"pre\" or \"post\", not {p:?}"
+                    )));
+                }
             };
             Request::ToolUse {
                 phase,
@@ -119,15 +157,24 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
             }
         }
         "register_agent" => {
-            let pid = field(r, "pid").and_then(Value::as_u64).filter(|p| *p > 0 && *p <= u32::MAX as u64);
-            Request::RegisterAgent { pid: pid.ok_or_else(|| fail("field \"pid\" must be a positive integer".into()))? as u32 }
+            let pid = field(r, "pid")
+                .and_then(Value::as_u64)
+                .filter(|p| *p > 0 && *p <= u32::MAX as u64);
+            Request::RegisterAgent {
+                pid: pid.ok_or_else(|| fail("field \"pid\" must be a positive integer".into()))?
+                    as u32,
+            }
         }
         "rewind_files" => {
             let paths = match field(r, "paths") {
                 None => Vec::new(),
                 Some(Value::Array(a)) => a
                     .iter()
-                    .map(|p| p.as_str().map(str::to_string).ok_or_else(|| fail("field \"paths\" must be an array of strings".into())))
+                    .map(|p| {
+                        p.as_str().map(str::to_string).ok_or_else(|| {
+                            fail("field \"paths\" must be an array of strings".into())
+                        })
+                    })
                     .collect::<Result<_, _>>()?,
                 Some(_) => return Err(fail("field \"paths\" must be an array of strings".into())),
             };
@@ -141,7 +188,9 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
             }
         }
         "undo_rewind" => Request::UndoRewind,
-        "list_checkpoints" => Request::ListCheckpoints { session_id: opt_string(r, "session_id").map_err(fail)? },
+        "list_checkpoints" => Request::ListCheckpoints {
+            session_id: opt_string(r, "session_id").map_err(fail)?,
+        },
         "diff" => Request::Diff {
             user_message_id: uuid_field(r, "user_message_id").map_err(fail)?,
             path: opt_string(r, "path").map_err(fail)?,
@@ -150,9 +199,15 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
         "log" => {
             let limit = match field(r, "limit") {
                 None => 1000,
-                Some(v) => v.as_i64().filter(|n| *n > 0).ok_or_else(|| fail("field \"limit\" must be a positive integer".into()))?,
+                Some(v) => v
+                    .as_i64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| fail("field \"limit\" must be a positive integer".into()))?,
             };
-            Request::Log { path: opt_string(r, "path").map_err(fail)?, limit }
+            Request::Log {
+                path: opt_string(r, "path").map_err(fail)?,
+                limit,
+            }
         }
         "status" => Request::Status,
         other => return Err(fail(format!("unknown request subtype {other:?}"))),
@@ -179,14 +234,38 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             ("not json", "invalid JSON"),
             ("[1]", "JSON object"),
-            (r#"{"type":"control_request","request":{"subtype":"status"}}"#, "request_id"),
-            (r#"{"type":"x","request_id":"a","request":{"subtype":"status"}}"#, "control_request"),
-            (r#"{"type":"control_request","request_id":"a","request":{}}"#, "subtype"),
-            (r#"{"type":"control_request","request_id":"a","request":{"subtype":"nope"}}"#, "unknown request subtype"),
-            (r#"{"type":"control_request","request_id":"a","request":{"subtype":"begin_message","session_id":"s","user_message_id":"zz"}}"#, "not a UUID"),
-            (r#"{"type":"control_request","request_id":"a","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","scope":"most"}}"#, "scope"),
-            (r#"{"type":"control_request","request_id":"a","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","dry_run":"yes"}}"#, "dry_run"),
-            (r#"{"type":"control_request","request_id":"a","request":{"subtype":"register_agent","pid":-1}}"#, "pid"),
+            (
+                r#"{"type":"control_request","request":{"subtype":"status"}}"#,
+                "request_id",
+            ),
+            (
+                r#"{"type":"x","request_id":"a","request":{"subtype":"status"}}"#,
+                "control_request",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{}}"#,
+                "subtype",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"nope"}}"#,
+                "unknown request subtype",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"begin_message","session_id":"s","user_message_id":"zz"}}"#,
+                "not a UUID",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","scope":"most"}}"#,
+                "scope",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","dry_run":"yes"}}"#,
+                "dry_run",
+            ),
+            (
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"register_agent","pid":-1}}"#,
+                "pid",
+            ),
         ];
         for (line, want) in cases {
             let (_, e) = parse(line.as_bytes()).expect_err(line);

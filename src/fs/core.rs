@@ -90,7 +90,11 @@ fn err(code: i32) -> io::Error {
 }
 
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
-    if parent.as_os_str().is_empty() { PathBuf::from(name) } else { parent.join(name) }
+    if parent.as_os_str().is_empty() {
+        PathBuf::from(name)
+    } else {
+        parent.join(name)
+    }
 }
 
 impl Core {
@@ -122,7 +126,12 @@ impl Core {
     }
 
     fn handle(&self, fh: u64) -> io::Result<Arc<Handle>> {
-        self.handles.read().unwrap().get(&fh).cloned().ok_or_else(|| err(libc::EBADF))
+        self.handles
+            .read()
+            .unwrap()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| err(libc::EBADF))
     }
 
     fn add_handle(&self, h: Handle) -> u64 {
@@ -133,7 +142,14 @@ impl Core {
 
     /// Paths of files open for writing (whose data the kernel may still hold: mmap pages).
     pub fn writable_paths(&self) -> Vec<PathBuf> {
-        let inos: Vec<u64> = self.handles.read().unwrap().values().filter(|h| h.writable).map(|h| h.ino).collect();
+        let inos: Vec<u64> = self
+            .handles
+            .read()
+            .unwrap()
+            .values()
+            .filter(|h| h.writable)
+            .map(|h| h.ino)
+            .collect();
         let mut paths: Vec<PathBuf> = inos.into_iter().filter_map(|i| self.path(i).ok()).collect();
         paths.sort();
         paths.dedup();
@@ -145,19 +161,49 @@ impl Core {
         self.handles.read().unwrap().len()
     }
 
-    fn before(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) -> io::Result<Permit<'_>> {
-        self.observer.before(ctx.pid, &Change { op, path, path2, aliases: &[] })
+    fn before(
+        &self,
+        ctx: &Ctx,
+        op: Op,
+        path: &Path,
+        path2: Option<&Path>,
+    ) -> io::Result<Permit<'_>> {
+        self.observer.before(
+            ctx.pid,
+            &Change {
+                op,
+                path,
+                path2,
+                aliases: &[],
+            },
+        )
     }
 
     /// Before a change to an existing file's content or attributes, which every hard link of
     /// it shows.
     fn before_node(&self, ctx: &Ctx, op: Op, ino: u64, path: &Path) -> io::Result<Permit<'_>> {
         let aliases = self.inodes.aliases(ino);
-        self.observer.before(ctx.pid, &Change { op, path, path2: None, aliases: &aliases })
+        self.observer.before(
+            ctx.pid,
+            &Change {
+                op,
+                path,
+                path2: None,
+                aliases: &aliases,
+            },
+        )
     }
 
     fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
-        self.observer.after(ctx.pid, &Change { op, path, path2, aliases: &[] });
+        self.observer.after(
+            ctx.pid,
+            &Change {
+                op,
+                path,
+                path2,
+                aliases: &[],
+            },
+        );
     }
 
     /// Stats a node by path, checking it is still the file the node stands for.
@@ -200,7 +246,12 @@ impl Core {
     }
 
     /// Finds an fd to operate on for a node: its handle if one was given, else by path.
-    fn node_fd(&self, ino: u64, fh: Option<u64>, flags: OFlags) -> io::Result<(Option<PathBuf>, OwnedFd)> {
+    fn node_fd(
+        &self,
+        ino: u64,
+        fh: Option<u64>,
+        flags: OFlags,
+    ) -> io::Result<(Option<PathBuf>, OwnedFd)> {
         if let Some(fh) = fh {
             if let Ok(h) = self.handle(fh) {
                 if h.ino == ino {
@@ -268,7 +319,13 @@ impl Core {
             }
         }
         if let Some(p) = &p {
-            let op = if a.size.is_some() { Op::Truncate } else if a.mode.is_some() { Op::Chmod } else { Op::Utimes };
+            let op = if a.size.is_some() {
+                Op::Truncate
+            } else if a.mode.is_some() {
+                Op::Chmod
+            } else {
+                Op::Utimes
+            };
             self.after(ctx, op, p, None);
         }
         self.getattr(ino, fh)
@@ -286,7 +343,11 @@ impl Core {
         }
         let pst = sys::lstat_at(self.root(), sys::at_path(parent))?;
         // In a set-group-ID directory new files take the directory's group.
-        let gid = if pst.st_mode & libc::S_ISGID != 0 { pst.st_gid } else { ctx.gid };
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            pst.st_gid
+        } else {
+            ctx.gid
+        };
         sys::lchownat(self.root(), rel, Some(ctx.uid), Some(gid))?;
         // chown clears set-user/group-ID bits on non-directories; put back what was asked for.
         if !is_dir && mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
@@ -295,19 +356,39 @@ impl Core {
         Ok(())
     }
 
-    fn created(&self, ctx: &Ctx, parent: u64, name: &OsStr, p: &Path, op: Op) -> io::Result<(Looked, Stat)> {
+    fn created(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        p: &Path,
+        op: Op,
+    ) -> io::Result<(Looked, Stat)> {
         let st = sys::lstat_at(self.root(), p)?;
         self.after(ctx, op, p, None);
         Ok((self.inodes.lookup(parent, name, &st), st))
     }
 
-    pub fn mknod(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> io::Result<(Looked, Stat)> {
+    pub fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777);
         let _permit = self.before(ctx, Op::Create, &p, None)?;
         if mode & libc::S_IFMT == libc::S_IFREG {
-            sys::openat(self.root(), &p, OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY, mode & 0o7777)?;
+            sys::openat(
+                self.root(),
+                &p,
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                mode & 0o7777,
+            )?;
         } else {
             sys::mknodat(self.root(), &p, mode, rdev as u64)?;
         }
@@ -315,7 +396,14 @@ impl Core {
         self.created(ctx, parent, name, &p, Op::Create)
     }
 
-    pub fn mkdir(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32) -> io::Result<(Looked, Stat)> {
+    pub fn mkdir(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777) & 0o7777;
@@ -325,7 +413,13 @@ impl Core {
         self.created(ctx, parent, name, &p, Op::Mkdir)
     }
 
-    pub fn symlink(&self, ctx: &Ctx, parent: u64, name: &OsStr, target: &Path) -> io::Result<(Looked, Stat)> {
+    pub fn symlink(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+    ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let _permit = self.before(ctx, Op::Symlink, &p, None)?;
@@ -334,7 +428,13 @@ impl Core {
         self.created(ctx, parent, name, &p, Op::Symlink)
     }
 
-    pub fn link(&self, ctx: &Ctx, ino: u64, newparent: u64, newname: &OsStr) -> io::Result<(Looked, Stat)> {
+    pub fn link(
+        &self,
+        ctx: &Ctx,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> io::Result<(Looked, Stat)> {
         let (old, _) = self.stat_node(ino)?;
         let p = self.child_path(newparent, newname)?;
         let _permit = self.before(ctx, Op::Link, &p, Some(&old))?;
@@ -377,7 +477,15 @@ impl Core {
         Ok(())
     }
 
-    pub fn rename(&self, ctx: &Ctx, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32) -> io::Result<()> {
+    pub fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> io::Result<()> {
         let from = self.child_path(parent, name)?;
         let to = self.child_path(newparent, newname)?;
         let src = sys::lstat_at(self.root(), &from)?;
@@ -389,13 +497,16 @@ impl Core {
         self.after(ctx, op, &from, Some(&to));
         let src_ino = self.inodes.ino_of(&src);
         let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
-        let same = dst.as_ref().is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
+        let same = dst
+            .as_ref()
+            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
         if same {
             return Ok(()); // renaming a hard link onto another name of itself does nothing
         }
         if let Some(d) = dst_ino {
             if exchange {
-                self.inodes.renamed(d, (newparent, newname), Some((parent, name)));
+                self.inodes
+                    .renamed(d, (newparent, newname), Some((parent, name)));
             } else {
                 self.inodes.renamed(d, (newparent, newname), None);
                 let dst = dst.unwrap();
@@ -405,7 +516,8 @@ impl Core {
             }
         }
         if let Some(s) = src_ino {
-            self.inodes.renamed(s, (parent, name), Some((newparent, newname)));
+            self.inodes
+                .renamed(s, (parent, name), Some((newparent, newname)));
         }
         Ok(())
     }
@@ -438,10 +550,23 @@ impl Core {
         if flags & libc::O_TRUNC != 0 && writable {
             self.after(ctx, Op::Truncate, &p, None);
         }
-        Ok(self.add_handle(Handle { ino, fd, kind: HandleKind::File, writable }))
+        Ok(self.add_handle(Handle {
+            ino,
+            fd,
+            kind: HandleKind::File,
+            writable,
+        }))
     }
 
-    pub fn create(&self, ctx: &Ctx, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32) -> io::Result<(Looked, Stat, u64)> {
+    pub fn create(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> io::Result<(Looked, Stat, u64)> {
         let pp = self.path(parent)?;
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777) & 0o7777;
@@ -449,7 +574,11 @@ impl Core {
         if existing.is_some() && flags & libc::O_EXCL != 0 {
             return Err(err(libc::EEXIST));
         }
-        let op = if existing.is_some() { Op::Truncate } else { Op::Create };
+        let op = if existing.is_some() {
+            Op::Truncate
+        } else {
+            Op::Create
+        };
         let _permit = if existing.is_none() || flags & libc::O_TRUNC != 0 {
             self.before(ctx, op, &p, None)?
         } else {
@@ -466,7 +595,12 @@ impl Core {
         let st = sys::fstat(fd.as_fd())?;
         let looked = self.inodes.lookup(parent, name, &st);
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.add_handle(Handle { ino: looked.ino, fd, kind: HandleKind::File, writable });
+        let fh = self.add_handle(Handle {
+            ino: looked.ino,
+            fd,
+            kind: HandleKind::File,
+            writable,
+        });
         Ok((looked, st, fh))
     }
 
@@ -515,19 +649,39 @@ impl Core {
     pub fn opendir(&self, ino: u64) -> io::Result<u64> {
         let p = self.path(ino)?;
         let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        Ok(self.add_handle(Handle { ino, fd, kind: HandleKind::Dir(Mutex::new(None)), writable: false }))
+        Ok(self.add_handle(Handle {
+            ino,
+            fd,
+            kind: HandleKind::Dir(Mutex::new(None)),
+            writable: false,
+        }))
     }
 
     /// The directory's entries; read from the disk when `offset == 0` (rewinddir).
     pub fn readdir(&self, fh: u64, offset: u64) -> io::Result<Arc<Vec<DirEnt>>> {
         let h = self.handle(fh)?;
-        let HandleKind::Dir(cache) = &h.kind else { return Err(err(libc::ENOTDIR)) };
+        let HandleKind::Dir(cache) = &h.kind else {
+            return Err(err(libc::ENOTDIR));
+        };
         let mut c = cache.lock().unwrap();
         if offset == 0 || c.is_none() {
-            let dup = sys::open_beneath(h.fd.as_fd(), Path::new("."), OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+            let dup = sys::open_beneath(
+                h.fd.as_fd(),
+                Path::new("."),
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                0,
+            )?;
             let mut ents = vec![
-                DirEnt { name: ".".into(), ino: h.ino, dtype: libc::DT_DIR },
-                DirEnt { name: "..".into(), ino: ROOT, dtype: libc::DT_DIR },
+                DirEnt {
+                    name: ".".into(),
+                    ino: h.ino,
+                    dtype: libc::DT_DIR,
+                },
+                DirEnt {
+                    name: "..".into(),
+                    ino: ROOT,
+                    dtype: libc::DT_DIR,
+                },
             ];
             for (name, ino, dtype) in sys::read_dir_all(dup)? {
                 ents.push(DirEnt { name, ino, dtype });
@@ -565,7 +719,14 @@ impl Core {
         sys::listxattr(fd.as_fd(), size as usize)
     }
 
-    pub fn setxattr(&self, ctx: &Ctx, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+    pub fn setxattr(
+        &self,
+        ctx: &Ctx,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> io::Result<()> {
         let (p, fd, is_link) = self.xattr_fd(ino)?;
         if is_link {
             return Err(err(libc::EPERM));
@@ -611,7 +772,15 @@ impl Core {
         sys::lseek(h.fd.as_fd(), off, whence)
     }
 
-    pub fn copy_file_range(&self, ctx: &Ctx, fh_in: u64, off_in: u64, fh_out: u64, off_out: u64, len: u64) -> io::Result<usize> {
+    pub fn copy_file_range(
+        &self,
+        ctx: &Ctx,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> io::Result<usize> {
         let hi = self.handle(fh_in)?;
         let ho = self.handle(fh_out)?;
         let p = self.path(ho.ino).ok();
@@ -619,7 +788,13 @@ impl Core {
             Some(p) => self.before_node(ctx, Op::Write, ho.ino, p)?,
             None => None,
         };
-        let n = sys::copy_file_range(hi.fd.as_fd(), off_in, ho.fd.as_fd(), off_out, len.min(1 << 30) as usize)?;
+        let n = sys::copy_file_range(
+            hi.fd.as_fd(),
+            off_in,
+            ho.fd.as_fd(),
+            off_out,
+            len.min(1 << 30) as usize,
+        )?;
         if let Some(p) = &p {
             self.after(ctx, Op::Write, p, None);
         }

@@ -77,14 +77,28 @@ fn stale() -> io::Error {
 
 impl Inodes {
     pub fn new(root: &Stat) -> Self {
-        let mut t = Table { next_synthetic: 1 << 56, ..Default::default() };
+        let mut t = Table {
+            next_synthetic: 1 << 56,
+            ..Default::default()
+        };
         let key = (root.st_dev, root.st_ino);
         t.nodes.insert(
             ROOT,
-            Node { key, generation: 0, nlookup: 2, children: 0, name: None, kind: libc::S_IFDIR, multi: false },
+            Node {
+                key,
+                generation: 0,
+                nlookup: 2,
+                children: 0,
+                name: None,
+                kind: libc::S_IFDIR,
+                multi: false,
+            },
         );
         t.by_key.insert(key, ROOT);
-        Inodes { table: RwLock::new(t), root_dev: root.st_dev }
+        Inodes {
+            table: RwLock::new(t),
+            root_dev: root.st_dev,
+        }
     }
 
     /// The workspace-relative path of a node (empty for the root).
@@ -124,13 +138,27 @@ impl Inodes {
                 Some(n) if n.multi => t
                     .names
                     .iter()
-                    .filter(|(k, v)| **v == ino && Some(*k) != n.name.as_ref().map(|(p, nm)| (*p, nm.clone())).as_ref())
+                    .filter(|(k, v)| {
+                        **v == ino
+                            && Some(*k) != n.name.as_ref().map(|(p, nm)| (*p, nm.clone())).as_ref()
+                    })
                     .map(|(k, _)| k.clone())
                     .collect(),
                 _ => return Vec::new(),
             }
         };
-        names.into_iter().filter_map(|(p, nm)| self.path(p).ok().map(|pp| if pp.as_os_str().is_empty() { PathBuf::from(&nm) } else { pp.join(&nm) })).collect()
+        names
+            .into_iter()
+            .filter_map(|(p, nm)| {
+                self.path(p).ok().map(|pp| {
+                    if pp.as_os_str().is_empty() {
+                        PathBuf::from(&nm)
+                    } else {
+                        pp.join(&nm)
+                    }
+                })
+            })
+            .collect()
     }
 
     /// The `S_IFMT` kind recorded for a node.
@@ -145,7 +173,12 @@ impl Inodes {
 
     /// The node id a backing file has (or would get), without taking a lookup.
     pub fn ino_of(&self, st: &Stat) -> Option<u64> {
-        self.table.read().unwrap().by_key.get(&(st.st_dev, st.st_ino)).copied()
+        self.table
+            .read()
+            .unwrap()
+            .by_key
+            .get(&(st.st_dev, st.st_ino))
+            .copied()
     }
 
     /// Records that the kernel now holds one more lookup of the file `st` at `parent/name`.
@@ -157,7 +190,10 @@ impl Inodes {
             if ino == ROOT {
                 return Looked { ino, generation: 0 };
             }
-            let old_parent = t.nodes.get(&ino).and_then(|n| n.name.as_ref().map(|(p, _)| *p));
+            let old_parent = t
+                .nodes
+                .get(&ino)
+                .and_then(|n| n.name.as_ref().map(|(p, _)| *p));
             let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
             if n.kind != kind {
                 // The inode number was reused by a different file.
@@ -181,12 +217,14 @@ impl Inodes {
             return Looked { ino, generation: g };
         }
         // A new node. Use the backing inode number when it is free and on the root's device.
-        let ino = if st.st_dev == self.root_dev && st.st_ino != ROOT && !t.nodes.contains_key(&st.st_ino) {
-            st.st_ino
-        } else {
-            t.next_synthetic += 1;
-            t.next_synthetic
-        };
+        let ino =
+            if st.st_dev == self.root_dev && st.st_ino != ROOT && !t.nodes.contains_key(&st.st_ino)
+            {
+                st.st_ino
+            } else {
+                t.next_synthetic += 1;
+                t.next_synthetic
+            };
         if let Some(p) = t.nodes.get_mut(&parent) {
             p.children += 1;
         }
@@ -217,7 +255,10 @@ impl Inodes {
                 let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
                 n.nlookup += 1;
                 n.multi = true;
-                return Looked { ino, generation: n.generation };
+                return Looked {
+                    ino,
+                    generation: n.generation,
+                };
             }
         }
         self.lookup(parent, name, st)
@@ -242,7 +283,11 @@ impl Inodes {
         }
         let new_name = match to {
             Some((p, nm)) => Some((p, nm.to_owned())),
-            None => t.names.iter().find(|(_, v)| **v == ino).map(|(k, _)| k.clone()),
+            None => t
+                .names
+                .iter()
+                .find(|(_, v)| **v == ino)
+                .map(|(k, _)| k.clone()),
         };
         let old_parent = from.0;
         if let Some((p, _)) = &new_name {
@@ -328,7 +373,12 @@ impl Inodes {
 
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        self.table.read().unwrap().names.get(&(parent, name.to_owned())).copied()
+        self.table
+            .read()
+            .unwrap()
+            .names
+            .get(&(parent, name.to_owned()))
+            .copied()
     }
 
     /// For a workspace-relative path: the node of its parent directory and its own node, as

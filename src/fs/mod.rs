@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Filesystem,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use rustix::fs::Stat;
 
@@ -52,7 +53,11 @@ impl RewindFs {
 }
 
 fn ctx(req: &Request) -> Ctx {
-    Ctx { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
 }
 
 fn time(s: i64, ns: i64) -> SystemTime {
@@ -116,7 +121,11 @@ fn set_time(t: Option<TimeOrNow>) -> crate::sys::SetTime {
             Err(e) => {
                 let d = e.duration();
                 let (s, ns) = (d.as_secs() as i64, d.subsec_nanos() as i64);
-                if ns == 0 { (-s, 0) } else { (-s - 1, 1_000_000_000 - ns) }
+                if ns == 0 {
+                    (-s, 0)
+                } else {
+                    (-s - 1, 1_000_000_000 - ns)
+                }
             }
         }),
     })
@@ -143,7 +152,9 @@ impl Filesystem for RewindFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.core.lookup(parent.0, name) {
-            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Ok((l, st)) => {
+                reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -177,7 +188,14 @@ impl Filesystem for RewindFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let a = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
         match self.core.setattr(&ctx(req), ino.0, fh.map(|f| f.0), a) {
             Ok(st) => reply.attr(&self.cache.ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(errno_of(&e)),
@@ -192,16 +210,40 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        match self.core.mknod(&ctx(req), parent.0, name, mode, umask, rdev) {
-            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        match self
+            .core
+            .mknod(&ctx(req), parent.0, name, mode, umask, rdev)
+        {
+            Ok((l, st)) => {
+                reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
         match self.core.mkdir(&ctx(req), parent.0, name, mode, umask) {
-            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Ok((l, st)) => {
+                reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -220,9 +262,18 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
         match self.core.symlink(&ctx(req), parent.0, link_name, target) {
-            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Ok((l, st)) => {
+                reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -237,15 +288,31 @@ impl Filesystem for RewindFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.core.rename(&ctx(req), parent.0, name, newparent.0, newname, flags.bits()) {
+        match self.core.rename(
+            &ctx(req),
+            parent.0,
+            name,
+            newparent.0,
+            newname,
+            flags.bits(),
+        ) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
 
-    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         match self.core.link(&ctx(req), ino.0, newparent.0, newname) {
-            Ok((l, st)) => reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)),
+            Ok((l, st)) => {
+                reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -292,7 +359,14 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         match self.core.flush(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
@@ -313,7 +387,14 @@ impl Filesystem for RewindFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.core.fsync(fh.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
@@ -327,7 +408,14 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let ents = match self.core.readdir(fh.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno_of(&e)),
@@ -340,7 +428,14 @@ impl Filesystem for RewindFs {
         reply.ok();
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         let ents = match self.core.readdir(fh.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(errno_of(&e)),
@@ -353,14 +448,30 @@ impl Filesystem for RewindFs {
                     Ok(st) => st,
                     Err(_) => continue,
                 };
-                if reply.add(INodeNo(ino.0), off, &e.name, &Duration::ZERO, &attr(ino.0, &st), Generation(0)) {
+                if reply.add(
+                    INodeNo(ino.0),
+                    off,
+                    &e.name,
+                    &Duration::ZERO,
+                    &attr(ino.0, &st),
+                    Generation(0),
+                ) {
                     break;
                 }
                 continue;
             }
             // The entry may have vanished since the directory was read: skip it.
-            let Ok((l, st)) = self.core.lookup(ino.0, &e.name) else { continue };
-            if reply.add(INodeNo(l.ino), off, &e.name, &self.cache.ttl, &attr(l.ino, &st), Generation(l.generation)) {
+            let Ok((l, st)) = self.core.lookup(ino.0, &e.name) else {
+                continue;
+            };
+            if reply.add(
+                INodeNo(l.ino),
+                off,
+                &e.name,
+                &self.cache.ttl,
+                &attr(l.ino, &st),
+                Generation(l.generation),
+            ) {
                 // Not sent: the kernel did not take this lookup.
                 self.core.forget(l.ino, 1);
                 break;
@@ -369,12 +480,26 @@ impl Filesystem for RewindFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.core.release(fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.core.fsync(fh.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
@@ -445,8 +570,20 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        match self.core.create(&ctx(req), parent.0, name, mode, umask, flags) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self
+            .core
+            .create(&ctx(req), parent.0, name, mode, umask, flags)
+        {
             Ok((l, st, fh)) => reply.created(
                 &self.cache.ttl,
                 &attr(l.ino, &st),
@@ -458,14 +595,31 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn fallocate(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         match self.core.fallocate(&ctx(req), fh.0, offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         match self.core.lseek(fh.0, offset, whence) {
             Ok(off) => reply.offset(off as i64),
             Err(e) => reply.error(errno_of(&e)),
@@ -485,7 +639,10 @@ impl Filesystem for RewindFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self.core.copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len) {
+        match self
+            .core
+            .copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len)
+        {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno_of(&e)),
         }

@@ -43,12 +43,20 @@ impl Blobs {
         for e in fs::read_dir(&tmp)? {
             let _ = fs::remove_file(e?.path());
         }
-        Ok(Blobs { dir: dir.to_owned(), sync, counter: AtomicU64::new(0) })
+        Ok(Blobs {
+            dir: dir.to_owned(),
+            sync,
+            counter: AtomicU64::new(0),
+        })
     }
 
     /// The blob directory without opening it (read-only use: `fsck`).
     pub fn at(dir: &Path) -> Blobs {
-        Blobs { dir: dir.to_owned(), sync: false, counter: AtomicU64::new(0) }
+        Blobs {
+            dir: dir.to_owned(),
+            sync: false,
+            counter: AtomicU64::new(0),
+        }
     }
 
     /// Where the blob with this hash lives.
@@ -66,7 +74,10 @@ impl Blobs {
     /// I/O errors reading the source or writing the blob (e.g. `ENOSPC`).
     pub fn put_reader(&self, mut src: impl Read) -> io::Result<(String, u64)> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let tmp_path = self.dir.join("tmp").join(format!("{}-{n}", std::process::id()));
+        let tmp_path = self
+            .dir
+            .join("tmp")
+            .join(format!("{}-{n}", std::process::id()));
         let mut tmp = File::create(&tmp_path)?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 256 * 1024];
@@ -151,7 +162,9 @@ impl Blobs {
         if hash == empty_hash() {
             return Ok(None);
         }
-        File::open(self.path(hash)).map(Some).map_err(|e| io::Error::new(e.kind(), format!("blob {hash}: {e}")))
+        File::open(self.path(hash))
+            .map(Some)
+            .map_err(|e| io::Error::new(e.kind(), format!("blob {hash}: {e}")))
     }
 
     /// Checks that a blob exists and hashes to its name.
@@ -191,7 +204,11 @@ mod tests {
         let mut out = Vec::new();
         for e in fs::read_dir(p).unwrap() {
             let e = e.unwrap().path();
-            if e.is_dir() { out.extend(walk(&e)) } else { out.push(e) }
+            if e.is_dir() {
+                out.extend(walk(&e))
+            } else {
+                out.push(e)
+            }
         }
         out
     }

@@ -28,8 +28,14 @@ const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql")];
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database was written by a newer rewindfs.
-    #[error("store {path} has schema version {found}, newer than this rewindfs supports ({supported}); upgrade rewindfs")]
-    TooNew { path: String, found: i64, supported: i64 },
+    #[error(
+        "store {path} has schema version {found}, newer than this rewindfs supports ({supported}); upgrade rewindfs"
+    )]
+    TooNew {
+        path: String,
+        found: i64,
+        supported: i64,
+    },
     /// SQLite failed.
     #[error("store database: {0}")]
     Sql(#[from] rusqlite::Error),
@@ -45,7 +51,9 @@ impl StoreError {
             StoreError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             StoreError::Sql(rusqlite::Error::SqliteFailure(e, _)) => match e.code {
                 rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => libc::EAGAIN,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
+                    libc::EAGAIN
+                }
                 _ => libc::EIO,
             },
             _ => libc::EIO,
@@ -56,7 +64,10 @@ impl StoreError {
 impl From<StoreError> for std::io::Error {
     fn from(e: StoreError) -> std::io::Error {
         let code = e.errno();
-        std::io::Error::new(std::io::Error::from_raw_os_error(code).kind(), e.to_string())
+        std::io::Error::new(
+            std::io::Error::from_raw_os_error(code).kind(),
+            e.to_string(),
+        )
     }
 }
 
@@ -144,7 +155,15 @@ pub struct PreImage {
 
 impl PreImage {
     pub fn absent() -> PreImage {
-        PreImage { kind: Kind::Absent, blob: None, mode: 0, uid: 0, gid: 0, size: 0, target: None }
+        PreImage {
+            kind: Kind::Absent,
+            blob: None,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            target: None,
+        }
     }
 }
 
@@ -227,7 +246,10 @@ pub struct RewindRow {
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The store.
@@ -259,10 +281,17 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
     })
 }
 
-const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op";
+const CAPTURE_COLS: &str =
+    "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op";
 
 fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
-    Ok(Checkpoint { seq: r.get(0)?, uuid: r.get(1)?, session_id: r.get(2)?, kind: r.get(3)?, began_at: r.get(4)? })
+    Ok(Checkpoint {
+        seq: r.get(0)?,
+        uuid: r.get(1)?,
+        session_id: r.get(2)?,
+        kind: r.get(3)?,
+        began_at: r.get(4)?,
+    })
 }
 
 impl Store {
@@ -282,7 +311,11 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         migrate(&mut conn, &db)?;
         let blobs = Blobs::open(&dir.join("blobs"), sync)?;
-        Ok(Store { conn: Mutex::new(conn), blobs, dir: dir.to_owned() })
+        Ok(Store {
+            conn: Mutex::new(conn),
+            blobs,
+            dir: dir.to_owned(),
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
@@ -360,7 +393,15 @@ impl Store {
     /// Saves a pre-image (blob already stored) and returns the capture id. The caller makes
     /// sure a path is captured once per checkpoint (the recorder's in-memory map).
     #[allow(clippy::too_many_arguments)]
-    pub fn insert_capture(&self, checkpoint: i64, path: &[u8], purpose: &str, pre: &PreImage, actor: Actor, op: &str) -> Result<i64> {
+    pub fn insert_capture(
+        &self,
+        checkpoint: i64,
+        path: &[u8],
+        purpose: &str,
+        pre: &PreImage,
+        actor: Actor,
+        op: &str,
+    ) -> Result<i64> {
         self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(b) = &pre.blob {
@@ -417,8 +458,16 @@ impl Store {
 
     pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
         self.with(|c| {
-            let mut st = c.prepare("SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 ORDER BY path")?;
-            let rows = st.query_map([session], |r| Ok(Tracked { path: r.get(0)?, checkpoint: r.get(1)?, capture: r.get(2)? }))?;
+            let mut st = c.prepare(
+                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 ORDER BY path",
+            )?;
+            let rows = st.query_map([session], |r| {
+                Ok(Tracked {
+                    path: r.get(0)?,
+                    checkpoint: r.get(1)?,
+                    capture: r.get(2)?,
+                })
+            })?;
             rows.collect()
         })
     }
@@ -426,7 +475,12 @@ impl Store {
     /// Every tracked path of a session (to rebuild the in-memory set at mount).
     pub fn capture_by_id(&self, id: i64) -> Result<Option<Capture>> {
         self.with(|c| {
-            c.query_row(&format!("SELECT {CAPTURE_COLS} FROM captures WHERE id = ?1"), [id], row_capture).optional()
+            c.query_row(
+                &format!("SELECT {CAPTURE_COLS} FROM captures WHERE id = ?1"),
+                [id],
+                row_capture,
+            )
+            .optional()
         })
     }
 
@@ -453,12 +507,26 @@ impl Store {
     }
 
     /// Records a directory rename before it is applied.
-    pub fn insert_move(&self, checkpoint: i64, src: &[u8], dst: &[u8], exchange: bool, actor: Actor) -> Result<()> {
+    pub fn insert_move(
+        &self,
+        checkpoint: i64,
+        src: &[u8],
+        dst: &[u8],
+        exchange: bool,
+        actor: Actor,
+    ) -> Result<()> {
         self.with(|c| {
             c.execute(
                 "INSERT INTO moves (checkpoint, src, dst, exchange, after_capture, actor, at)
                  VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(id), 0) FROM captures), ?5, ?6)",
-                params![checkpoint, src, dst, exchange as i64, actor.as_str(), now_ms()],
+                params![
+                    checkpoint,
+                    src,
+                    dst,
+                    exchange as i64,
+                    actor.as_str(),
+                    now_ms()
+                ],
             )?;
             Ok(())
         })
@@ -556,7 +624,10 @@ impl Store {
 
     pub fn set_rewind_state(&self, id: &str, state: &str) -> Result<()> {
         self.with(|c| {
-            c.execute("UPDATE rewinds SET state = ?2 WHERE id = ?1", params![id, state])?;
+            c.execute(
+                "UPDATE rewinds SET state = ?2 WHERE id = ?1",
+                params![id, state],
+            )?;
             Ok(())
         })
     }
@@ -614,7 +685,10 @@ impl Store {
 pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     let db = dir.join("rewindfs.db");
     if !db.exists() {
-        return Err(StoreError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{}: no store database", db.display()))));
+        return Err(StoreError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{}: no store database", db.display()),
+        )));
     }
     let conn = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -625,7 +699,10 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     }
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > MIGRATIONS.len() as i64 {
-        problems.push(format!("schema version {version} is newer than this rewindfs ({})", MIGRATIONS.len()));
+        problems.push(format!(
+            "schema version {version} is newer than this rewindfs ({})",
+            MIGRATIONS.len()
+        ));
     }
     let blobs = Blobs::at(&dir.join("blobs"));
     let hashes: Vec<String> = {
@@ -640,9 +717,15 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
             Err(e) => problems.push(format!("blob {h}: {e}")),
         }
     }
-    let unfinished: i64 = conn.query_row("SELECT count(*) FROM rewinds WHERE state = 'applying'", [], |r| r.get(0))?;
+    let unfinished: i64 = conn.query_row(
+        "SELECT count(*) FROM rewinds WHERE state = 'applying'",
+        [],
+        |r| r.get(0),
+    )?;
     if unfinished > 0 {
-        problems.push(format!("{unfinished} rewind(s) interrupted; the next mount finishes them"));
+        problems.push(format!(
+            "{unfinished} rewind(s) interrupted; the next mount finishes them"
+        ));
     }
     Ok((problems, hashes.len()))
 }
@@ -653,7 +736,11 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let supported = MIGRATIONS.len() as i64;
     if version > supported {
-        return Err(StoreError::TooNew { path: db.display().to_string(), found: version, supported });
+        return Err(StoreError::TooNew {
+            path: db.display().to_string(),
+            found: version,
+            supported,
+        });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         tx.execute_batch(sql)?;
@@ -671,26 +758,55 @@ mod tests {
     fn migrations_apply_once_and_a_newer_store_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
-        let seq = s.begin_checkpoint("11111111-1111-4111-8111-111111111111", Some("s1"), "message").unwrap();
+        let seq = s
+            .begin_checkpoint(
+                "11111111-1111-4111-8111-111111111111",
+                Some("s1"),
+                "message",
+            )
+            .unwrap();
         drop(s);
         let s = Store::open(d.path(), false).unwrap();
-        assert_eq!(s.checkpoint("11111111-1111-4111-8111-111111111111").unwrap().unwrap().seq, seq);
+        assert_eq!(
+            s.checkpoint("11111111-1111-4111-8111-111111111111")
+                .unwrap()
+                .unwrap()
+                .seq,
+            seq
+        );
         drop(s);
         let c = Connection::open(d.path().join("rewindfs.db")).unwrap();
         c.pragma_update(None, "user_version", 99).unwrap();
         drop(c);
-        let err = Store::open(d.path(), false).err().expect("newer store must be refused");
-        assert!(err.to_string().contains("newer than this rewindfs supports"), "{err}");
+        let err = Store::open(d.path(), false)
+            .err()
+            .expect("newer store must be refused");
+        assert!(
+            err.to_string()
+                .contains("newer than this rewindfs supports"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_capture_round_trips_with_its_actors() {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
-        let k = s.begin_checkpoint("22222222-2222-4222-8222-222222222222", None, "mount").unwrap();
+        let k = s
+            .begin_checkpoint("22222222-2222-4222-8222-222222222222", None, "mount")
+            .unwrap();
         let (h, n) = s.blobs.put_bytes(b"old").unwrap();
-        let pre = PreImage { kind: Kind::File, blob: Some(h), mode: 0o100644, uid: 0, gid: 0, size: n, target: None };
-        s.insert_capture(k, b"a.txt", "checkpoint", &pre, Actor::Shell, "write").unwrap();
+        let pre = PreImage {
+            kind: Kind::File,
+            blob: Some(h),
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            size: n,
+            target: None,
+        };
+        s.insert_capture(k, b"a.txt", "checkpoint", &pre, Actor::Shell, "write")
+            .unwrap();
         s.add_actor(k, b"a.txt", Actor::Tool.bit()).unwrap();
         let caps = s.captures_from(k).unwrap();
         assert_eq!(caps.len(), 1);

@@ -26,14 +26,25 @@ impl Agent {
     pub fn new(setup: impl FnOnce(&Path)) -> Agent {
         let m = Mounted::with(setup);
         let mut c = Client::connect(&m.socket()).unwrap();
-        c.request("register_agent", json!({"pid": std::process::id()})).unwrap();
-        Agent { m, c, session: format!("session-{}", uuid()), n: 0 }
+        c.request("register_agent", json!({"pid": std::process::id()}))
+            .unwrap();
+        Agent {
+            m,
+            c,
+            session: format!("session-{}", uuid()),
+            n: 0,
+        }
     }
 
     /// Begins a new user message; returns its uuid.
     pub fn turn(&mut self) -> String {
         let u = uuid();
-        self.c.request("begin_message", json!({"session_id": self.session, "user_message_id": u})).unwrap();
+        self.c
+            .request(
+                "begin_message",
+                json!({"session_id": self.session, "user_message_id": u}),
+            )
+            .unwrap();
         u
     }
 
@@ -47,7 +58,12 @@ impl Agent {
             fs::create_dir_all(parent).unwrap();
         }
         let mode = fs::metadata(&target).ok().map(|m| m.permissions().mode());
-        let tmp = target.with_file_name(format!("{}.tmp.{}.{}", target.file_name().unwrap().to_str().unwrap(), std::process::id(), 1_700_000_000_000u64 + self.n));
+        let tmp = target.with_file_name(format!(
+            "{}.tmp.{}.{}",
+            target.file_name().unwrap().to_str().unwrap(),
+            std::process::id(),
+            1_700_000_000_000u64 + self.n
+        ));
         fs::write(&tmp, data).unwrap();
         if let Some(mode) = mode {
             fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
@@ -63,7 +79,10 @@ impl Agent {
 
     pub fn rewind(&mut self, uuid: &str, scope: &str, dry_run: bool) -> Result<Value, String> {
         self.c
-            .request("rewind_files", json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope}))
+            .request(
+                "rewind_files",
+                json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope}),
+            )
             .map_err(|e| e.to_string())
     }
 

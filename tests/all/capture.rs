@@ -16,8 +16,16 @@ use crate::support::{Mounted, require_fuse, rewindfs, rewindfs_ok, sh, tree, wai
 
 /// (kind, content, mode & 0o7777, symlink target) of the pre-image captured for `path` in the
 /// checkpoint `uuid`, read straight from the store.
-fn captured(m: &Mounted, cp: &str, path: &str) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
-    let db = rusqlite::Connection::open_with_flags(m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+fn captured(
+    m: &Mounted,
+    cp: &str,
+    path: &str,
+) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
+    let db = rusqlite::Connection::open_with_flags(
+        m.store.join("rewindfs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
     db.query_row(
         "SELECT c.kind, c.blob, c.mode, c.target FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint
          WHERE k.uuid = ?1 AND c.path = CAST(?2 AS BLOB) AND c.purpose = 'checkpoint' ORDER BY c.id LIMIT 1",
@@ -40,7 +48,11 @@ fn captured(m: &Mounted, cp: &str, path: &str) -> Option<(String, Option<Vec<u8>
 }
 
 fn count_captures(m: &Mounted, cp: &str, path: &str) -> i64 {
-    let db = rusqlite::Connection::open_with_flags(m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let db = rusqlite::Connection::open_with_flags(
+        m.store.join("rewindfs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
     db.query_row(
         "SELECT count(*) FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint WHERE k.uuid = ?1 AND c.path = CAST(?2 AS BLOB) AND c.purpose = 'checkpoint'",
         rusqlite::params![cp, path],
@@ -49,7 +61,7 @@ fn count_captures(m: &Mounted, cp: &str, path: &str) -> i64 {
     .unwrap()
 }
 
-fn file(content: &[u8], mode: u32) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
+fn file(content: &[u8], mode: u32) -> Option<Pre> {
     Some(("file".into(), Some(content.to_vec()), mode, None))
 }
 
@@ -88,16 +100,29 @@ fn every_kind_of_change_captures_exactly_the_old_state() {
     assert_eq!(captured(&a.m, &cp, "o"), file(b"old o\n", 0o644));
     assert_eq!(captured(&a.m, &cp, "u"), file(b"old u\n", 0o644));
     assert_eq!(captured(&a.m, &cp, "rs"), file(b"old rs\n", 0o644));
-    assert_eq!(captured(&a.m, &cp, "renamed").map(|c| c.0), Some("absent".into()));
+    assert_eq!(
+        captured(&a.m, &cp, "renamed").map(|c| c.0),
+        Some("absent".into())
+    );
     assert_eq!(captured(&a.m, &cp, "rd"), file(b"old rd\n", 0o644));
     assert_eq!(captured(&a.m, &cp, "ch"), file(b"old ch\n", 0o640));
     assert_eq!(captured(&a.m, &cp, "x"), file(b"old x\n", 0o644));
     assert_eq!(captured(&a.m, &cp, "fa"), file(b"old fa\n", 0o644));
     assert_eq!(captured(&a.m, &cp, "mm"), file(b"old mm\n", 0o644));
-    assert_eq!(captured(&a.m, &cp, "dir"), Some(("dir".into(), None, 0o750, None)));
-    assert_eq!(captured(&a.m, &cp, "sl").map(|c| (c.0, c.3)), Some(("symlink".into(), Some("w".into()))));
+    assert_eq!(
+        captured(&a.m, &cp, "dir"),
+        Some(("dir".into(), None, 0o750, None))
+    );
+    assert_eq!(
+        captured(&a.m, &cp, "sl").map(|c| (c.0, c.3)),
+        Some(("symlink".into(), Some("w".into())))
+    );
     for created in ["made", "madelink", "hard", "created", "newtarget"] {
-        assert_eq!(captured(&a.m, &cp, created).map(|c| c.0), Some("absent".into()), "{created}");
+        assert_eq!(
+            captured(&a.m, &cp, created).map(|c| c.0),
+            Some("absent".into()),
+            "{created}"
+        );
     }
     // Each path once per checkpoint, however many times it changed.
     a.bash("for i in $(seq 1 20); do echo $i >> w; done");
@@ -105,16 +130,29 @@ fn every_kind_of_change_captures_exactly_the_old_state() {
     let cp2 = a.turn();
     a.bash("echo again >> w");
     assert_eq!(count_captures(&a.m, &cp2, "w"), 1);
-    assert_eq!(captured(&a.m, &cp2, "w").unwrap().1.unwrap().ends_with(b"20\n"), true);
+    assert!(
+        captured(&a.m, &cp2, "w")
+            .unwrap()
+            .1
+            .unwrap()
+            .ends_with(b"20\n")
+    );
     // A directory rename is one event: nothing beneath it is copied.
     a.bash("mkdir -p big/sub && for i in $(seq 1 50); do echo $i > big/sub/f$i; done");
     let cp3 = a.turn();
     a.bash("mv big big2");
-    let db = rusqlite::Connection::open_with_flags(a.m.store.join("rewindfs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let db = rusqlite::Connection::open_with_flags(
+        a.m.store.join("rewindfs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
     let n: i64 = db
         .query_row("SELECT count(*) FROM captures c JOIN checkpoints k ON k.seq = c.checkpoint WHERE k.uuid = ?1", [&cp3], |r| r.get(0))
         .unwrap();
-    assert_eq!(n, 2, "a directory rename captures its two names, not its contents");
+    assert_eq!(
+        n, 2,
+        "a directory rename captures its two names, not its contents"
+    );
 }
 
 #[test]
@@ -126,7 +164,15 @@ fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     a.turn();
     fs::write(a.m.p("by_agent.txt"), b"t").unwrap();
     a.bash("echo s > by_child.txt; (echo g > by_grandchild.txt)");
-    let st = Command::new("setsid").args(["-f", "bash", "-c", &format!("echo e > {}", a.m.p("by_stranger.txt").display())]).status().unwrap();
+    let st = Command::new("setsid")
+        .args([
+            "-f",
+            "bash",
+            "-c",
+            &format!("echo e > {}", a.m.p("by_stranger.txt").display()),
+        ])
+        .status()
+        .unwrap();
     assert!(st.success());
     assert!(wait_until(5, || a.m.p("by_stranger.txt").exists()));
     // A hook in another process announces a Write of span.txt: the write is the tool's even
@@ -137,14 +183,37 @@ fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     a.c.request("tool_use", json!({"phase": "post", "tool_name": "Write", "tool_use_id": "toolu_x", "file_path": target})).unwrap();
     let log = a.c.request("log", json!({})).unwrap();
     let actor_of = |p: &str| -> Vec<String> {
-        log["entries"].as_array().unwrap().iter().filter(|e| e["path"] == json!(p)).map(|e| e["actor"].as_str().unwrap().to_string()).collect()
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["path"] == json!(p))
+            .map(|e| e["actor"].as_str().unwrap().to_string())
+            .collect()
     };
-    assert!(actor_of("by_agent.txt").iter().all(|x| x == "tool") && !actor_of("by_agent.txt").is_empty());
-    assert!(actor_of("by_child.txt").iter().all(|x| x == "shell") && !actor_of("by_child.txt").is_empty());
-    assert!(actor_of("by_grandchild.txt").iter().all(|x| x == "shell") && !actor_of("by_grandchild.txt").is_empty());
-    assert!(actor_of("by_stranger.txt").iter().all(|x| x == "external") && !actor_of("by_stranger.txt").is_empty());
+    assert!(
+        actor_of("by_agent.txt").iter().all(|x| x == "tool")
+            && !actor_of("by_agent.txt").is_empty()
+    );
+    assert!(
+        actor_of("by_child.txt").iter().all(|x| x == "shell")
+            && !actor_of("by_child.txt").is_empty()
+    );
+    assert!(
+        actor_of("by_grandchild.txt").iter().all(|x| x == "shell")
+            && !actor_of("by_grandchild.txt").is_empty()
+    );
+    assert!(
+        actor_of("by_stranger.txt").iter().all(|x| x == "external")
+            && !actor_of("by_stranger.txt").is_empty()
+    );
     assert!(actor_of("span.txt").iter().all(|x| x == "tool") && !actor_of("span.txt").is_empty());
-    let span_entry = log["entries"].as_array().unwrap().iter().find(|e| e["path"] == json!("span.txt")).unwrap();
+    let span_entry = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == json!("span.txt"))
+        .unwrap();
     assert_eq!(span_entry["toolUseId"], json!("toolu_x"));
 }
 
@@ -156,7 +225,11 @@ fn a_full_store_refuses_the_change_and_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     fs::create_dir(&store).unwrap();
-    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"]).arg(&store).status().unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        .arg(&store)
+        .status()
+        .unwrap();
     assert!(st.success(), "mount tmpfs");
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
@@ -170,17 +243,37 @@ fn a_full_store_refuses_the_change_and_loses_nothing() {
     let big: Vec<u8> = (0..8 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
     fs::write(dir.join("big.bin"), &big).unwrap();
     fs::write(dir.join("small.txt"), b"small\n").unwrap();
-    rewindfs_ok(&["mount", dir.to_str().unwrap(), "--store", store.to_str().unwrap()]);
-    let out = Command::new("bash").arg("-c").arg("echo more >> big.bin").current_dir(&dir).output().unwrap();
+    rewindfs_ok(&[
+        "mount",
+        dir.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("echo more >> big.bin")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("No space left on device"), "{err}");
-    assert_eq!(fs::read(dir.join("big.bin")).unwrap(), big, "the refused change did not reach the file");
+    assert_eq!(
+        fs::read(dir.join("big.bin")).unwrap(),
+        big,
+        "the refused change did not reach the file"
+    );
     // Small changes still work, and the mount is alive.
     sh(&dir, "echo ok >> small.txt");
-    assert_eq!(fs::read_to_string(dir.join("small.txt")).unwrap(), "small\nok\n");
+    assert_eq!(
+        fs::read_to_string(dir.join("small.txt")).unwrap(),
+        "small\nok\n"
+    );
     let log = fs::read_to_string(store.join("daemon.log")).unwrap();
-    assert!(log.contains("big.bin") && log.contains("refusing"), "the log names the path and cause: {log}");
+    assert!(
+        log.contains("big.bin") && log.contains("refusing"),
+        "the log names the path and cause: {log}"
+    );
     rewindfs_ok(&["umount", dir.to_str().unwrap()]);
 }
 
@@ -200,14 +293,29 @@ fn a_message_boundary_flushes_mmap_data_into_the_previous_checkpoint() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(py.stdout.as_mut().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(py.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     assert_eq!(line, "written\n");
     let t2 = a.turn();
     drop(py.stdin.take());
     py.wait().unwrap();
-    let (c1, c2) = (count_captures(&a.m, &t1, "m.bin"), count_captures(&a.m, &t2, "m.bin"));
-    assert_eq!((c1, c2), (1, 0), "the dirty page belongs to the first turn, nothing of it to the second");
-    assert_eq!(count_captures(&a.m, &t2, "m.bin"), 0, "nothing of it is left for the second");
+    let (c1, c2) = (
+        count_captures(&a.m, &t1, "m.bin"),
+        count_captures(&a.m, &t2, "m.bin"),
+    );
+    assert_eq!(
+        (c1, c2),
+        (1, 0),
+        "the dirty page belongs to the first turn, nothing of it to the second"
+    );
+    assert_eq!(
+        count_captures(&a.m, &t2, "m.bin"),
+        0,
+        "nothing of it is left for the second"
+    );
     a.rewind(&t2, "all", false).unwrap();
     assert!(fs::read(a.m.p("m.bin")).unwrap().starts_with(b"DIRTY!"));
 }
@@ -217,7 +325,10 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
     if !require_fuse() {
         return;
     }
-    let rounds: usize = std::env::var("CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let rounds: usize = std::env::var("CRASH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
     let mut m = Mounted::with(|d| {
         for i in 0..30 {
             fs::write(d.join(format!("f{i}")), format!("original {i}\n")).unwrap();
@@ -228,7 +339,11 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
         let start = tree(&m.dir);
         let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
         let cp = uuid();
-        c.request("begin_message", json!({"session_id": "crash", "user_message_id": cp})).unwrap();
+        c.request(
+            "begin_message",
+            json!({"session_id": "crash", "user_message_id": cp}),
+        )
+        .unwrap();
         let mut w = Command::new("bash")
             .arg("-c")
             .arg("for i in $(seq 1 100000); do n=$((i % 40)); echo \"$i\" >> f$n; echo x > sub/t$n && mv sub/t$n sub/u$n; rm -f f$(((i+7) % 40)); mkdir -p d$n; rmdir d$n; done 2>/dev/null")
@@ -239,18 +354,33 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
             .unwrap();
         std::thread::sleep(Duration::from_millis(150 + (round as u64 * 97) % 400));
         let pid = m.daemon_pid();
-        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
         let _ = w.kill();
         let _ = w.wait();
         assert!(wait_until(10, || crate::support::is_stale_or_gone(&m.dir)));
         rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
         m.mount(&[]);
         let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
-        let r = c.request("rewind_files", json!({"user_message_id": cp, "scope": "all"}));
+        let r = c.request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all"}),
+        );
         assert!(r.is_ok(), "round {round}: {r:?}");
-        assert_eq!(tree(&m.dir), start, "round {round}: a change reached the disk without its pre-image");
+        assert_eq!(
+            tree(&m.dir),
+            start,
+            "round {round}: a change reached the disk without its pre-image"
+        );
         let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
-        assert!(out.status.success(), "round {round}: fsck: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "round {round}: fsck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
     let _ = Path::new("");
 }
@@ -267,14 +397,24 @@ fn killing_the_daemon_in_the_middle_of_a_large_rewind_finishes_it_at_the_next_mo
     });
     let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
     let cp = uuid();
-    c.request("begin_message", json!({"session_id": "s", "user_message_id": cp})).unwrap();
+    c.request(
+        "begin_message",
+        json!({"session_id": "s", "user_message_id": cp}),
+    )
+    .unwrap();
     let at_cp = tree(&m.dir);
-    sh(&m.dir, "for f in f*; do echo v2 >> $f; done; mkdir extra && touch extra/a");
+    sh(
+        &m.dir,
+        "for f in f*; do echo v2 >> $f; done; mkdir extra && touch extra/a",
+    );
     let changed = tree(&m.dir);
     let sock = m.socket();
     let t = std::thread::spawn(move || {
         let mut c = rewindfs::control::client::Client::connect(&sock).unwrap();
-        let _ = c.request("rewind_files", json!({"user_message_id": cp, "scope": "all"}));
+        let _ = c.request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all"}),
+        );
     });
     // Kill once the rewind has begun writing.
     let db_path = m.store.join("rewindfs.db");
@@ -285,13 +425,24 @@ fn killing_the_daemon_in_the_middle_of_a_large_rewind_finishes_it_at_the_next_mo
     }));
     std::thread::sleep(Duration::from_millis(30));
     let pid = m.daemon_pid();
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
     let _ = t.join();
     assert!(wait_until(10, || crate::support::is_stale_or_gone(&m.dir)));
     rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
     let half = tree(&m.dir);
     m.mount(&[]);
     let after = tree(&m.dir);
-    assert!(after == at_cp, "after remount the rewind must be complete (was {} of {} paths differing before remount)",
-        half.iter().zip(changed.iter()).filter(|(a, b)| a != b).count(), changed.len());
+    assert!(
+        after == at_cp,
+        "after remount the rewind must be complete (was {} of {} paths differing before remount)",
+        half.iter()
+            .zip(changed.iter())
+            .filter(|(a, b)| a != b)
+            .count(),
+        changed.len()
+    );
 }

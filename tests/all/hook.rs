@@ -19,7 +19,12 @@ fn run_hook(m: &Mounted, input: &serde_json::Value) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -36,9 +41,15 @@ fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
     let transcript = m.tmp.path().join("t.jsonl");
     let (prompt, tool_result) = (uuid(), uuid());
     let mut t = String::new();
-    t += &line(json!({"type": "user", "uuid": prompt, "message": {"role": "user", "content": "add a file"}}));
-    t += &line(json!({"type": "assistant", "uuid": uuid(), "message": {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1"}]}}));
-    t += &line(json!({"type": "user", "uuid": tool_result, "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}}));
+    t += &line(
+        json!({"type": "user", "uuid": prompt, "message": {"role": "user", "content": "add a file"}}),
+    );
+    t += &line(
+        json!({"type": "assistant", "uuid": uuid(), "message": {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1"}]}}),
+    );
+    t += &line(
+        json!({"type": "user", "uuid": tool_result, "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}}),
+    );
     fs::write(&transcript, t).unwrap();
     let target = m.p("new.txt");
     let pre = json!({
@@ -46,21 +57,44 @@ fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
         "tool_name": "Write", "tool_use_id": "toolu_2", "tool_input": {"file_path": target, "content": "x"}
     });
     let out = run_hook(&m, &pre);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
     let st = c.request("status", json!({})).unwrap();
-    assert_eq!(st["currentCheckpoint"], json!(prompt), "the typed prompt, not the tool result");
+    assert_eq!(
+        st["currentCheckpoint"],
+        json!(prompt),
+        "the typed prompt, not the tool result"
+    );
     assert_eq!(st["sessionId"], json!("sess-1"));
-    assert_eq!(st["agentPids"], json!([std::process::id()]), "the process that ran the hook is the agent");
+    assert_eq!(
+        st["agentPids"],
+        json!([std::process::id()]),
+        "the process that ran the hook is the agent"
+    );
     // While the span is open, a write of its file is the tool's even from a child process.
     crate::support::sh(&m.dir, "echo x > new.txt");
     let post = json!({"hook_event_name": "PostToolUse", "session_id": "sess-1", "transcript_path": transcript, "cwd": m.dir,
         "tool_name": "Write", "tool_use_id": "toolu_2", "tool_input": {"file_path": target}});
     assert!(run_hook(&m, &post).status.success());
     let log = c.request("log", json!({"path": "new.txt"})).unwrap();
-    assert!(log["entries"].as_array().unwrap().iter().all(|e| e["actor"] == json!("tool")));
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["actor"] == json!("tool"))
+    );
     // Tool scope sees it: rewinding to the prompt removes the tool-created file.
-    let r = c.request("rewind_files", json!({"user_message_id": prompt, "dry_run": true})).unwrap();
+    let r = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": prompt, "dry_run": true}),
+        )
+        .unwrap();
     assert_eq!(r["filesChanged"], json!(["new.txt"]));
 }
 
@@ -84,7 +118,10 @@ fn user_prompt_submit_waits_for_a_lagging_transcript() {
     writer.join().unwrap();
     assert!(out.status.success());
     let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
-    assert_eq!(c.request("status", json!({})).unwrap()["currentCheckpoint"], json!(next));
+    assert_eq!(
+        c.request("status", json!({})).unwrap()["currentCheckpoint"],
+        json!(next)
+    );
 }
 
 #[test]
@@ -97,7 +134,12 @@ fn the_hook_never_blocks_the_agent_when_the_daemon_is_down() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(br#"{"hook_event_name":"PreToolUse","tool_name":"Write","tool_input":{}}"#).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"hook_event_name":"PreToolUse","tool_name":"Write","tool_input":{}}"#)
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
@@ -113,15 +155,36 @@ fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
     let store = tmp.path().join("s");
     fs::create_dir(&dir).unwrap();
     let out = Command::new(BIN)
-        .args(["exec", dir.to_str().unwrap(), "--store", store.to_str().unwrap(), "--"])
-        .args(["bash", "-c", "test -S \"$REWINDFS_SOCKET\" && echo made > f.txt && exit 3"])
+        .args([
+            "exec",
+            dir.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--",
+        ])
+        .args([
+            "bash",
+            "-c",
+            "test -S \"$REWINDFS_SOCKET\" && echo made > f.txt && exit 3",
+        ])
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!is_fuse(&dir), "unmounted after the command");
     assert_eq!(fs::read_to_string(dir.join("f.txt")).unwrap(), "made\n");
     let db = rusqlite::Connection::open(store.join("rewindfs.db")).unwrap();
-    let actor: String = db.query_row("SELECT actor FROM changes WHERE path = CAST('f.txt' AS BLOB) LIMIT 1", [], |r| r.get(0)).unwrap();
+    let actor: String = db
+        .query_row(
+            "SELECT actor FROM changes WHERE path = CAST('f.txt' AS BLOB) LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(actor, "tool", "the command itself is the agent");
 }

@@ -3,7 +3,9 @@
 use std::fs;
 use std::process::{Command, Stdio};
 
-use crate::support::{BIN, Mounted, is_fuse, require_fuse, rewindfs, rewindfs_ok, tree, wait_until};
+use crate::support::{
+    BIN, Mounted, is_fuse, require_fuse, rewindfs, rewindfs_ok, tree, wait_until,
+};
 
 #[test]
 fn mount_detaches_and_umount_leaves_the_same_files() {
@@ -17,15 +19,27 @@ fn mount_detaches_and_umount_leaves_the_same_files() {
     });
     let through_mount = tree(&m.dir);
     let pid = m.daemon_pid();
-    assert!(rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap()).is_ok());
+    assert!(
+        rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap())
+            .is_ok()
+    );
     fs::write(m.p("new.txt"), b"made through the mount\n").unwrap();
     m.umount();
     assert!(!is_fuse(&m.dir));
     // `umount` waits for the daemon to exit.
-    assert!(rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap()).is_err());
-    let after: Vec<_> = tree(&m.dir).into_iter().filter(|l| !l.starts_with("new.txt")).collect();
+    assert!(
+        rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap())
+            .is_err()
+    );
+    let after: Vec<_> = tree(&m.dir)
+        .into_iter()
+        .filter(|l| !l.starts_with("new.txt"))
+        .collect();
     assert_eq!(through_mount, after);
-    assert_eq!(fs::read(m.p("new.txt")).unwrap(), b"made through the mount\n");
+    assert_eq!(
+        fs::read(m.p("new.txt")).unwrap(),
+        b"made through the mount\n"
+    );
 }
 
 #[test]
@@ -35,10 +49,33 @@ fn bad_mount_requests_get_one_line_errors_and_fail() {
     }
     let m = Mounted::new();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["mount".into(), m.dir.display().to_string(), "--store".into(), m.tmp.path().join("s2").display().to_string()], "already mounted"),
-        (vec!["mount".into(), m.tmp.path().join("missing").display().to_string()], "no such directory"),
-        (vec!["mount".into(), m.store.join("daemon.pid").display().to_string()], "not a directory"),
-        (vec!["umount".into(), m.tmp.path().display().to_string()], "not mounted"),
+        (
+            vec![
+                "mount".into(),
+                m.dir.display().to_string(),
+                "--store".into(),
+                m.tmp.path().join("s2").display().to_string(),
+            ],
+            "already mounted",
+        ),
+        (
+            vec![
+                "mount".into(),
+                m.tmp.path().join("missing").display().to_string(),
+            ],
+            "no such directory",
+        ),
+        (
+            vec![
+                "mount".into(),
+                m.store.join("daemon.pid").display().to_string(),
+            ],
+            "not a directory",
+        ),
+        (
+            vec!["umount".into(), m.tmp.path().display().to_string()],
+            "not mounted",
+        ),
     ];
     for (args, want) in cases {
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -46,7 +83,11 @@ fn bad_mount_requests_get_one_line_errors_and_fail() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded");
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err:?}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: not one line: {err:?}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: not one line: {err:?}"
+        );
     }
 }
 
@@ -58,7 +99,12 @@ fn a_store_inside_the_workspace_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     fs::create_dir(&dir).unwrap();
-    let out = rewindfs(&["mount", dir.to_str().unwrap(), "--store", dir.join(".rw").to_str().unwrap()]);
+    let out = rewindfs(&[
+        "mount",
+        dir.to_str().unwrap(),
+        "--store",
+        dir.join(".rw").to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("inside the workspace"));
     assert!(!is_fuse(&dir));
@@ -72,12 +118,25 @@ fn a_killed_daemons_mount_is_recognised_and_cleared() {
     let mut m = Mounted::with(|d| fs::write(d.join("f"), b"data").unwrap());
     let pid = m.daemon_pid();
     crate::support::sh(&m.dir, "true");
-    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
-    assert!(wait_until(10, || rustix::fs::statfs(&m.dir).is_err_and(|e| e.raw_os_error() == libc::ENOTCONN)));
-    let out = rewindfs(&["mount", m.dir.to_str().unwrap(), "--store", m.store.to_str().unwrap()]);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(wait_until(10, || rustix::fs::statfs(&m.dir)
+        .is_err_and(|e| e.raw_os_error() == libc::ENOTCONN)));
+    let out = rewindfs(&[
+        "mount",
+        m.dir.to_str().unwrap(),
+        "--store",
+        m.store.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rewindfs umount"), "mount should say what to do: {err}");
+    assert!(
+        err.contains("rewindfs umount"),
+        "mount should say what to do: {err}"
+    );
     rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
     assert_eq!(fs::read(m.p("f")).unwrap(), b"data");
     // And it mounts again.
@@ -96,14 +155,27 @@ fn a_foreground_daemon_unmounts_and_exits_cleanly_on_sigterm() {
     fs::create_dir(&dir).unwrap();
     fs::write(dir.join("keep"), b"k").unwrap();
     let mut child = Command::new(BIN)
-        .args(["mount", "--foreground", dir.to_str().unwrap(), "--store", store.to_str().unwrap()])
+        .args([
+            "mount",
+            "--foreground",
+            dir.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_until(20, || is_fuse(&dir) && store.join("control.sock").exists()), "foreground mount did not come up");
+    assert!(
+        wait_until(20, || is_fuse(&dir) && store.join("control.sock").exists()),
+        "foreground mount did not come up"
+    );
     fs::write(dir.join("new"), b"n").unwrap();
-    rustix::process::kill_process(rustix::process::Pid::from_raw(child.id() as i32).unwrap(), rustix::process::Signal::TERM).unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status}");
     assert!(!is_fuse(&dir));
@@ -118,7 +190,12 @@ fn a_second_daemon_on_the_same_store_is_refused() {
     let m = Mounted::new();
     let other = m.tmp.path().join("other");
     fs::create_dir(&other).unwrap();
-    let out = rewindfs(&["mount", other.to_str().unwrap(), "--store", m.store.to_str().unwrap()]);
+    let out = rewindfs(&[
+        "mount",
+        other.to_str().unwrap(),
+        "--store",
+        m.store.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another rewindfs daemon"));
 }

@@ -21,7 +21,10 @@ fn every_test_file_is_compiled_in() {
         let name = e.unwrap().file_name().into_string().unwrap();
         if let Some(stem) = name.strip_suffix(".rs") {
             if stem != "main" {
-                assert!(this.contains(&format!("mod {stem};")), "tests/all/{name} is not a module of main.rs");
+                assert!(
+                    this.contains(&format!("mod {stem};")),
+                    "tests/all/{name} is not a module of main.rs"
+                );
             }
         }
     }

@@ -50,7 +50,10 @@ fn step() -> impl Strategy<Value = Step> {
 
 /// The tree as path → listing line.
 fn tree_map(a: &Agent) -> BTreeMap<String, String> {
-    tree(&a.m.dir).into_iter().map(|l| (l.split(' ').next().unwrap().to_string(), l)).collect()
+    tree(&a.m.dir)
+        .into_iter()
+        .map(|l| (l.split(' ').next().unwrap().to_string(), l))
+        .collect()
 }
 
 fn is_file(line: Option<&String>) -> bool {
@@ -82,18 +85,28 @@ impl Run {
                 let p = q(*i);
                 let target = self.a.m.p(p);
                 // Write/Edit only writes regular files, under directories.
-                if target.is_dir() || target.is_symlink() || target.ancestors().skip(1).any(|x| x.is_symlink() || x.is_file()) {
+                if target.is_dir()
+                    || target.is_symlink()
+                    || target
+                        .ancestors()
+                        .skip(1)
+                        .any(|x| x.is_symlink() || x.is_file())
+                {
                     return;
                 }
                 if !self.tracked.contains_key(p) {
                     let now = tree_map(&self.a);
-                    self.tracked.insert(p.to_string(), (self.turns.len() - 1, now.get(p).cloned()));
+                    self.tracked
+                        .insert(p.to_string(), (self.turns.len() - 1, now.get(p).cloned()));
                 }
-                self.a.tool_write(p, format!("tool {b}\nline two\n").as_bytes());
+                self.a
+                    .tool_write(p, format!("tool {b}\nline two\n").as_bytes());
             }
             Step::Append(i, b) => {
                 let p = q(*i);
-                self.a.bash(&format!("test -d \"$(dirname {p})\" && test ! -d {p} && echo 'shell {b}' >> {p} || true"));
+                self.a.bash(&format!(
+                    "test -d \"$(dirname {p})\" && test ! -d {p} && echo 'shell {b}' >> {p} || true"
+                ));
             }
             Step::Remove(i) => {
                 self.a.bash(&format!("rm -f {}", q(*i)));
@@ -104,14 +117,18 @@ impl Run {
             }
             Step::Chmod(i, ro) => {
                 let mode = if *ro { "600" } else { "755" };
-                self.a.bash(&format!("test -f {p} && chmod {mode} {p} || true", p = q(*i)));
+                self.a.bash(&format!(
+                    "test -f {p} && chmod {mode} {p} || true",
+                    p = q(*i)
+                ));
             }
             Step::Symlink(i, j) => {
                 let (x, y) = (q(*i), q(*j));
                 self.a.bash(&format!("test -d \"$(dirname {y})\" && test ! -e {y} && test ! -L {y} && ln -s {x} {y} || true"));
             }
             Step::Mkdir(k) => {
-                self.a.bash(&format!("mkdir -p {} 2>/dev/null || true", DIRS[*k]));
+                self.a
+                    .bash(&format!("mkdir -p {} 2>/dev/null || true", DIRS[*k]));
             }
             Step::RemoveDir(k) => {
                 self.a.bash(&format!("rm -rf {}", DIRS[*k]));
@@ -127,12 +144,18 @@ impl Run {
     fn expected_tool(&self, t: usize, now: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         let mut out = now.clone();
         for (p, (first, before_first)) in &self.tracked {
-            let target = if *first < t { self.snapshots[t].get(p).cloned() } else { before_first.clone() };
+            let target = if *first < t {
+                self.snapshots[t].get(p).cloned()
+            } else {
+                before_first.clone()
+            };
             let cur = now.get(p);
             if kind(target.as_ref()) == Some("link") || kind(cur) == Some("link") {
                 continue;
             }
-            if !matches!(kind(target.as_ref()), None | Some("file")) || !matches!(kind(cur), None | Some("file")) {
+            if !matches!(kind(target.as_ref()), None | Some("file"))
+                || !matches!(kind(cur), None | Some("file"))
+            {
                 continue;
             }
             match target {
@@ -149,7 +172,8 @@ impl Run {
                             acc.push('/');
                         }
                         acc.push_str(part);
-                        out.entry(acc.clone()).or_insert_with(|| format!("{acc} dir 755"));
+                        out.entry(acc.clone())
+                            .or_insert_with(|| format!("{acc} dir 755"));
                     }
                     out.insert(p.clone(), line);
                 }
@@ -160,7 +184,12 @@ impl Run {
 }
 
 fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
-    let mut run = Run { a: Agent::new(|_| {}), turns: Vec::new(), snapshots: Vec::new(), tracked: BTreeMap::new() };
+    let mut run = Run {
+        a: Agent::new(|_| {}),
+        turns: Vec::new(),
+        snapshots: Vec::new(),
+        tracked: BTreeMap::new(),
+    };
     run.apply(&Step::Turn);
     for s in &steps {
         run.apply(s);
@@ -171,23 +200,46 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
         "tool" => run.expected_tool(t, &now),
         _ => run.snapshots[t].clone(),
     };
-    let dry = run.a.rewind(&run.turns[t], scope, true).map_err(|e| TestCaseError::fail(e))?;
-    let r = run.a.rewind(&run.turns[t], scope, false).map_err(|e| TestCaseError::fail(e))?;
-    prop_assert_eq!(&dry["filesChanged"], &r["filesChanged"], "dry run and rewind disagree");
+    let dry = run
+        .a
+        .rewind(&run.turns[t], scope, true)
+        .map_err(TestCaseError::fail)?;
+    let r = run
+        .a
+        .rewind(&run.turns[t], scope, false)
+        .map_err(TestCaseError::fail)?;
+    prop_assert_eq!(
+        &dry["filesChanged"],
+        &r["filesChanged"],
+        "dry run and rewind disagree"
+    );
     prop_assert_eq!(&dry["insertions"], &r["insertions"]);
     let got = tree_map(&run.a);
-    prop_assert_eq!(got.values().collect::<Vec<_>>(), expected.values().collect::<Vec<_>>(), "scope {} to turn {}", scope, t);
+    prop_assert_eq!(
+        got.values().collect::<Vec<_>>(),
+        expected.values().collect::<Vec<_>>(),
+        "scope {} to turn {}",
+        scope,
+        t
+    );
     let u = run.a.c.request("undo_rewind", json!({}));
     if r["filesChanged"].as_array().is_some_and(|f| !f.is_empty()) {
         prop_assert!(u.is_ok(), "undo failed: {:?}", u.err());
         let after_undo = tree_map(&run.a);
-        prop_assert_eq!(after_undo.values().collect::<Vec<_>>(), now.values().collect::<Vec<_>>(), "undo");
+        prop_assert_eq!(
+            after_undo.values().collect::<Vec<_>>(),
+            now.values().collect::<Vec<_>>(),
+            "undo"
+        );
     }
     Ok(())
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(8)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8)
 }
 
 proptest! {

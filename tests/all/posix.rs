@@ -14,7 +14,12 @@ use crate::support::{Mounted, require_fuse, sh};
 fn res<T: std::fmt::Debug>(r: io::Result<T>) -> String {
     match r {
         Ok(v) => format!("ok {v:?}"),
-        Err(e) => format!("err {}", e.raw_os_error().map(|c| c.to_string()).unwrap_or_else(|| e.to_string())),
+        Err(e) => format!(
+            "err {}",
+            e.raw_os_error()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| e.to_string())
+        ),
     }
 }
 
@@ -25,7 +30,14 @@ fn rx<T: std::fmt::Debug>(r: rustix::io::Result<T>) -> String {
 /// What a stat shows that must match natively: type, mode, nlink, size, owner.
 fn st(p: &Path) -> String {
     match fs::symlink_metadata(p) {
-        Ok(m) => format!("{:o} nlink={} size={} uid={} gid={}", m.mode(), m.nlink(), m.size(), m.uid(), m.gid()),
+        Ok(m) => format!(
+            "{:o} nlink={} size={} uid={} gid={}",
+            m.mode(),
+            m.nlink(),
+            m.size(),
+            m.uid(),
+            m.gid()
+        ),
         Err(e) => format!("err {}", e.raw_os_error().unwrap_or(0)),
     }
 }
@@ -37,69 +49,174 @@ fn script(d: &Path) -> Vec<String> {
     let dfd = rustix::fs::open(d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
 
     // create, O_EXCL, write, read
-    log("create", res(File::create(d.join("f")).and_then(|mut f| f.write_all(b"hello world\n"))));
-    log("excl", res(OpenOptions::new().write(true).create_new(true).open(d.join("f")).map(|_| ())));
-    log("read", res(fs::read(d.join("f")).map(|v| String::from_utf8(v).unwrap())));
+    log(
+        "create",
+        res(File::create(d.join("f")).and_then(|mut f| f.write_all(b"hello world\n"))),
+    );
+    log(
+        "excl",
+        res(OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(d.join("f"))
+            .map(|_| ())),
+    );
+    log(
+        "read",
+        res(fs::read(d.join("f")).map(|v| String::from_utf8(v).unwrap())),
+    );
     log("stat f", st(&d.join("f")));
     // O_APPEND
-    log("append", res(OpenOptions::new().append(true).open(d.join("f")).and_then(|mut f| f.write_all(b"more\n"))));
+    log(
+        "append",
+        res(OpenOptions::new()
+            .append(true)
+            .open(d.join("f"))
+            .and_then(|mut f| f.write_all(b"more\n"))),
+    );
     log("read2", res(fs::read_to_string(d.join("f"))));
     // O_TRUNC
-    log("trunc", res(OpenOptions::new().write(true).truncate(true).open(d.join("f")).and_then(|mut f| f.write_all(b"x"))));
+    log(
+        "trunc",
+        res(OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(d.join("f"))
+            .and_then(|mut f| f.write_all(b"x"))),
+    );
     log("read3", res(fs::read_to_string(d.join("f"))));
     // positional write past EOF makes a hole
-    log("pwrite", res(OpenOptions::new().write(true).open(d.join("f")).and_then(|f| {
-        use std::os::unix::fs::FileExt;
-        f.write_at(b"end", 100_000).map(|_| ())
-    })));
+    log(
+        "pwrite",
+        res(OpenOptions::new()
+            .write(true)
+            .open(d.join("f"))
+            .and_then(|f| {
+                use std::os::unix::fs::FileExt;
+                f.write_at(b"end", 100_000).map(|_| ())
+            })),
+    );
     log("stat hole", st(&d.join("f")));
-    log("seek data/hole", res(File::open(d.join("f")).map(|f| {
-        let data = rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(0)).ok();
-        let hole = rustix::fs::seek(&f, rustix::fs::SeekFrom::Hole(0)).ok();
-        (data, hole.is_some())
-    })));
+    log(
+        "seek data/hole",
+        res(File::open(d.join("f")).map(|f| {
+            let data = rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(0)).ok();
+            let hole = rustix::fs::seek(&f, rustix::fs::SeekFrom::Hole(0)).ok();
+            (data, hole.is_some())
+        })),
+    );
     // truncate via setattr, chmod, chown, utimes
-    log("set_len", res(OpenOptions::new().write(true).open(d.join("f")).and_then(|f| f.set_len(7))));
+    log(
+        "set_len",
+        res(OpenOptions::new()
+            .write(true)
+            .open(d.join("f"))
+            .and_then(|f| f.set_len(7))),
+    );
     log("stat trunc", st(&d.join("f")));
-    log("chmod", res(fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o640))));
-    log("chown", res(std::os::unix::fs::chown(d.join("f"), Some(1234), Some(4321))));
+    log(
+        "chmod",
+        res(fs::set_permissions(
+            d.join("f"),
+            fs::Permissions::from_mode(0o640),
+        )),
+    );
+    log(
+        "chown",
+        res(std::os::unix::fs::chown(
+            d.join("f"),
+            Some(1234),
+            Some(4321),
+        )),
+    );
     log("stat chown", st(&d.join("f")));
-    log("chmod suid", res(fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o4755))));
+    log(
+        "chmod suid",
+        res(fs::set_permissions(
+            d.join("f"),
+            fs::Permissions::from_mode(0o4755),
+        )),
+    );
     log("stat suid", st(&d.join("f")));
     let ts = rustix::fs::Timestamps {
-        last_access: rustix::fs::Timespec { tv_sec: 1_000_000, tv_nsec: 5 },
-        last_modification: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        last_access: rustix::fs::Timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
     };
-    log("utimens omit", rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())));
+    log(
+        "utimens omit",
+        rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())),
+    );
     let m = fs::metadata(d.join("f")).unwrap();
     log("atime set", format!("{} {}", m.atime(), m.atime_nsec()));
     let ts = rustix::fs::Timestamps {
-        last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
-        last_modification: rustix::fs::Timespec { tv_sec: 2_000_000, tv_nsec: 7 },
+        last_access: rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: 2_000_000,
+            tv_nsec: 7,
+        },
     };
-    log("utimens mtime", rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())));
+    log(
+        "utimens mtime",
+        rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())),
+    );
     let m = fs::metadata(d.join("f")).unwrap();
-    log("times", format!("a={} m={}.{}", m.atime(), m.mtime(), m.mtime_nsec()));
+    log(
+        "times",
+        format!("a={} m={}.{}", m.atime(), m.mtime(), m.mtime_nsec()),
+    );
     let ts = rustix::fs::Timestamps {
-        last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
-        last_modification: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
+        last_access: rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
     };
-    log("utimens now", rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())));
+    log(
+        "utimens now",
+        rx(rustix::fs::utimensat(&dfd, "f", &ts, AtFlags::empty())),
+    );
     let m = fs::metadata(d.join("f")).unwrap();
-    log("now is recent", format!("{}", (m.mtime() - 2_000_000) > 1_000_000));
+    log(
+        "now is recent",
+        format!("{}", (m.mtime() - 2_000_000) > 1_000_000),
+    );
 
     // directories
     log("mkdir", res(fs::create_dir(d.join("dir"))));
     log("mkdir again", res(fs::create_dir(d.join("dir"))));
-    log("mkdir mode", res(fs::DirBuilder::new().mode(0o700).create(d.join("dir/private"))));
+    log(
+        "mkdir mode",
+        res(fs::DirBuilder::new()
+            .mode(0o700)
+            .create(d.join("dir/private"))),
+    );
     log("stat private", st(&d.join("dir/private")));
     log("rmdir nonempty", res(fs::remove_dir(d.join("dir"))));
     log("rmdir file", res(fs::remove_dir(d.join("f"))));
     log("unlink dir", res(fs::remove_file(d.join("dir"))));
     log("unlink missing", res(fs::remove_file(d.join("nope"))));
-    log("open missing", res(File::open(d.join("nope/x")).map(|_| ())));
+    log(
+        "open missing",
+        res(File::open(d.join("nope/x")).map(|_| ())),
+    );
     log("open notdir", res(File::open(d.join("f/x")).map(|_| ())));
-    log("readdir", res(fs::read_dir(d.join("dir")).map(|it| it.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())));
+    log(
+        "readdir",
+        res(fs::read_dir(d.join("dir"))
+            .map(|it| it.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())),
+    );
 
     // rename: plain, over a file, NOREPLACE, EXCHANGE, dir over file, into own subdir
     fs::write(d.join("a"), b"A").unwrap();
@@ -108,54 +225,148 @@ fn script(d: &Path) -> Vec<String> {
     log("rename over", res(fs::rename(d.join("a2"), d.join("b"))));
     log("read b", res(fs::read_to_string(d.join("b"))));
     fs::write(d.join("c"), b"C").unwrap();
-    log("noreplace", rx(rustix::fs::renameat_with(&dfd, "c", &dfd, "b", rustix::fs::RenameFlags::NOREPLACE)));
-    log("exchange", rx(rustix::fs::renameat_with(&dfd, "c", &dfd, "b", rustix::fs::RenameFlags::EXCHANGE)));
-    log("after exchange", format!("{:?} {:?}", fs::read_to_string(d.join("b")).ok(), fs::read_to_string(d.join("c")).ok()));
+    log(
+        "noreplace",
+        rx(rustix::fs::renameat_with(
+            &dfd,
+            "c",
+            &dfd,
+            "b",
+            rustix::fs::RenameFlags::NOREPLACE,
+        )),
+    );
+    log(
+        "exchange",
+        rx(rustix::fs::renameat_with(
+            &dfd,
+            "c",
+            &dfd,
+            "b",
+            rustix::fs::RenameFlags::EXCHANGE,
+        )),
+    );
+    log(
+        "after exchange",
+        format!(
+            "{:?} {:?}",
+            fs::read_to_string(d.join("b")).ok(),
+            fs::read_to_string(d.join("c")).ok()
+        ),
+    );
     log("dir over file", res(fs::rename(d.join("dir"), d.join("b"))));
     log("file over dir", res(fs::rename(d.join("b"), d.join("dir"))));
-    log("into own subdir", res(fs::rename(d.join("dir"), d.join("dir/private/x"))));
+    log(
+        "into own subdir",
+        res(fs::rename(d.join("dir"), d.join("dir/private/x"))),
+    );
     fs::create_dir(d.join("empty")).unwrap();
-    log("dir over empty dir", res(fs::rename(d.join("dir"), d.join("empty"))));
-    log("tree after", res(fs::read_dir(d.join("empty")).map(|it| it.count())));
+    log(
+        "dir over empty dir",
+        res(fs::rename(d.join("dir"), d.join("empty"))),
+    );
+    log(
+        "tree after",
+        res(fs::read_dir(d.join("empty")).map(|it| it.count())),
+    );
 
     // symlinks
-    log("symlink", res(std::os::unix::fs::symlink("target/../x", d.join("ln"))));
+    log(
+        "symlink",
+        res(std::os::unix::fs::symlink("target/../x", d.join("ln"))),
+    );
     log("readlink", res(fs::read_link(d.join("ln"))));
     log("stat link", st(&d.join("ln")));
     log("dangling open", res(File::open(d.join("ln")).map(|_| ())));
-    log("symlink exists", res(std::os::unix::fs::symlink("y", d.join("ln"))));
-    log("chmod via link", res(std::os::unix::fs::symlink("c", d.join("ln2")).and_then(|_| fs::read_to_string(d.join("ln2")))));
+    log(
+        "symlink exists",
+        res(std::os::unix::fs::symlink("y", d.join("ln"))),
+    );
+    log(
+        "chmod via link",
+        res(std::os::unix::fs::symlink("c", d.join("ln2"))
+            .and_then(|_| fs::read_to_string(d.join("ln2")))),
+    );
 
     // hard links: every name shows the same nlink, mode and ctime
     fs::write(d.join("h1"), b"H").unwrap();
     log("link", res(fs::hard_link(d.join("h1"), d.join("h2"))));
-    log("link exists", res(fs::hard_link(d.join("h1"), d.join("h2"))));
-    log("link dir", res(fs::hard_link(d.join("empty"), d.join("h3"))));
-    log("nlink both", format!("{} | {}", st(&d.join("h1")), st(&d.join("h2"))));
+    log(
+        "link exists",
+        res(fs::hard_link(d.join("h1"), d.join("h2"))),
+    );
+    log(
+        "link dir",
+        res(fs::hard_link(d.join("empty"), d.join("h3"))),
+    );
+    log(
+        "nlink both",
+        format!("{} | {}", st(&d.join("h1")), st(&d.join("h2"))),
+    );
     fs::set_permissions(d.join("h2"), fs::Permissions::from_mode(0o600)).unwrap();
     log("mode via other name", st(&d.join("h1")));
     log("link 3", res(fs::hard_link(d.join("h2"), d.join("h3"))));
     log("unlink h1", res(fs::remove_file(d.join("h1"))));
-    log("nlink after unlink", format!("{} | {}", st(&d.join("h2")), st(&d.join("h3"))));
+    log(
+        "nlink after unlink",
+        format!("{} | {}", st(&d.join("h2")), st(&d.join("h3"))),
+    );
     log("rename h3", res(fs::rename(d.join("h3"), d.join("h4"))));
-    let (m2, m4) = (fs::metadata(d.join("h2")).unwrap(), fs::metadata(d.join("h4")).unwrap());
-    log("same ctime and ino", format!("{} {}", (m2.ctime(), m2.ctime_nsec()) == (m4.ctime(), m4.ctime_nsec()), m2.ino() == m4.ino()));
+    let (m2, m4) = (
+        fs::metadata(d.join("h2")).unwrap(),
+        fs::metadata(d.join("h4")).unwrap(),
+    );
+    log(
+        "same ctime and ino",
+        format!(
+            "{} {}",
+            (m2.ctime(), m2.ctime_nsec()) == (m4.ctime(), m4.ctime_nsec()),
+            m2.ino() == m4.ino()
+        ),
+    );
 
     // an open file that was unlinked keeps working
-    let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(d.join("gone")).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.join("gone"))
+        .unwrap();
     f.write_all(b"still here").unwrap();
     log("unlink open", res(fs::remove_file(d.join("gone"))));
-    log("fstat unlinked", format!("nlink={} size={}", f.metadata().unwrap().nlink(), f.metadata().unwrap().len()));
+    log(
+        "fstat unlinked",
+        format!(
+            "nlink={} size={}",
+            f.metadata().unwrap().nlink(),
+            f.metadata().unwrap().len()
+        ),
+    );
     f.seek(SeekFrom::Start(0)).unwrap();
     let mut s = String::new();
-    log("read unlinked", res(f.read_to_string(&mut s).map(|_| s.clone())));
+    log(
+        "read unlinked",
+        res(f.read_to_string(&mut s).map(|_| s.clone())),
+    );
     log("write unlinked", res(f.write_all(b"!")));
     drop(f);
 
     // special files
-    log("mkfifo", rx(rustix::fs::mknodat(&dfd, "fifo", rustix::fs::FileType::Fifo, Mode::from_raw_mode(0o644), 0)));
+    log(
+        "mkfifo",
+        rx(rustix::fs::mknodat(
+            &dfd,
+            "fifo",
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )),
+    );
     log("stat fifo", st(&d.join("fifo")));
-    log("socket", res(std::os::unix::net::UnixListener::bind(d.join("sock")).map(|_| ())));
+    log(
+        "socket",
+        res(std::os::unix::net::UnixListener::bind(d.join("sock")).map(|_| ())),
+    );
     log("stat sock", st(&d.join("sock")));
 
     // names and paths
@@ -171,52 +382,170 @@ fn script(d: &Path) -> Vec<String> {
         depth += 201;
     }
     log("deep mkdir", res(fs::create_dir_all(&deep)));
-    log("deep file", res(fs::write(deep.join("leaf"), b"deep").and_then(|_| fs::read_to_string(deep.join("leaf")))));
+    log(
+        "deep file",
+        res(fs::write(deep.join("leaf"), b"deep")
+            .and_then(|_| fs::read_to_string(deep.join("leaf")))),
+    );
 
     // xattrs
     let fx = d.join("x");
     fs::write(&fx, b"x").unwrap();
-    log("setxattr", rx(rustix::fs::setxattr(&fx, "user.k", b"v1", rustix::fs::XattrFlags::empty())));
-    log("setxattr create existing", rx(rustix::fs::setxattr(&fx, "user.k", b"v2", rustix::fs::XattrFlags::CREATE)));
+    log(
+        "setxattr",
+        rx(rustix::fs::setxattr(
+            &fx,
+            "user.k",
+            b"v1",
+            rustix::fs::XattrFlags::empty(),
+        )),
+    );
+    log(
+        "setxattr create existing",
+        rx(rustix::fs::setxattr(
+            &fx,
+            "user.k",
+            b"v2",
+            rustix::fs::XattrFlags::CREATE,
+        )),
+    );
     let mut buf = [0u8; 64];
-    log("getxattr", rx(rustix::fs::getxattr(&fx, "user.k", &mut buf[..]).map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())));
-    log("getxattr missing", rx(rustix::fs::getxattr(&fx, "user.nope", &mut buf[..])));
+    log(
+        "getxattr",
+        rx(rustix::fs::getxattr(&fx, "user.k", &mut buf[..])
+            .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())),
+    );
+    log(
+        "getxattr missing",
+        rx(rustix::fs::getxattr(&fx, "user.nope", &mut buf[..])),
+    );
     let mut small = [0u8; 1];
-    log("getxattr erange", rx(rustix::fs::getxattr(&fx, "user.k", &mut small[..])));
-    log("listxattr", rx(rustix::fs::listxattr(&fx, &mut buf[..]).map(|n| {
-        let mut v: Vec<_> = buf[..n].split(|b| *b == 0).filter(|s| s.starts_with(b"user.")).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
-        v.sort();
-        v
-    })));
+    log(
+        "getxattr erange",
+        rx(rustix::fs::getxattr(&fx, "user.k", &mut small[..])),
+    );
+    log(
+        "listxattr",
+        rx(rustix::fs::listxattr(&fx, &mut buf[..]).map(|n| {
+            let mut v: Vec<_> = buf[..n]
+                .split(|b| *b == 0)
+                .filter(|s| s.starts_with(b"user."))
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect();
+            v.sort();
+            v
+        })),
+    );
     log("removexattr", rx(rustix::fs::removexattr(&fx, "user.k")));
-    log("removexattr again", rx(rustix::fs::removexattr(&fx, "user.k")));
+    log(
+        "removexattr again",
+        rx(rustix::fs::removexattr(&fx, "user.k")),
+    );
 
     // fallocate, copy_file_range, access, statfs, locks
-    let fa = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(d.join("falloc")).unwrap();
-    log("fallocate", rx(rustix::fs::fallocate(&fa, rustix::fs::FallocateFlags::empty(), 0, 65536)));
+    let fa = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.join("falloc"))
+        .unwrap();
+    log(
+        "fallocate",
+        rx(rustix::fs::fallocate(
+            &fa,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            65536,
+        )),
+    );
     log("stat falloc", st(&d.join("falloc")));
-    log("punch", rx(rustix::fs::fallocate(&fa, rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE, 0, 4096)));
+    log(
+        "punch",
+        rx(rustix::fs::fallocate(
+            &fa,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            0,
+            4096,
+        )),
+    );
     drop(fa);
     fs::write(d.join("src"), b"0123456789").unwrap();
-    let (fi, fo) = (File::open(d.join("src")).unwrap(), OpenOptions::new().write(true).create(true).truncate(true).open(d.join("dst")).unwrap());
+    let (fi, fo) = (
+        File::open(d.join("src")).unwrap(),
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(d.join("dst"))
+            .unwrap(),
+    );
     let (mut oi, mut oo) = (2u64, 0u64);
-    log("copy_file_range", rx(rustix::fs::copy_file_range(&fi, Some(&mut oi), &fo, Some(&mut oo), 5)));
+    log(
+        "copy_file_range",
+        rx(rustix::fs::copy_file_range(
+            &fi,
+            Some(&mut oi),
+            &fo,
+            Some(&mut oo),
+            5,
+        )),
+    );
     drop((fi, fo));
     log("read dst", res(fs::read_to_string(d.join("dst"))));
-    log("access", rx(rustix::fs::access(d.join("src"), rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK)));
-    log("access missing", rx(rustix::fs::access(d.join("zz"), rustix::fs::Access::EXISTS)));
-    log("statfs namemax", rx(rustix::fs::statvfs(d).map(|s| s.f_namemax)));
+    log(
+        "access",
+        rx(rustix::fs::access(
+            d.join("src"),
+            rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+        )),
+    );
+    log(
+        "access missing",
+        rx(rustix::fs::access(d.join("zz"), rustix::fs::Access::EXISTS)),
+    );
+    log(
+        "statfs namemax",
+        rx(rustix::fs::statvfs(d).map(|s| s.f_namemax)),
+    );
     let l1 = File::open(d.join("src")).unwrap();
     let l2 = File::open(d.join("src")).unwrap();
-    log("flock", rx(rustix::fs::flock(&l1, rustix::fs::FlockOperation::NonBlockingLockExclusive)));
-    log("flock conflict", rx(rustix::fs::flock(&l2, rustix::fs::FlockOperation::NonBlockingLockExclusive)));
-    log("fcntl lock", rx(rustix::fs::fcntl_lock(&l2, rustix::fs::FlockOperation::NonBlockingLockShared)));
+    log(
+        "flock",
+        rx(rustix::fs::flock(
+            &l1,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )),
+    );
+    log(
+        "flock conflict",
+        rx(rustix::fs::flock(
+            &l2,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )),
+    );
+    log(
+        "fcntl lock",
+        rx(rustix::fs::fcntl_lock(
+            &l2,
+            rustix::fs::FlockOperation::NonBlockingLockShared,
+        )),
+    );
     drop((l1, l2));
 
     // shared writable mmap (python, so the test stays free of unsafe code)
     fs::write(d.join("mm"), vec![b'.'; 8192]).unwrap();
-    log("mmap", sh(d, "python3 -c \"import mmap,os\nf=open('mm','r+b')\nm=mmap.mmap(f.fileno(),8192)\nm[0:5]=b'HELLO'\nm[4096:4101]=b'WORLD'\nm.flush()\nm.close()\nf.close()\nprint(open('mm','rb').read()[4090:4105])\""));
-    log("mmap content", res(fs::read(d.join("mm")).map(|v| blake3::hash(&v).to_hex().to_string())));
+    log(
+        "mmap",
+        sh(
+            d,
+            "python3 -c \"import mmap,os\nf=open('mm','r+b')\nm=mmap.mmap(f.fileno(),8192)\nm[0:5]=b'HELLO'\nm[4096:4101]=b'WORLD'\nm.flush()\nm.close()\nf.close()\nprint(open('mm','rb').read()[4090:4105])\"",
+        ),
+    );
+    log(
+        "mmap content",
+        res(fs::read(d.join("mm")).map(|v| blake3::hash(&v).to_hex().to_string())),
+    );
 
     let _ = OsStr::new("");
     out
@@ -227,7 +556,10 @@ fn every_operation_behaves_as_on_the_native_filesystem() {
     if !require_fuse() {
         return;
     }
-    let native = tempfile::Builder::new().prefix("rwfs-native").tempdir().unwrap();
+    let native = tempfile::Builder::new()
+        .prefix("rwfs-native")
+        .tempdir()
+        .unwrap();
     let expected = script(native.path());
     let m = Mounted::new();
     let got = script(&m.dir);
@@ -238,7 +570,12 @@ fn every_operation_behaves_as_on_the_native_filesystem() {
         }
     }
     assert_eq!(expected.len(), got.len());
-    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
 }
 
 #[test]
@@ -253,5 +590,9 @@ fn inode_numbers_are_stable_and_match_the_disk() {
     fs::rename(m.p("moved"), m.p("sub/moved")).unwrap();
     assert_eq!(fs::metadata(m.p("sub/moved")).unwrap().ino(), ino);
     m.umount();
-    assert_eq!(fs::metadata(m.p("sub/moved")).unwrap().ino(), ino, "node id is the backing inode number");
+    assert_eq!(
+        fs::metadata(m.p("sub/moved")).unwrap().ino(),
+        ino,
+        "node id is the backing inode number"
+    );
 }

@@ -12,7 +12,8 @@ use crate::agent::{Agent, uuid};
 use crate::support::{Mounted, require_fuse};
 
 fn schema_for(def: &str) -> jsonschema::Validator {
-    let mut root: Value = serde_json::from_str(include_str!("../../schema/protocol.schema.json")).unwrap();
+    let mut root: Value =
+        serde_json::from_str(include_str!("../../schema/protocol.schema.json")).unwrap();
     let obj = root.as_object_mut().unwrap();
     obj.remove("oneOf");
     obj.insert("$ref".into(), json!(format!("#/$defs/{def}")));
@@ -21,7 +22,10 @@ fn schema_for(def: &str) -> jsonschema::Validator {
 
 fn assert_valid(def: &str, v: &Value) {
     let s = schema_for(def);
-    let errors: Vec<String> = s.iter_errors(v).map(|e| format!("{e} at {}", e.instance_path)).collect();
+    let errors: Vec<String> = s
+        .iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
     assert!(errors.is_empty(), "{def}: {v}\n{}", errors.join("\n"));
 }
 
@@ -44,7 +48,11 @@ impl Raw {
         serde_json::from_str(&s).unwrap_or_else(|e| panic!("not JSON ({e}): {s:?}"))
     }
     fn req(&mut self, id: &str, request: Value) -> Value {
-        self.send(json!({"type": "control_request", "request_id": id, "request": request}).to_string().as_bytes())
+        self.send(
+            json!({"type": "control_request", "request_id": id, "request": request})
+                .to_string()
+                .as_bytes(),
+        )
     }
 }
 
@@ -70,22 +78,90 @@ fn every_response_matches_the_protocol_schema() {
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let mut c = Raw::new(&a.m);
     let u1 = uuid();
-    ok(&c.req("1", json!({"subtype": "begin_message", "session_id": "s", "user_message_id": u1})), "1", "response_begin_message");
+    ok(
+        &c.req(
+            "1",
+            json!({"subtype": "begin_message", "session_id": "s", "user_message_id": u1}),
+        ),
+        "1",
+        "response_begin_message",
+    );
     a.tool_write("a.txt", b"changed\n");
     ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_empty");
-    ok(&c.req("3", json!({"subtype": "register_agent", "pid": std::process::id()})), "3", "response_empty");
-    ok(&c.req("4", json!({"subtype": "rewind_files", "user_message_id": u1, "dry_run": true})), "4", "response_rewind_files_dry");
-    let missing = ok(&c.req("5", json!({"subtype": "rewind_files", "user_message_id": uuid(), "dry_run": true})), "5", "response_rewind_files_dry");
-    assert_eq!(missing["error"], json!("No file checkpoint found for this message."));
-    ok(&c.req("6", json!({"subtype": "list_checkpoints"})), "6", "response_list_checkpoints");
-    ok(&c.req("7", json!({"subtype": "diff", "user_message_id": u1})), "7", "response_diff");
-    ok(&c.req("8", json!({"subtype": "log", "limit": 10})), "8", "response_log");
-    ok(&c.req("9", json!({"subtype": "status"})), "9", "response_status");
-    ok(&c.req("10", json!({"subtype": "rewind_files", "user_message_id": u1, "scope": "all"})), "10", "response_rewind_files");
-    ok(&c.req("11", json!({"subtype": "undo_rewind"})), "11", "response_undo_rewind");
-    assert_eq!(err(&c.req("12", json!({"subtype": "rewind_files", "user_message_id": uuid()}))), "No file checkpoint found for this message.");
+    ok(
+        &c.req(
+            "3",
+            json!({"subtype": "register_agent", "pid": std::process::id()}),
+        ),
+        "3",
+        "response_empty",
+    );
+    ok(
+        &c.req(
+            "4",
+            json!({"subtype": "rewind_files", "user_message_id": u1, "dry_run": true}),
+        ),
+        "4",
+        "response_rewind_files_dry",
+    );
+    let missing = ok(
+        &c.req(
+            "5",
+            json!({"subtype": "rewind_files", "user_message_id": uuid(), "dry_run": true}),
+        ),
+        "5",
+        "response_rewind_files_dry",
+    );
+    assert_eq!(
+        missing["error"],
+        json!("No file checkpoint found for this message.")
+    );
+    ok(
+        &c.req("6", json!({"subtype": "list_checkpoints"})),
+        "6",
+        "response_list_checkpoints",
+    );
+    ok(
+        &c.req("7", json!({"subtype": "diff", "user_message_id": u1})),
+        "7",
+        "response_diff",
+    );
+    ok(
+        &c.req("8", json!({"subtype": "log", "limit": 10})),
+        "8",
+        "response_log",
+    );
+    ok(
+        &c.req("9", json!({"subtype": "status"})),
+        "9",
+        "response_status",
+    );
+    ok(
+        &c.req(
+            "10",
+            json!({"subtype": "rewind_files", "user_message_id": u1, "scope": "all"}),
+        ),
+        "10",
+        "response_rewind_files",
+    );
+    ok(
+        &c.req("11", json!({"subtype": "undo_rewind"})),
+        "11",
+        "response_undo_rewind",
+    );
+    assert_eq!(
+        err(&c.req(
+            "12",
+            json!({"subtype": "rewind_files", "user_message_id": uuid()})
+        )),
+        "No file checkpoint found for this message."
+    );
     // Undoing again redoes (the undo was a rewind too).
-    ok(&c.req("13", json!({"subtype": "undo_rewind"})), "13", "response_undo_rewind");
+    ok(
+        &c.req("13", json!({"subtype": "undo_rewind"})),
+        "13",
+        "response_undo_rewind",
+    );
     // The schema rejects what it should (the test can fail).
     let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
@@ -98,7 +174,10 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
     }
     let m = Mounted::new();
     let mut c = Raw::new(&m);
-    assert_eq!(err(&c.req("u", json!({"subtype": "undo_rewind"}))), "Failed to rewind: nothing to undo");
+    assert_eq!(
+        err(&c.req("u", json!({"subtype": "undo_rewind"}))),
+        "Failed to rewind: nothing to undo"
+    );
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"not json".to_vec(), "invalid JSON"),
@@ -112,9 +191,17 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
     ];
     for (line, want) in cases {
         let e = err(&c.send(&line));
-        assert!(e.contains(want), "{:?}: {e}", String::from_utf8_lossy(&line[..line.len().min(80)]));
+        assert!(
+            e.contains(want),
+            "{:?}: {e}",
+            String::from_utf8_lossy(&line[..line.len().min(80)])
+        );
     }
-    ok(&c.req("alive", json!({"subtype": "status"})), "alive", "response_status");
+    ok(
+        &c.req("alive", json!({"subtype": "status"})),
+        "alive",
+        "response_status",
+    );
     // A line over the cap is refused and that connection closed; the daemon lives on.
     let mut big = Raw::new(&m);
     let huge = vec![b'x'; 2 << 20];
@@ -128,7 +215,11 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
     let conns: Vec<Raw> = (0..300).map(|_| Raw::new(&m)).collect();
     drop(conns);
     let mut again = Raw::new(&m);
-    ok(&again.req("after", json!({"subtype": "status"})), "after", "response_status");
+    ok(
+        &again.req("after", json!({"subtype": "status"})),
+        "after",
+        "response_status",
+    );
 }
 
 #[test]
@@ -138,7 +229,12 @@ fn a_peer_with_another_uid_is_refused() {
     }
     let m = Mounted::new();
     let sock = m.socket();
-    assert_eq!(std::fs::metadata(&sock).map(|md| std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777).unwrap(), 0o600);
+    assert_eq!(
+        std::fs::metadata(&sock)
+            .map(|md| std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777)
+            .unwrap(),
+        0o600
+    );
     // Open the way to the socket so only the uid check stands between a stranger and it.
     for d in [m.tmp.path(), m.store.as_path()] {
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -156,5 +252,8 @@ fn a_peer_with_another_uid_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("permission denied: uid 65534"), "stranger got: {text}");
+    assert!(
+        text.contains("permission denied: uid 65534"),
+        "stranger got: {text}"
+    );
 }

@@ -10,7 +10,12 @@ use crate::agent::{Agent, uuid};
 use crate::support::{require_fuse, tree};
 
 fn files(v: &serde_json::Value) -> Vec<String> {
-    let mut f: Vec<String> = v["filesChanged"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    let mut f: Vec<String> = v["filesChanged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
     f.sort();
     f
 }
@@ -28,7 +33,11 @@ fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
     assert_eq!(dry["canRewind"], json!(true));
     assert_eq!(files(&dry), vec!["made_by_tool.txt"]);
     assert_eq!(dry["insertions"], json!(0));
-    assert_eq!(dry["deletions"], json!(2), "a created file being removed counts its lines as deletions");
+    assert_eq!(
+        dry["deletions"],
+        json!(2),
+        "a created file being removed counts its lines as deletions"
+    );
     let r = a.rewind(&t1, "tool", false).unwrap();
     assert_eq!(r["canRewind"], json!(true));
     assert_eq!(r["skippedLinks"], json!(0));
@@ -66,15 +75,36 @@ fn later_bash_changes_to_a_tracked_file_are_undone_and_a_deleted_one_comes_back(
     a.bash("rm -rf src");
     let r = a.rewind(&t2, "tool", false).unwrap();
     assert_eq!(files(&r), vec!["keep/u.txt", "src/deep/t.txt"]);
-    assert_eq!(a.read("src/deep/t.txt").as_deref(), Some("tool v1\n"), "deleted tracked file comes back with its parents");
-    assert_eq!(fs::metadata(a.m.p("src/deep/t.txt")).unwrap().permissions().mode() & 0o7777, 0o640);
+    assert_eq!(
+        a.read("src/deep/t.txt").as_deref(),
+        Some("tool v1\n"),
+        "deleted tracked file comes back with its parents"
+    );
+    assert_eq!(
+        fs::metadata(a.m.p("src/deep/t.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o640
+    );
     assert_eq!(a.read("keep/u.txt").as_deref(), Some("u1\n"));
-    assert_eq!(fs::metadata(a.m.p("keep/u.txt")).unwrap().permissions().mode() & 0o7777, 0o644);
+    assert_eq!(
+        fs::metadata(a.m.p("keep/u.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o644
+    );
     // Back to before the first turn: both files were created by tools, so both go.
     a.rewind(&t1, "tool", false).unwrap();
     assert!(a.read("src/deep/t.txt").is_none());
     assert!(a.read("keep/u.txt").is_none());
-    assert!(a.m.p("src/deep").is_dir(), "directories are never removed by the tool scope");
+    assert!(
+        a.m.p("src/deep").is_dir(),
+        "directories are never removed by the tool scope"
+    );
 }
 
 #[test]
@@ -105,8 +135,15 @@ fn a_tracked_file_moved_by_bash_is_recreated_and_the_edited_target_stays() {
     a.tool_write("newdir/x.txt", b"x\n");
     a.rewind(&t1, "tool", false).unwrap();
     assert_eq!(a.read("a.txt").as_deref(), Some("alpha\n"));
-    assert_eq!(a.read("b.txt").as_deref(), Some("alpha\n"), "b.txt keeps its content from before the Edit");
-    assert!(a.m.p("newdir").is_dir(), "directories created by tools stay");
+    assert_eq!(
+        a.read("b.txt").as_deref(),
+        Some("alpha\n"),
+        "b.txt keeps its content from before the Edit"
+    );
+    assert!(
+        a.m.p("newdir").is_dir(),
+        "directories created by tools stay"
+    );
     assert!(a.read("newdir/x.txt").is_none());
     let _ = t0;
 }
@@ -133,7 +170,11 @@ fn binary_content_and_modes_come_back_byte_exact() {
     a.rewind(&t1, "tool", false).unwrap();
     for (name, mode) in [("x.bin", 0o755), ("p.bin", 0o600), ("r.bin", 0o444)] {
         assert_eq!(fs::read(a.m.p(name)).unwrap(), bin, "{name}");
-        assert_eq!(fs::metadata(a.m.p(name)).unwrap().permissions().mode() & 0o7777, mode, "{name}");
+        assert_eq!(
+            fs::metadata(a.m.p(name)).unwrap().permissions().mode() & 0o7777,
+            mode,
+            "{name}"
+        );
     }
     a.rewind(&t0, "tool", false).unwrap();
     assert!(!a.m.p("x.bin").exists());
@@ -149,8 +190,14 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
     let missing = uuid();
     let dry = a.rewind(&missing, "tool", true).unwrap();
     assert_eq!(dry["canRewind"], json!(false));
-    assert_eq!(dry["error"], json!("No file checkpoint found for this message."));
-    assert_eq!(a.rewind(&missing, "tool", false).unwrap_err(), "No file checkpoint found for this message.");
+    assert_eq!(
+        dry["error"],
+        json!("No file checkpoint found for this message.")
+    );
+    assert_eq!(
+        a.rewind(&missing, "tool", false).unwrap_err(),
+        "No file checkpoint found for this message."
+    );
     let bad = a.rewind("not-a-uuid", "tool", false).unwrap_err();
     assert!(bad.contains("not a UUID"), "{bad}");
     // The connection is still usable.
@@ -189,18 +236,34 @@ fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
     a.tool_write("f.txt", b"agent\n");
     // An unrelated process (not a descendant of the agent): the user's editor.
     let editor = std::process::Command::new("setsid")
-        .args(["-f", "bash", "-c", &format!("echo user >> {}", a.m.p("f.txt").display())])
+        .args([
+            "-f",
+            "bash",
+            "-c",
+            &format!("echo user >> {}", a.m.p("f.txt").display()),
+        ])
         .status()
         .unwrap();
     assert!(editor.success());
-    assert!(crate::support::wait_until(5, || a.read("f.txt").is_some_and(|s| s.ends_with("user\n"))));
+    assert!(crate::support::wait_until(5, || a
+        .read("f.txt")
+        .is_some_and(|s| s.ends_with("user\n"))));
     let dry = a.rewind(&t1, "agent", true).unwrap();
     assert_eq!(dry["canRewind"], json!(false));
     assert_eq!(dry["conflicts"], json!(["f.txt"]));
     let err = a.rewind(&t1, "agent", false).unwrap_err();
     assert!(err.starts_with("Failed to rewind: "), "{err}");
-    assert_eq!(a.read("f.txt").as_deref(), Some("agent\nuser\n"), "a refused rewind changes nothing");
-    let r = a.c.request("rewind_files", json!({"user_message_id": t1, "scope": "agent", "force": true})).unwrap();
+    assert_eq!(
+        a.read("f.txt").as_deref(),
+        Some("agent\nuser\n"),
+        "a refused rewind changes nothing"
+    );
+    let r =
+        a.c.request(
+            "rewind_files",
+            json!({"user_message_id": t1, "scope": "agent", "force": true}),
+        )
+        .unwrap();
     assert_eq!(r["canRewind"], json!(true));
     assert_eq!(a.read("f.txt").as_deref(), Some("v0\n"));
 }
@@ -242,5 +305,8 @@ fn a_rewind_is_seen_at_once_by_processes_that_cached_the_old_state() {
     assert_eq!(a.bash("cat gone.txt"), "g\n");
     a.rewind(&t1, "all", false).unwrap();
     assert_eq!(a.bash("cat c.txt; stat -c %s c.txt; ls"), "old\n4\nc.txt\n");
-    assert_eq!(a.bash("test -e gone.txt && echo present || echo absent"), "absent\n");
+    assert_eq!(
+        a.bash("test -e gone.txt && echo present || echo absent"),
+        "absent\n"
+    );
 }

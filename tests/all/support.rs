@@ -8,7 +8,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_rewindfs");
 
 /// Whether this run must have FUSE (CI, or REQUIRE_FUSE=1): then a missing /dev/fuse fails.
 fn fuse_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("REQUIRE_FUSE").is_ok_and(|v| v == "1")
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+        || std::env::var("REQUIRE_FUSE").is_ok_and(|v| v == "1")
 }
 
 /// Returns false (and says why) when FUSE is unavailable outside CI; panics in CI.
@@ -16,9 +17,13 @@ pub fn require_fuse() -> bool {
     let ok = Path::new("/dev/fuse").exists() && rustix::process::geteuid().is_root();
     if !ok {
         if fuse_required() {
-            panic!("FUSE is required (CI=true or REQUIRE_FUSE=1) but /dev/fuse is missing or we are not root");
+            panic!(
+                "FUSE is required (CI=true or REQUIRE_FUSE=1) but /dev/fuse is missing or we are not root"
+            );
         }
-        eprintln!("SKIPPED: /dev/fuse missing or not root; set REQUIRE_FUSE=1 to make this a failure");
+        eprintln!(
+            "SKIPPED: /dev/fuse missing or not root; set REQUIRE_FUSE=1 to make this a failure"
+        );
     }
     ok
 }
@@ -54,12 +59,20 @@ impl Mounted {
     }
 
     pub fn with_args(setup: impl FnOnce(&Path), extra: &[&str]) -> Mounted {
-        let tmp = tempfile::Builder::new().prefix("rwfs-test").tempdir().unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("rwfs-test")
+            .tempdir()
+            .unwrap();
         let dir = tmp.path().join("proj");
         let store = tmp.path().join("store");
         std::fs::create_dir_all(&dir).unwrap();
         setup(&dir);
-        let mut m = Mounted { tmp, dir, store, mounted: false };
+        let mut m = Mounted {
+            tmp,
+            dir,
+            store,
+            mounted: false,
+        };
         m.mount(extra);
         m
     }
@@ -69,11 +82,20 @@ impl Mounted {
     }
 
     pub fn mount(&mut self, extra: &[&str]) {
-        let mut args = vec!["mount", self.dir.to_str().unwrap(), "--store", self.store.to_str().unwrap()];
+        let mut args = vec![
+            "mount",
+            self.dir.to_str().unwrap(),
+            "--store",
+            self.store.to_str().unwrap(),
+        ];
         args.extend_from_slice(extra);
         rewindfs_ok(&args);
         // The command returns only once the mount answers; check it really is one.
-        assert!(is_fuse(&self.dir), "{} is not a FUSE mount after `rewindfs mount`", self.dir.display());
+        assert!(
+            is_fuse(&self.dir),
+            "{} is not a FUSE mount after `rewindfs mount`",
+            self.dir.display()
+        );
         self.mounted = true;
     }
 
@@ -93,7 +115,11 @@ impl Mounted {
     }
 
     pub fn daemon_pid(&self) -> u32 {
-        std::fs::read_to_string(self.store.join("daemon.pid")).unwrap().trim().parse().unwrap()
+        std::fs::read_to_string(self.store.join("daemon.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 }
 
@@ -109,7 +135,7 @@ impl Drop for Mounted {
 }
 
 pub fn is_fuse(dir: &Path) -> bool {
-    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == 0x6573_5546)
+    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type == 0x6573_5546)
 }
 
 /// Polls `f` until it is true or `secs` pass.
@@ -126,7 +152,12 @@ pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 
 /// Runs a shell command in `dir`, asserting success; returns stdout.
 pub fn sh(dir: &Path, cmd: &str) -> String {
-    let out = Command::new("bash").arg("-c").arg(cmd).current_dir(dir).output().expect("run bash");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .expect("run bash");
     assert!(
         out.status.success(),
         "`{cmd}` in {} failed ({}):\n{}{}",
@@ -141,7 +172,10 @@ pub fn sh(dir: &Path, cmd: &str) -> String {
 /// A listing of a tree: path, type, mode, size, content hash, symlink target — no times or inodes.
 pub fn tree(root: &Path) -> Vec<String> {
     fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) {
-        let mut ents: Vec<_> = std::fs::read_dir(root.join(rel)).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let mut ents: Vec<_> = std::fs::read_dir(root.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         ents.sort();
         for name in ents {
             let r = rel.join(&name);
@@ -150,13 +184,23 @@ pub fn tree(root: &Path) -> Vec<String> {
             use std::os::unix::fs::PermissionsExt;
             let mode = md.permissions().mode() & 0o7777;
             if md.is_symlink() {
-                out.push(format!("{} link -> {}", r.display(), std::fs::read_link(&p).unwrap().display()));
+                out.push(format!(
+                    "{} link -> {}",
+                    r.display(),
+                    std::fs::read_link(&p).unwrap().display()
+                ));
             } else if md.is_dir() {
                 out.push(format!("{} dir {:o}", r.display(), mode));
                 walk(root, &r, out);
             } else if md.is_file() {
                 let data = std::fs::read(&p).unwrap();
-                out.push(format!("{} file {:o} {} {}", r.display(), mode, data.len(), blake3::hash(&data).to_hex()));
+                out.push(format!(
+                    "{} file {:o} {} {}",
+                    r.display(),
+                    mode,
+                    data.len(),
+                    blake3::hash(&data).to_hex()
+                ));
             } else {
                 out.push(format!("{} other {:o}", r.display(), mode));
             }
@@ -171,6 +215,6 @@ pub fn tree(root: &Path) -> Vec<String> {
 pub fn is_stale_or_gone(dir: &Path) -> bool {
     match rustix::fs::statfs(dir) {
         Err(e) => e.raw_os_error() == libc::ENOTCONN,
-        Ok(s) => s.f_type as i64 != 0x6573_5546,
+        Ok(s) => s.f_type != 0x6573_5546,
     }
 }

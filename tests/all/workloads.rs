@@ -8,7 +8,11 @@ use std::process::Command;
 use crate::support::{Mounted, require_fuse, sh, tree};
 
 fn have(bin: &str) -> bool {
-    Command::new("bash").arg("-c").arg(format!("command -v {bin}")).output().is_ok_and(|o| o.status.success())
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 #[test]
@@ -40,7 +44,10 @@ fn extracting_a_tar_of_thousands_of_files_matches_the_source() {
         return;
     }
     let src = tempfile::tempdir().unwrap();
-    sh(src.path(), "set -e; for d in $(seq 1 40); do mkdir -p t/d$d; for f in $(seq 1 60); do echo \"$d/$f\" > t/d$d/f$f; done; done; ln -s d1/f1 t/link; chmod 755 t/d1/f2; tar cf ../t.tar t");
+    sh(
+        src.path(),
+        "set -e; for d in $(seq 1 40); do mkdir -p t/d$d; for f in $(seq 1 60); do echo \"$d/$f\" > t/d$d/f$f; done; done; ln -s d1/f1 t/link; chmod 755 t/d1/f2; tar cf ../t.tar t",
+    );
     let m = Mounted::new();
     let tarball = src.path().parent().unwrap().join("t.tar");
     sh(&m.dir, &format!("tar xf {}", tarball.display()));
@@ -56,8 +63,14 @@ fn cargo_builds_a_small_crate() {
         return;
     }
     let m = Mounted::new();
-    sh(&m.dir, "set -e; mkdir -p c/src; printf '[package]\\nname = \"c\"\\nversion = \"0.1.0\"\\nedition = \"2021\"\\n' > c/Cargo.toml; printf 'mod m;\\nfn main() { println!(\"{}\", m::f()); }\\n' > c/src/main.rs; printf 'pub fn f() -> u32 { 42 }\\n' > c/src/m.rs");
-    let out = sh(&m.p("c"), "CARGO_TARGET_DIR=target cargo run -q --offline 2>&1");
+    sh(
+        &m.dir,
+        "set -e; mkdir -p c/src; printf '[package]\\nname = \"c\"\\nversion = \"0.1.0\"\\nedition = \"2021\"\\n' > c/Cargo.toml; printf 'mod m;\\nfn main() { println!(\"{}\", m::f()); }\\n' > c/src/main.rs; printf 'pub fn f() -> u32 { 42 }\\n' > c/src/m.rs",
+    );
+    let out = sh(
+        &m.p("c"),
+        "CARGO_TARGET_DIR=target cargo run -q --offline 2>&1",
+    );
     assert_eq!(out.trim(), "42");
 }
 
@@ -70,20 +83,27 @@ fn sqlite_in_wal_mode_works() {
     let path = m.p("db.sqlite");
     {
         let c = rusqlite::Connection::open(&path).unwrap();
-        let mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).unwrap();
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
-        c.execute_batch("CREATE TABLE t(x INTEGER); BEGIN;").unwrap();
+        c.execute_batch("CREATE TABLE t(x INTEGER); BEGIN;")
+            .unwrap();
         for i in 0..2000 {
             c.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
         }
         c.execute_batch("COMMIT;").unwrap();
         let c2 = rusqlite::Connection::open(&path).unwrap();
-        let n: i64 = c2.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        let n: i64 = c2
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 2000);
         assert!(m.p("db.sqlite-wal").exists());
     }
     let c = rusqlite::Connection::open(&path).unwrap();
-    let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(ok, "ok");
 }
 
@@ -93,7 +113,10 @@ fn python_venv_is_created_and_runs() {
         return;
     }
     let m = Mounted::new();
-    let out = sh(&m.dir, "python3 -m venv venv && venv/bin/python -c 'import sys; print(sys.prefix.endswith(\"venv\"))' && venv/bin/pip --version >/dev/null && echo pip-ok");
+    let out = sh(
+        &m.dir,
+        "python3 -m venv venv && venv/bin/python -c 'import sys; print(sys.prefix.endswith(\"venv\"))' && venv/bin/pip --version >/dev/null && echo pip-ok",
+    );
     assert_eq!(out, "True\npip-ok\n");
 }
 
@@ -108,16 +131,35 @@ fn several_processes_write_rename_and_list_at_once_without_loss() {
         let script = format!(
             "set -e; mkdir -p w{w}; for i in $(seq 1 200); do echo \"w{w} $i\" > w{w}/tmp.$i; mv w{w}/tmp.$i w{w}/f$i; ls w{w} > /dev/null; done"
         );
-        kids.push(Command::new("bash").arg("-c").arg(script).current_dir(&m.dir).spawn().unwrap());
+        kids.push(
+            Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&m.dir)
+                .spawn()
+                .unwrap(),
+        );
     }
-    kids.push(Command::new("bash").arg("-c").arg("for i in $(seq 1 200); do ls -R . > /dev/null; done").current_dir(&m.dir).spawn().unwrap());
+    kids.push(
+        Command::new("bash")
+            .arg("-c")
+            .arg("for i in $(seq 1 200); do ls -R . > /dev/null; done")
+            .current_dir(&m.dir)
+            .spawn()
+            .unwrap(),
+    );
     for mut k in kids {
         assert!(k.wait().unwrap().success());
     }
     for w in 0..4 {
         for i in 1..=200 {
             let p = m.p(&format!("w{w}/f{i}"));
-            assert_eq!(fs::read_to_string(&p).unwrap(), format!("w{w} {i}\n"), "{}", p.display());
+            assert_eq!(
+                fs::read_to_string(&p).unwrap(),
+                format!("w{w} {i}\n"),
+                "{}",
+                p.display()
+            );
         }
         assert_eq!(fs::read_dir(m.p(&format!("w{w}"))).unwrap().count(), 200);
     }
