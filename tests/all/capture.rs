@@ -14,13 +14,12 @@ use serde_json::json;
 use crate::agent::{Agent, uuid};
 use crate::support::{Mounted, require_fuse, rewindfs, rewindfs_ok, sh, tree, wait_until};
 
-/// (kind, content, mode & 0o7777, symlink target) of the pre-image captured for `path` in the
+/// (kind, content, mode & 0o7777, symlink target) of a pre-image.
+type Pre = (String, Option<Vec<u8>>, u32, Option<String>);
+
+/// The pre-image captured for `path` in the
 /// checkpoint `uuid`, read straight from the store.
-fn captured(
-    m: &Mounted,
-    cp: &str,
-    path: &str,
-) -> Option<(String, Option<Vec<u8>>, u32, Option<String>)> {
+fn captured(m: &Mounted, cp: &str, path: &str) -> Option<Pre> {
     let db = rusqlite::Connection::open_with_flags(
         m.store.join("rewindfs.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
