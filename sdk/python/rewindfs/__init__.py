@@ -1,0 +1,17 @@
+"""Client for the rewindfs daemon (see schema/protocol.md in the rewindfs repository)."""
+
+from .client import (
+    AsyncRewindfsClient,
+    RewindFilesResult,
+    RewindfsClient,
+    RewindfsError,
+    find_socket,
+)
+
+__all__ = [
+    "AsyncRewindfsClient",
+    "RewindFilesResult",
+    "RewindfsClient",
+    "RewindfsError",
+    "find_socket",
+]

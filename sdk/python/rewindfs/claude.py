@@ -1,0 +1,125 @@
+"""Claude Agent SDK integration: make every turn of a ``ClaudeSDKClient`` session rewindable
+through rewindfs, including what the agent's shell commands did.
+
+``claude-agent-sdk`` is an optional dependency (``pip install rewindfs[claude]``), imported
+only when these functions run::
+
+    from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
+    from rewindfs import AsyncRewindfsClient
+    from rewindfs.claude import register_cli, send_prompt, with_rewindfs
+
+    rw = await AsyncRewindfsClient.connect()          # the mount containing the cwd
+    options = with_rewindfs(ClaudeAgentOptions(cwd="."), rw)
+    async with ClaudeSDKClient(options) as client:
+        await register_cli(client, rw)                 # the CLI's own writes are `tool`
+        turn = await send_prompt(client, rw, "my-session", "Refactor utils.py")
+        async for msg in client.receive_response():
+            ...
+    result = await rw.rewind_files(turn, dry_run=True)   # works after the session ended
+
+Race-freedom: :func:`send_prompt` chooses the user message's uuid itself and begins its
+checkpoint *before* the prompt is sent (a ``uuid`` on a user message sent over stream-json
+input becomes that message's uuid), so no tool call can run ahead of its checkpoint.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from dataclasses import replace
+from typing import Any, Optional
+
+from .client import AsyncRewindfsClient, RewindfsError
+
+__all__ = ["with_rewindfs", "send_prompt", "register_cli", "tool_span_hooks"]
+
+
+def _file_of(tool_input: Any) -> Optional[str]:
+    if not isinstance(tool_input, dict):
+        return None
+    for k in ("file_path", "notebook_path", "path"):
+        v = tool_input.get(k)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def tool_span_hooks(rw: AsyncRewindfsClient) -> tuple[Any, Any]:
+    """PreToolUse / PostToolUse callbacks that report tool spans to the daemon. They never
+    block the agent: a daemon error is swallowed (the tool still runs)."""
+
+    async def span(phase: str, input_data: dict[str, Any], tool_use_id: Optional[str]) -> dict[str, Any]:
+        try:
+            await rw.tool_use(
+                phase,
+                str(input_data.get("tool_name", "")),
+                tool_use_id or str(input_data.get("tool_use_id", "")) or f"hook-{input_data.get('tool_name', '')}",
+                _file_of(input_data.get("tool_input")),
+            )
+        except (RewindfsError, OSError):
+            pass
+        return {}
+
+    async def pre(input_data: dict[str, Any], tool_use_id: Optional[str], context: Any) -> dict[str, Any]:
+        return await span("pre", input_data, tool_use_id)
+
+    async def post(input_data: dict[str, Any], tool_use_id: Optional[str], context: Any) -> dict[str, Any]:
+        return await span("post", input_data, tool_use_id)
+
+    return pre, post
+
+
+def with_rewindfs(options: Any, rw: AsyncRewindfsClient) -> Any:
+    """Returns a copy of ``ClaudeAgentOptions`` with rewindfs's tool-span hooks added (existing
+    hooks are kept)."""
+    from claude_agent_sdk import HookMatcher  # lazy: optional dependency
+
+    pre, post = tool_span_hooks(rw)
+    hooks: dict[str, list[Any]] = {k: list(v) for k, v in (getattr(options, "hooks", None) or {}).items()}
+    hooks.setdefault("PreToolUse", []).append(HookMatcher(matcher=None, hooks=[pre]))
+    hooks.setdefault("PostToolUse", []).append(HookMatcher(matcher=None, hooks=[post]))
+    try:
+        return replace(options, hooks=hooks)
+    except TypeError:
+        options.hooks = hooks
+        return options
+
+
+def cli_pid(client: Any) -> Optional[int]:
+    """The pid of the Claude Code CLI process a ``ClaudeSDKClient`` started, if it can be found."""
+    for path in (("_transport", "_process"), ("_query", "transport", "_process")):
+        obj: Any = client
+        for attr in path:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        pid = getattr(obj, "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            return pid
+    return None
+
+
+async def register_cli(client: Any, rw: AsyncRewindfsClient) -> Optional[int]:
+    """Registers the CLI as the agent (its writes are `tool`, its children's `shell`)."""
+    pid = cli_pid(client)
+    if pid is not None:
+        await rw.register_agent(pid)
+    return pid
+
+
+async def send_prompt(client: Any, rw: AsyncRewindfsClient, session_id: str, text: str, message_uuid: Optional[str] = None) -> str:
+    """Begins the checkpoint for a new user message, then sends it with that uuid. Returns the
+    uuid: pass it to ``rewind_files`` to go back to the state before this turn."""
+    u = message_uuid or str(_uuid.uuid4())
+    await rw.begin_message(session_id, u)
+
+    async def one() -> Any:
+        yield {
+            "type": "user",
+            "message": {"role": "user", "content": text},
+            "parent_tool_use_id": None,
+            "session_id": session_id,
+            "uuid": u,
+        }
+
+    await client.query(one(), session_id=session_id)
+    return u

@@ -1,0 +1,58 @@
+/** The result of rewindFiles, with the SDK's field names (plus rewindfs's additions). */
+export interface RewindFilesResult {
+  canRewind: boolean;
+  error?: string;
+  filesChanged: string[];
+  insertions: number;
+  deletions: number;
+  skippedLinks: number;
+  conflicts: string[];
+  rewindId?: string;
+}
+
+export type Scope = "tool" | "agent" | "all";
+
+export interface Checkpoint {
+  uuid: string;
+  sessionId: string | null;
+  beganAt: string;
+  kind: "mount" | "message" | "rewind";
+  pathsChanged: number;
+  bytesCaptured: number;
+}
+
+export interface LogEntry {
+  seq: number;
+  time: string;
+  op: string;
+  path: string;
+  path2: string | null;
+  actor: "tool" | "shell" | "external" | "rewind";
+  pid: number;
+  process: string;
+  checkpoint: string | null;
+  toolUseId: string | null;
+}
+
+export class RewindfsError extends Error {}
+
+export function findSocket(socket?: string, opts?: { cwd?: string; mountinfo?: string }): string;
+
+export class RewindfsClient {
+  readonly path: string;
+  static connect(socket?: string): Promise<RewindfsClient>;
+  request(subtype: string, fields?: Record<string, unknown>): Promise<Record<string, any>>;
+  beginMessage(sessionId: string, userMessageId: string): Promise<{ checkpoint: string; seq: number }>;
+  toolUse(phase: "pre" | "post", toolName: string, toolUseId: string, filePath?: string): Promise<Record<string, never>>;
+  registerAgent(pid: number): Promise<Record<string, never>>;
+  rewindFiles(
+    userMessageId: string,
+    opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[] },
+  ): Promise<RewindFilesResult>;
+  undoRewind(): Promise<{ canRewind: true; filesChanged: string[]; undone: string }>;
+  listCheckpoints(sessionId?: string): Promise<Checkpoint[]>;
+  diff(userMessageId: string, path?: string, scope?: Scope): Promise<string>;
+  log(path?: string, limit?: number): Promise<LogEntry[]>;
+  status(): Promise<Record<string, any>>;
+  close(): void;
+}
