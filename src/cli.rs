@@ -109,7 +109,7 @@ pub enum Command {
         dry_run: bool,
         /// tool: what Write/Edit/NotebookEdit changed (the SDK's behaviour); agent: tool and
         /// shell; all: everything.
-        #[arg(long, default_value = "tool", value_parser = ["tool", "agent", "all"])]
+        #[arg(long, env = "REWINDFS_SCOPE", default_value = "tool", value_parser = ["tool", "agent", "all"])]
         scope: String,
         /// Rewind even when other actors changed the same paths.
         #[arg(long)]
@@ -157,6 +157,9 @@ pub enum Command {
     /// Mount DIR, run COMMAND as the agent (REWINDFS_SOCKET set, its pid registered),
     /// unmount when it exits, and exit with its status.
     Exec {
+        /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
+        #[arg(long, value_parser = ["tool", "agent", "all"])]
+        scope: Option<String>,
         dir: PathBuf,
         #[arg(long)]
         store: Option<PathBuf>,

@@ -261,10 +261,11 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
         Command::Exec {
+            scope,
             dir,
             store,
             command,
-        } => return exec(dir, store, command),
+        } => return exec(dir, store, scope, command),
         Command::Agent { pid, socket } => {
             connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
         }
@@ -274,7 +275,12 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// `rewindfs exec`: the child waits on a FIFO until its pid is registered as the agent, then
 /// execs the command (same pid), so not one of its writes is misclassified.
-fn exec(dir: PathBuf, store: Option<PathBuf>, command: Vec<String>) -> anyhow::Result<ExitCode> {
+fn exec(
+    dir: PathBuf,
+    store: Option<PathBuf>,
+    scope: Option<String>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
     let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
     daemon::spawn_detached(&cfg)?;
     let sock = cfg.store.join(daemon::files::SOCKET);
@@ -300,6 +306,7 @@ fn exec(dir: PathBuf, store: Option<PathBuf>, command: Vec<String>) -> anyhow::R
             .args(&command)
             .env("REWINDFS_SOCKET", &sock)
             .env("REWINDFS_EXEC_GATE", &gate)
+            .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
             .spawn()
             .with_context(|| format!("running {}", command[0]))?;
         Client::connect(&sock)?.request("register_agent", json!({"pid": child.id()}))?;

@@ -471,10 +471,19 @@ pub fn kill(pid: u32, sig: rustix::process::Signal) -> io::Result<()> {
     rustix::process::kill_process(pid, sig).map_err(errno)
 }
 
+/// Whether a process exists and has not exited (a zombie waiting to be reaped counts as gone).
 pub fn process_alive(pid: u32) -> bool {
-    match rustix::process::Pid::from_raw(pid as i32) {
+    let exists = match rustix::process::Pid::from_raw(pid as i32) {
         Some(p) => rustix::process::test_kill_process(p).is_ok(),
         None => false,
+    };
+    if !exists {
+        return false;
+    }
+    // /proc/<pid>/stat: "pid (comm) S ..."; the state follows the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) != Some('Z'),
+        Err(_) => false,
     }
 }
 
