@@ -327,7 +327,7 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
     let rounds: usize = std::env::var("CRASH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(6);
     let mut m = Mounted::with(|d| {
         for i in 0..30 {
             fs::write(d.join(format!("f{i}")), format!("original {i}\n")).unwrap();
