@@ -87,8 +87,8 @@ fn run() -> anyhow::Result<ExitCode> {
                         c["uuid"].as_str().unwrap_or(""),
                         c["kind"].as_str().unwrap_or(""),
                         c["beganAt"].as_str().unwrap_or(""),
-                        c["pathsChanged"],
-                        c["bytesCaptured"],
+                        c["pathsChanged"].to_string(),
+                        c["bytesCaptured"].to_string(),
                         c["sessionId"].as_str().unwrap_or("-")
                     );
                 }
