@@ -482,7 +482,11 @@ pub fn process_alive(pid: u32) -> bool {
     }
     // /proc/<pid>/stat: "pid (comm) S ..."; the state follows the last ')'.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) != Some('Z'),
+        Ok(s) => {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                != Some('Z')
+        }
         Err(_) => false,
     }
 }

@@ -33,6 +33,15 @@ pub fn errno_of(e: &io::Error) -> Errno {
     }
 }
 
+/// Open flags for files. Every change goes through the mount, so cached pages stay valid
+/// across opens (a rewind invalidates what it rewrites); `flush` does nothing here (locks are
+/// the kernel's), so the kernel need not send it on every close.
+const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+
+/// Open flags for directories: the kernel may cache their entries; it drops the cache when the
+/// directory changes through the mount, and a rewind invalidates the directories it touches.
+const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_CACHE_DIR);
+
 /// Kernel cache settings.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheConfig {
@@ -319,7 +328,7 @@ impl Filesystem for RewindFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.core.open(&ctx(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(fh) => reply.opened(FileHandle(fh), FILE_OPEN_FLAGS),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -403,7 +412,7 @@ impl Filesystem for RewindFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.core.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(FileHandle(fh), DIR_OPEN_FLAGS),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -589,7 +598,7 @@ impl Filesystem for RewindFs {
                 &attr(l.ino, &st),
                 Generation(l.generation),
                 FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                FILE_OPEN_FLAGS,
             ),
             Err(e) => reply.error(errno_of(&e)),
         }
