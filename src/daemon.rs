@@ -263,8 +263,18 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     };
     fcfg.n_threads = Some(cfg.threads);
     fcfg.clone_fd = cfg.threads > 1;
-    let session = fuser::Session::new(fs, &cfg.dir, &fcfg)
-        .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?;
+    let session = if sys::geteuid() == 0 {
+        fuser::Session::new(fs, &cfg.dir, &fcfg)
+            .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?
+    } else {
+        // An ordinary user cannot open /dev/fuse or call mount(2): the setuid fusermount3
+        // helper mounts and hands us the fd (fuser only falls back to it on EPERM from mount).
+        let opts = format!("fsname={store_s},subtype=rewindfs,default_permissions");
+        let fd = sys::fusermount(&cfg.dir, &opts)
+            .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?;
+        fuser::Session::from_fd(fs, fd, SessionACL::Owner, fcfg)
+            .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?
+    };
     let _ = kernel.notifier.set(session.notifier());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new()

@@ -506,3 +506,59 @@ pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
 pub fn as_fd<T: AsFd>(t: &T) -> BorrowedFd<'_> {
     t.as_fd()
 }
+
+/// Mounts a FUSE filesystem as an ordinary user through the setuid `fusermount3` helper and
+/// returns the `/dev/fuse` fd it passes back over a socket (`_FUSE_COMMFD`, as libfuse does).
+///
+/// # Errors
+/// `fusermount3` is missing or refused (its message is in the error), or sent no fd.
+pub fn fusermount(dir: &Path, options: &str) -> io::Result<OwnedFd> {
+    use rustix::net::{
+        AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags,
+        SocketType,
+    };
+    use std::os::fd::AsRawFd;
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(errno)?;
+    // The helper must inherit its end.
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).map_err(errno)?;
+    let out = std::process::Command::new("fusermount3")
+        .arg("-o")
+        .arg(options)
+        .arg("--")
+        .arg(dir)
+        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| ctx(e, "running fusermount3 (install the fuse3 package)"))?;
+    drop(theirs);
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "fusermount3: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(
+        &ours,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::empty(),
+    )
+    .map_err(errno)?;
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
+            if let Some(fd) = fds.next() {
+                return Ok(fd);
+            }
+        }
+    }
+    Err(io::Error::other("fusermount3 sent no /dev/fuse descriptor"))
+}
