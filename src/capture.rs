@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 
+use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Kind, LogEntry, PreImage, Store, now_ms};
 use crate::sys;
 
@@ -501,6 +502,20 @@ impl Recorder {
     pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
         self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write)
             .map(|_| ())
+    }
+
+    /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
+    /// current session is live. Holds the capture lock so no blob is written meanwhile.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn gc(&self, policy: &Policy, full: bool) -> io::Result<Report> {
+        let _g = self.capture.lock().unwrap();
+        let (seq, session) = {
+            let s = self.state.lock().unwrap();
+            (s.seq, s.session.clone())
+        };
+        Ok(self.store.gc(policy, seq, session.as_deref(), full)?)
     }
 
     /// Takes the gate exclusively: no change runs until the guard is dropped.

@@ -51,6 +51,12 @@ pub enum Command {
         /// fsync every pre-image before the change it protects (survives power loss, slower).
         #[arg(long)]
         sync: bool,
+        /// Store budget: gc drops the oldest checkpoints beyond it (e.g. 500M, 10G; 0 = none).
+        #[arg(long, default_value = DEFAULT_MAX_STORE_BYTES)]
+        max_store_bytes: String,
+        /// Age limit: gc drops checkpoints older than this (e.g. 12h, 30d; 0 = none).
+        #[arg(long, default_value = DEFAULT_MAX_AGE)]
+        max_age: String,
         /// Internal: set by the detaching parent.
         #[arg(long, hide = true)]
         detached: bool,
@@ -137,6 +143,24 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Drop the oldest checkpoints until the store is within its budget and age limit; report
+    /// what was freed. Runs in the daemon when one serves the store, else on the store itself.
+    Gc {
+        /// The store directory (default: the daemon of the mount containing the current
+        /// directory, or its --socket).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// Budget (e.g. 500M, 10G; 0 = none); default: the daemon's, else 10G.
+        #[arg(long)]
+        max_store_bytes: Option<String>,
+        /// Age limit (e.g. 12h, 30d; 0 = none); default: the daemon's, else 30d.
+        #[arg(long)]
+        max_age: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
     /// Check a store: database integrity, every captured blob present and intact.
     Fsck {
         /// The store directory (default: the store of the workspace containing the current
@@ -188,6 +212,108 @@ pub struct MountConfig {
     pub ttl: Duration,
     pub agent_pid: Option<u32>,
     pub sync: bool,
+    pub retention: Retention,
+}
+
+/// The default store budget.
+pub const DEFAULT_MAX_STORE_BYTES: &str = "10G";
+/// The default age limit.
+pub const DEFAULT_MAX_AGE: &str = "30d";
+
+/// Store retention limits (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub max_bytes: Option<u64>,
+    pub max_age: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention::parse(DEFAULT_MAX_STORE_BYTES, DEFAULT_MAX_AGE).expect("valid defaults")
+    }
+}
+
+impl Retention {
+    /// Parses `--max-store-bytes` and `--max-age`.
+    ///
+    /// # Errors
+    /// A message naming the bad value.
+    pub fn parse(bytes: &str, age: &str) -> anyhow::Result<Retention> {
+        Ok(Retention {
+            max_bytes: parse_size(bytes)?,
+            max_age: parse_age(age)?,
+        })
+    }
+
+    pub fn policy(&self) -> crate::store::gc::Policy {
+        crate::store::gc::Policy {
+            max_bytes: self.max_bytes,
+            max_age_ms: self
+                .max_age
+                .map(|d| d.as_millis().min(i64::MAX as u128) as i64),
+        }
+    }
+}
+
+/// `1234`, `500K`, `500M`, `1.5G`, `2T` (powers of 1024); `0` or `none` is no limit.
+///
+/// # Errors
+/// A message naming the value.
+pub fn parse_size(s: &str) -> anyhow::Result<Option<u64>> {
+    let t = s.trim();
+    if t == "0" || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_uppercase();
+            let mult: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => bail!("size {s:?}: unknown unit (use K, M, G or T)"),
+            };
+            (&t[..i], mult)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("size {s:?} is not a number with an optional K/M/G/T"))?;
+    if !n.is_finite() || n < 0.0 {
+        bail!("size {s:?} must be a non-negative number");
+    }
+    Ok(Some((n * mult as f64) as u64).filter(|b| *b > 0))
+}
+
+/// `90s`, `30m`, `12h`, `30d`, `2w` (a bare number is seconds); `0` or `none` is no limit.
+///
+/// # Errors
+/// A message naming the value.
+pub fn parse_age(s: &str) -> anyhow::Result<Option<Duration>> {
+    let t = s.trim();
+    if t == "0" || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let (num, mult) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1),
+        Some('m') => (&t[..t.len() - 1], 60),
+        Some('h') => (&t[..t.len() - 1], 3600),
+        Some('d') => (&t[..t.len() - 1], 86_400),
+        Some('w') => (&t[..t.len() - 1], 7 * 86_400),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("age {s:?} is not a number with an optional s/m/h/d/w"))?;
+    if !n.is_finite() || n < 0.0 {
+        bail!("age {s:?} must be a non-negative number");
+    }
+    Ok(Some(Duration::from_secs_f64(n * mult as f64)).filter(|d| !d.is_zero()))
 }
 
 /// The default store of a workspace: `$XDG_STATE_HOME/rewindfs/<name>-<hash>`.
@@ -288,6 +414,38 @@ impl MountConfig {
             ttl: Duration::from_secs_f64(ttl),
             agent_pid,
             sync,
+            retention: Retention::default(),
         })
+    }
+
+    /// Sets the retention limits.
+    pub fn with_retention(mut self, r: Retention) -> MountConfig {
+        self.retention = r;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ages_parse_with_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("10G").unwrap(), Some(10 << 30));
+        assert_eq!(parse_size("1.5M").unwrap(), Some(3 << 19));
+        assert_eq!(parse_size("500mib").unwrap(), Some(500 << 20));
+        assert_eq!(parse_size("4096").unwrap(), Some(4096));
+        assert_eq!(parse_size("0").unwrap(), None);
+        assert_eq!(parse_size("none").unwrap(), None);
+        assert!(parse_size("12Q").unwrap_err().to_string().contains("12Q"));
+        assert!(parse_size("-1G").is_err());
+        assert_eq!(
+            parse_age("30d").unwrap(),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(parse_age("90").unwrap(), Some(Duration::from_secs(90)));
+        assert_eq!(parse_age("1.5h").unwrap(), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_age("0").unwrap(), None);
+        assert!(parse_age("soon").unwrap_err().to_string().contains("soon"));
     }
 }

@@ -115,6 +115,13 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
     if cfg.sync {
         cmd.arg("--sync");
     }
+    cmd.arg("--max-store-bytes")
+        .arg(cfg.retention.max_bytes.unwrap_or(0).to_string())
+        .arg("--max-age")
+        .arg(format!(
+            "{}s",
+            cfg.retention.max_age.map_or(0.0, |d| d.as_secs_f64())
+        ));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -171,6 +178,67 @@ pub fn is_live(dir: &Path, store: &Path) -> bool {
         && m.source == store
         && sys::statfs_type(dir).ok() == Some(sys::FUSE_SUPER_MAGIC)
         && store.join(files::SOCKET).exists()
+}
+
+/// `rewindfs gc --store` with no daemon on the store: one full retention pass under the store's
+/// lock, keeping the last checkpoint (and its session) as the current one. `Ok(None)` when a
+/// daemon holds the store (ask it over its socket instead).
+///
+/// # Errors
+/// The store cannot be locked or opened; store errors.
+pub fn gc_offline(
+    store_dir: &Path,
+    policy: &crate::store::gc::Policy,
+) -> anyhow::Result<Option<crate::store::gc::Report>> {
+    if !store_dir.join("rewindfs.db").exists() {
+        bail!("{}: no store database", store_dir.display());
+    }
+    let lock_path = store_dir.join(files::LOCK);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    if let Err(e) = sys::try_lock(lock.as_fd()) {
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(None);
+        }
+        return Err(e).context(format!("locking {}", lock_path.display()));
+    }
+    let store = Store::open(store_dir, false)?;
+    let (keep_from, session) = match store.last_checkpoint()? {
+        Some(c) => (c.seq, c.session_id),
+        None => return Ok(Some(crate::store::gc::Report::default())),
+    };
+    let r = store.gc(policy, keep_from, session.as_deref(), true)?;
+    drop(lock);
+    Ok(Some(r))
+}
+
+/// How often the daemon checks the store against its retention limits.
+const GC_EVERY: Duration = Duration::from_secs(60);
+
+/// One automatic retention pass; what it freed (or why it failed) goes to the log.
+fn gc_pass(engine: &Engine, policy: &crate::store::gc::Policy, full: bool) {
+    use crate::store::gc::human_bytes;
+    match engine.gc(policy, full) {
+        Ok(r) if r.checkpoints_dropped > 0 || r.blobs_deleted > 0 => tracing::info!(
+            "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+            r.checkpoints_dropped,
+            r.captures_deleted,
+            r.blobs_deleted,
+            human_bytes(r.bytes_freed),
+            human_bytes(r.bytes_before),
+            human_bytes(r.bytes_after)
+        ),
+        Ok(r) if r.over_budget && full => tracing::warn!(
+            "gc: the store holds {} (over its budget) but nothing more may be dropped: the current checkpoint and live sessions' first captures stay",
+            human_bytes(r.bytes_after)
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::error!("gc: {e}"),
+    }
 }
 
 /// Runs the daemon in the foreground until unmounted or signalled.
@@ -231,6 +299,8 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     if recovered > 0 {
         tracing::warn!("finished {recovered} interrupted rewind(s)");
     }
+    let policy = cfg.retention.policy();
+    gc_pass(&engine, &policy, true);
     let fs = RewindFs::new(core.clone(), CacheConfig { ttl: cfg.ttl });
 
     // The socket is up before the mount appears, so "mounted" implies "answers" (a stale
@@ -294,7 +364,9 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         engine: engine.clone(),
         workspace: cfg.dir.clone(),
         store_dir: cfg.store.clone(),
+        retention: policy,
     });
+    let gc_engine = engine.clone();
     let flusher = recorder.clone();
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
@@ -305,12 +377,17 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let server = tokio::spawn(crate::control::serve(listener, daemon, shutdown_tx.subscribe()));
         let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut gc_tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + GC_EVERY,
+            GC_EVERY,
+        );
         let mut stopping = false;
         let res = loop {
             tokio::select! {
                 _ = term.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
                 _ = int.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
                 _ = tick.tick() => { let f = flusher.clone(); let _ = tokio::task::spawn_blocking(move || f.flush_log()).await; }
+                _ = gc_tick.tick() => { let e = gc_engine.clone(); let _ = tokio::task::spawn_blocking(move || gc_pass(&e, &policy, false)).await; }
                 r = &mut done_rx => {
                     break match r { Ok(Err(e)) => Err(anyhow::anyhow!("FUSE session ended: {e}")), _ => Ok(()) };
                 }

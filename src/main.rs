@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Parser;
-use rewindfs::cli::{Args, Command, MountConfig, SocketArgs};
+use rewindfs::cli::{Args, Command, MountConfig, Retention, SocketArgs};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::daemon;
 use serde_json::{Value, json};
@@ -41,10 +41,13 @@ fn run() -> anyhow::Result<ExitCode> {
             agent_pid,
             detached,
             sync,
+            max_store_bytes,
+            max_age,
         } => {
             let cfg = MountConfig::new(
                 dir, store, foreground, detached, threads, ttl, agent_pid, sync,
-            )?;
+            )?
+            .with_retention(Retention::parse(&max_store_bytes, &max_age)?);
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {
@@ -147,6 +150,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     "captures",
                     "bytesCaptured",
                     "agentPids",
+                    "storeBytes",
                 ] {
                     let v = &r[k];
                     println!(
@@ -213,6 +217,60 @@ fn run() -> anyhow::Result<ExitCode> {
                 json!({"user_message_id": uuid, "path": path, "scope": scope}),
             )?;
             print!("{}", r["diff"].as_str().unwrap_or(""));
+        }
+        Command::Gc {
+            store,
+            max_store_bytes,
+            max_age,
+            json: as_json,
+            socket,
+        } => {
+            let d = Retention::default();
+            let retention = Retention {
+                max_bytes: match &max_store_bytes {
+                    Some(b) => rewindfs::cli::parse_size(b)?,
+                    None => d.max_bytes,
+                },
+                max_age: match &max_age {
+                    Some(a) => rewindfs::cli::parse_age(a)?,
+                    None => d.max_age,
+                },
+            };
+            let mut req = json!({});
+            if max_store_bytes.is_some() {
+                req["max_store_bytes"] = json!(retention.max_bytes.unwrap_or(0));
+            }
+            if max_age.is_some() {
+                req["max_age_seconds"] = json!(retention.max_age.map_or(0, |a| a.as_secs()));
+            }
+            let r = match store {
+                Some(store) => match daemon::gc_offline(&store, &retention.policy())? {
+                    Some(report) => rewindfs::control::gc_json(&report, &retention.policy()),
+                    None => {
+                        Client::connect(&store.join(daemon::files::SOCKET))?.request("gc", req)?
+                    }
+                },
+                None => connect(&socket)?.request("gc", req)?,
+            };
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                let b = |k: &str| rewindfs::store::gc::human_bytes(r[k].as_u64().unwrap_or(0));
+                println!(
+                    "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+                    r["checkpointsDropped"],
+                    r["capturesDeleted"],
+                    r["blobsDeleted"],
+                    b("bytesFreed"),
+                    b("bytesBefore"),
+                    b("bytesAfter")
+                );
+                if r["overBudget"] == json!(true) {
+                    println!(
+                        "still over the budget: the current checkpoint and live sessions' first captures are kept"
+                    );
+                }
+            }
         }
         Command::Fsck { store } => {
             let store = match store {

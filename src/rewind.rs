@@ -71,6 +71,9 @@ pub enum RewindError {
     /// The uuid is not a checkpoint that began (the SDK's own message).
     #[error("No file checkpoint found for this message.")]
     NoCheckpoint,
+    /// gc removed the checkpoint's captures: the SDK's message, with the cause.
+    #[error("No file checkpoint found for this message. (It was removed by gc at {at}: {why}.)")]
+    Dropped { at: String, why: String },
     /// Anything else, in the SDK's "Failed to rewind: <cause>" form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -453,6 +456,12 @@ impl Engine {
         let Some(cp) = self.store.checkpoint(&uuid)? else {
             return Err(RewindError::NoCheckpoint);
         };
+        if let Some((at, why)) = self.store.dropped(cp.seq)? {
+            return Err(RewindError::Dropped {
+                at: crate::control::rfc3339(at),
+                why,
+            });
+        }
         if let (Some(want), Some(have)) = (&req.session_id, &cp.session_id) {
             if want != have {
                 return Err(RewindError::Failed(format!(
@@ -489,6 +498,19 @@ impl Engine {
         };
         self.kernel.invalidate(&changed);
         Ok(outcome)
+    }
+
+    /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn gc(
+        &self,
+        policy: &crate::store::gc::Policy,
+        full: bool,
+    ) -> Result<crate::store::gc::Report, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.recorder.gc(policy, full)?)
     }
 
     /// Undoes the last rewind that has not been undone.

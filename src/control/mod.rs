@@ -31,6 +31,8 @@ pub struct Daemon {
     pub workspace: PathBuf,
     /// The store directory.
     pub store_dir: PathBuf,
+    /// The configured retention limits (`gc` requests default to them).
+    pub retention: crate::store::gc::Policy,
 }
 
 /// Serves `listener` until `shutdown` fires.
@@ -179,7 +181,8 @@ fn outcome_json(o: &Outcome, dry: bool) -> Value {
     v
 }
 
-fn rfc3339(ms: i64) -> String {
+/// Formats unix milliseconds as RFC 3339 UTC (`2026-11-22T14:03:51.123Z`).
+pub fn rfc3339(ms: i64) -> String {
     // Civil-from-days (Howard Hinnant), to avoid a date crate for one format.
     let secs = ms.div_euclid(1000);
     let (days, sod) = (secs.div_euclid(86400), secs.rem_euclid(86400));
@@ -200,6 +203,21 @@ fn rfc3339(ms: i64) -> String {
         sod % 60,
         ms.rem_euclid(1000)
     )
+}
+
+/// The `gc` response payload.
+pub fn gc_json(r: &crate::store::gc::Report, policy: &crate::store::gc::Policy) -> Value {
+    json!({
+        "checkpointsDropped": r.checkpoints_dropped,
+        "capturesDeleted": r.captures_deleted,
+        "blobsDeleted": r.blobs_deleted,
+        "bytesFreed": r.bytes_freed,
+        "bytesBefore": r.bytes_before,
+        "bytesAfter": r.bytes_after,
+        "overBudget": r.over_budget,
+        "maxStoreBytes": policy.max_bytes,
+        "maxAgeSeconds": policy.max_age_ms.map(|a| a / 1000),
+    })
 }
 
 /// Runs one request. `Err` is the message of an `error` response.
@@ -347,6 +365,21 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
                 .collect();
             Ok(json!({"entries": v}))
         }
+        Request::Gc {
+            max_store_bytes,
+            max_age_seconds,
+        } => {
+            let mut policy = d.retention;
+            if let Some(b) = max_store_bytes {
+                policy.max_bytes = Some(b).filter(|b| *b > 0);
+            }
+            if let Some(a) = max_age_seconds {
+                policy.max_age_ms =
+                    Some(a.saturating_mul(1000).min(i64::MAX as u64) as i64).filter(|a| *a > 0);
+            }
+            let r = e.gc(&policy, true).map_err(|x| x.to_string())?;
+            Ok(gc_json(&r, &policy))
+        }
         Request::Status => {
             let (seq, uuid, session) = e.recorder.current();
             let (checkpoints, captures, bytes) = e.store.counts().map_err(|x| x.to_string())?;
@@ -362,6 +395,7 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
                 "captures": captures,
                 "bytesCaptured": bytes,
                 "agentPids": e.recorder.agents(),
+                "storeBytes": e.store.size_bytes().map_err(|x| x.to_string())?,
                 "time": rfc3339(now_ms()),
             }))
         }

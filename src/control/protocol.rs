@@ -54,6 +54,11 @@ pub enum Request {
         limit: i64,
     },
     Status,
+    /// Retention pass; `None` fields take the daemon's configured limits.
+    Gc {
+        max_store_bytes: Option<u64>,
+        max_age_seconds: Option<u64>,
+    },
 }
 
 impl Request {
@@ -210,6 +215,19 @@ pub fn parse(line: &[u8]) -> Result<(String, Request), (String, String)> {
             }
         }
         "status" => Request::Status,
+        "gc" => {
+            let num = |name: &str| match field(r, name) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| fail(format!("field {name:?} must be a non-negative integer"))),
+            };
+            Request::Gc {
+                max_store_bytes: num("max_store_bytes")?,
+                max_age_seconds: num("max_age_seconds")?,
+            }
+        }
         other => return Err(fail(format!("unknown request subtype {other:?}"))),
     };
     Ok((id, req))

@@ -59,6 +59,11 @@ impl Blobs {
         }
     }
 
+    /// The blob directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Where the blob with this hash lives.
     pub fn path(&self, hash: &str) -> PathBuf {
         self.dir.join(&hash[..2]).join(&hash[2..])

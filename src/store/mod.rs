@@ -12,6 +12,7 @@
 //! committed before the change it protects is applied. `schema/store.md` describes every table.
 
 pub mod blobs;
+pub mod gc;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -22,7 +23,10 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 pub use self::blobs::Blobs;
 
 /// Migrations, in order; `PRAGMA user_version` is the number applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../schema/001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../schema/001_init.sql"),
+    include_str!("../../schema/002_retention.sql"),
+];
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -369,7 +373,7 @@ impl Store {
                 "SELECT k.seq, k.uuid, k.session_id, k.kind, k.began_at,
                         (SELECT count(*) FROM captures WHERE checkpoint = k.seq AND purpose = 'checkpoint'),
                         (SELECT coalesce(sum(b.size), 0) FROM captures x JOIN blobs b ON b.hash = x.blob WHERE x.checkpoint = k.seq)
-                 FROM checkpoints k WHERE (?1 IS NULL OR k.session_id = ?1) ORDER BY k.seq",
+                 FROM checkpoints k WHERE (?1 IS NULL OR k.session_id = ?1) AND k.dropped_at IS NULL ORDER BY k.seq",
             )?;
             let rows = st.query_map([session], |r| {
                 Ok(CheckpointSummary { checkpoint: row_checkpoint(r)?, paths_changed: r.get(5)?, bytes_captured: r.get(6)? })

@@ -9,6 +9,7 @@ mod lifecycle;
 mod model;
 mod posix;
 mod protocol;
+mod retention;
 mod rewind;
 mod workloads;
 

@@ -235,6 +235,60 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
     Ok(())
 }
 
+/// After a gc with a one-byte budget (everything but the session's first checkpoint and the
+/// current one dropped), both still rewind to the model's tree with `scope`, and every dropped
+/// one answers the SDK's error with the cause.
+fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(), TestCaseError> {
+    let mut run = Run {
+        a: Agent::new(|_| {}),
+        turns: Vec::new(),
+        snapshots: Vec::new(),
+        tracked: BTreeMap::new(),
+    };
+    run.apply(&Step::Turn);
+    for s in &steps {
+        run.apply(s);
+    }
+    let g = run
+        .a
+        .c
+        .request("gc", json!({"max_store_bytes": 1}))
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let n = run.turns.len();
+    prop_assert_eq!(
+        g["checkpointsDropped"].as_u64(),
+        Some(1 + n.saturating_sub(2) as u64),
+        "the mount's checkpoint and every turn between the first and the current: {}",
+        g
+    );
+    for u in &run.turns[1..n.saturating_sub(1).max(1)] {
+        let e = run
+            .a
+            .rewind(u, scope, false)
+            .expect_err("a dropped checkpoint");
+        prop_assert!(e.contains("removed by gc"), "{}", e);
+    }
+    let t = if last { n - 1 } else { 0 };
+    let now = tree_map(&run.a);
+    let expected = match scope {
+        "tool" => run.expected_tool(t, &now),
+        _ => run.snapshots[t].clone(),
+    };
+    run.a
+        .rewind(&run.turns[t], scope, false)
+        .map_err(TestCaseError::fail)?;
+    let got = tree_map(&run.a);
+    prop_assert_eq!(
+        got.values().collect::<Vec<_>>(),
+        expected.values().collect::<Vec<_>>(),
+        "after gc, scope {} to turn {} of {}",
+        scope,
+        t,
+        n
+    );
+    Ok(())
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -253,6 +307,11 @@ proptest! {
     #[test]
     fn rewinding_with_the_agent_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
         if require_fuse() { check(steps, pick, "agent")?; }
+    }
+
+    #[test]
+    fn after_gc_the_sessions_first_and_current_checkpoints_rewind_exactly(steps in prop::collection::vec(step(), 1..30), last in any::<bool>(), scope in prop_oneof![Just("all"), Just("agent"), Just("tool")]) {
+        if require_fuse() { check_after_gc(steps, last, scope)?; }
     }
 
     #[test]

@@ -137,6 +137,11 @@ fn every_response_matches_the_protocol_schema() {
         "response_status",
     );
     ok(
+        &c.req("9gc", json!({"subtype": "gc", "max_age_seconds": 86400})),
+        "9gc",
+        "response_gc",
+    );
+    ok(
         &c.req(
             "10",
             json!({"subtype": "rewind_files", "user_message_id": u1, "scope": "all"}),

@@ -1,0 +1,365 @@
+//! Retention: drop the oldest checkpoints until the store is within its size budget and age
+//! limit.
+//!
+//! Rules (design.md §5):
+//! - checkpoints go oldest first, and never the current one (`keep_from` and later), so a
+//!   rewind to any checkpoint still kept sees every capture it needs (those at or after it);
+//! - a dropped checkpoint keeps its row, marked `dropped_at`/`dropped_why`, so a rewind to it
+//!   can say why it is gone; its captures, moves and change-log entries are deleted;
+//! - the live session (the current one) stays rewindable to its first message: that
+//!   checkpoint is never dropped, and dropping a later one keeps what a rewind to the first
+//!   reads — the first capture of each path since the session began (and since each directory
+//!   rename), the renames, and the actors of what it deletes; the capture before a tool's
+//!   first change of a path in the session (`tracked`) stays too;
+//! - a blob is deleted only when no capture refers to it any more; its row goes in the same
+//!   transaction as the captures, its file after the commit (a crash in between leaves a
+//!   file no row names, which the next gc sweeps);
+//! - nothing is dropped while a rewind is unfinished (its journal names blobs).
+//!
+//! The caller serialises gc with captures and rewinds (the daemon holds the recorder's capture
+//! lock and the rewind lock; the offline command holds the store's lock file).
+
+use std::collections::HashSet;
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use super::{Result, Store, blobs::empty_hash, now_ms};
+
+/// What to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Drop checkpoints until the store holds at most this many bytes.
+    pub max_bytes: Option<u64>,
+    /// Drop checkpoints that began longer ago than this (milliseconds).
+    pub max_age_ms: Option<i64>,
+}
+
+/// What a gc pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub checkpoints_dropped: u64,
+    pub captures_deleted: u64,
+    pub blobs_deleted: u64,
+    pub bytes_freed: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Still over the budget with nothing left that may be dropped.
+    pub over_budget: bool,
+}
+
+/// Formats a byte count for people (`1.5 GiB`).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+impl Store {
+    /// Bytes the store takes: blob contents plus the database's pages in use.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn size_bytes(&self) -> Result<u64> {
+        self.with(|c| {
+            let blobs: i64 =
+                c.query_row("SELECT coalesce(sum(size), 0) FROM blobs", [], |r| r.get(0))?;
+            let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            let free: i64 = c.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+            let page: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+            Ok((blobs + (pages - free) * page).max(0) as u64)
+        })
+    }
+
+    /// Why a checkpoint was dropped, if gc dropped it: `(dropped_at, why)`.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn dropped(&self, seq: i64) -> Result<Option<(i64, String)>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT dropped_at, coalesce(dropped_why, '') FROM checkpoints WHERE seq = ?1 AND dropped_at IS NOT NULL",
+                [seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+        })
+    }
+
+    /// Drops the oldest checkpoints before `keep_from` until `policy` holds (see the module
+    /// docs). `session` is the live session: its first checkpoint stays rewindable. `full`
+    /// also sweeps blob files no row names (a directory walk), which a pass that dropped
+    /// something always does.
+    ///
+    /// # Errors
+    /// SQLite and I/O errors; what was committed before an error stays done.
+    pub fn gc(
+        &self,
+        policy: &Policy,
+        keep_from: i64,
+        session: Option<&str>,
+        full: bool,
+    ) -> Result<Report> {
+        let before = self.size_bytes()?;
+        let mut report = Report {
+            bytes_before: before,
+            ..Report::default()
+        };
+        let (unfinished, first): (i64, Option<i64>) = self.with(|c| {
+            Ok((
+                c.query_row(
+                    "SELECT count(*) FROM rewinds WHERE state = 'applying'",
+                    [],
+                    |r| r.get(0),
+                )?,
+                c.query_row(
+                    "SELECT min(seq) FROM checkpoints WHERE session_id = ?1",
+                    [session],
+                    |r| r.get(0),
+                )?,
+            ))
+        })?;
+        let live = Live { session, first };
+        let now = now_ms();
+        let mut size = before;
+        if unfinished == 0 {
+            loop {
+                let next: Option<(i64, i64)> = self.with(|c| {
+                    c.query_row(
+                        "SELECT seq, began_at FROM checkpoints
+                         WHERE dropped_at IS NULL AND seq < ?1 AND seq IS NOT ?2 ORDER BY seq LIMIT 1",
+                        params![keep_from, first],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()
+                })?;
+                let Some((seq, began)) = next else { break };
+                let why = if policy.max_age_ms.is_some_and(|a| now - began > a) {
+                    format!(
+                        "older than the store's age limit of {}",
+                        human_duration(policy.max_age_ms.unwrap_or(0))
+                    )
+                } else if policy.max_bytes.is_some_and(|m| size > m) {
+                    format!(
+                        "the store was over its budget of {}",
+                        human_bytes(policy.max_bytes.unwrap_or(0))
+                    )
+                } else {
+                    break;
+                };
+                let freed = self.drop_checkpoint(seq, &why, &live)?;
+                report.checkpoints_dropped += 1;
+                report.add(&freed);
+                size = size.saturating_sub(freed.2);
+            }
+        }
+        // What dropped checkpoints kept for a session that is no longer the live one.
+        let freed = self.sweep(&live)?;
+        report.add(&freed);
+        if full || report.checkpoints_dropped > 0 {
+            self.sweep_blob_files()?;
+        }
+        report.bytes_after = self.size_bytes()?;
+        report.over_budget = policy.max_bytes.is_some_and(|m| report.bytes_after > m);
+        Ok(report)
+    }
+
+    /// Marks one checkpoint dropped and deletes what it held.
+    fn drop_checkpoint(&self, seq: i64, why: &str, live: &Live<'_>) -> Result<Freed> {
+        let in_session = live.first.is_some_and(|f| seq > f);
+        let freed = self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "UPDATE checkpoints SET dropped_at = ?2, dropped_why = ?3 WHERE seq = ?1",
+                params![seq, now_ms(), why],
+            )?;
+            tx.execute("DELETE FROM changes WHERE checkpoint = ?1", [seq])?;
+            // Its rewinds can no longer be undone (their captures are what undo replays).
+            tx.execute(
+                "DELETE FROM rewinds WHERE checkpoint = ?1 AND state != 'applying'",
+                [seq],
+            )?;
+            if in_session {
+                // The live session's first checkpoint stays rewindable: its history keeps the
+                // directory renames, the first capture of each path (after each rename), and
+                // the actors of what is deleted, merged into the capture kept before it.
+                let dropped: Vec<(i64, Vec<u8>, i64)> = {
+                    let mut st = tx.prepare(&format!(
+                        "SELECT c.id, c.path, c.actors FROM captures c
+                         WHERE c.checkpoint = ?1 AND c.purpose = 'checkpoint' AND NOT ({KEEP})"
+                    ))?;
+                    let rows = st.query_map(params![seq, live.session, live.first], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })?;
+                    rows.collect::<rusqlite::Result<_>>()?
+                };
+                for (id, path, actors) in dropped {
+                    tx.execute(
+                        "UPDATE captures SET actors = actors | ?3 WHERE id = (
+                             SELECT max(e.id) FROM captures e WHERE e.path = ?2 AND e.id < ?1
+                             AND e.checkpoint >= ?4 AND e.purpose = 'checkpoint')",
+                        params![id, path, actors, live.first],
+                    )?;
+                }
+            } else {
+                tx.execute("DELETE FROM moves WHERE checkpoint = ?1", [seq])?;
+            }
+            let r = delete_captures(&tx, "c.checkpoint = ?1", seq, live)?;
+            tx.commit()?;
+            Ok(r)
+        })?;
+        self.unlink_blobs(&freed.1);
+        Ok(freed)
+    }
+
+    /// Deletes what dropped checkpoints before the live session kept for an earlier one.
+    fn sweep(&self, live: &Live<'_>) -> Result<Freed> {
+        let freed = self.with(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let before = "(SELECT seq FROM checkpoints WHERE dropped_at IS NOT NULL AND seq < coalesce(?3, 9223372036854775807))";
+            tx.execute(
+                &format!("DELETE FROM moves WHERE checkpoint IN {}", before.replace("?3", "?1")),
+                [live.first],
+            )?;
+            let r = delete_captures(&tx, &format!("c.checkpoint IN {before} AND ?1 = ?1"), 0, live)?;
+            tx.commit()?;
+            Ok(r)
+        })?;
+        self.unlink_blobs(&freed.1);
+        Ok(freed)
+    }
+
+    fn unlink_blobs(&self, hashes: &[String]) {
+        let empty = empty_hash();
+        for h in hashes.iter().filter(|h| **h != empty) {
+            if let Err(e) = std::fs::remove_file(self.blobs.path(h)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("gc: removing blob {h}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Removes blob files no row names (left by a crash between a gc's commit and its unlinks).
+    /// Only a blob row makes a file live, and captures insert their row right after writing
+    /// the file, under the same lock gc runs under.
+    fn sweep_blob_files(&self) -> Result<()> {
+        let known: HashSet<String> = self.with(|c| {
+            let mut st = c.prepare("SELECT hash FROM blobs")?;
+            let rows = st.query_map([], |r| r.get(0))?;
+            rows.collect()
+        })?;
+        let Ok(dirs) = std::fs::read_dir(self.blobs.dir()) else {
+            return Ok(());
+        };
+        for d in dirs.flatten() {
+            let name = d.file_name();
+            let Some(prefix) = name.to_str().filter(|n| n.len() == 2) else {
+                continue; // tmp/ and anything else that is not a fan-out directory
+            };
+            let Ok(files) = std::fs::read_dir(d.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let Some(rest) = f.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if !known.contains(&format!("{prefix}{rest}")) {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The live session and its first checkpoint.
+struct Live<'a> {
+    session: Option<&'a str>,
+    first: Option<i64>,
+}
+
+/// Captures deleted, blob hashes deleted, bytes freed.
+type Freed = (u64, Vec<String>, u64);
+
+impl Report {
+    fn add(&mut self, f: &Freed) {
+        self.captures_deleted += f.0;
+        self.blobs_deleted += f.1.len() as u64;
+        self.bytes_freed += f.2;
+    }
+}
+
+/// A capture `c` that stays when its checkpoint is dropped (parameters: ?2 the live session,
+/// ?3 its first checkpoint): the state before a tool's first change of a path in the live
+/// session, or — in the live session — the first capture of its path since the session began
+/// or since the last directory rename (what a rewind to the session's start reads).
+const KEEP: &str = "EXISTS (SELECT 1 FROM tracked t WHERE t.capture = c.id AND t.session_id = ?2)
+    OR (?3 IS NOT NULL AND c.checkpoint > ?3 AND c.purpose = 'checkpoint' AND NOT EXISTS (
+        SELECT 1 FROM captures e WHERE e.path = c.path AND e.purpose = 'checkpoint'
+        AND e.checkpoint >= ?3 AND e.id < c.id
+        AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.checkpoint >= ?3
+                        AND m.after_capture >= e.id AND m.after_capture < c.id)))";
+
+/// Deletes the captures matching `cond` (with `?1` bound to `arg`) except those [`KEEP`]
+/// spares, then the blob rows nothing refers to any more.
+fn delete_captures(
+    tx: &rusqlite::Transaction<'_>,
+    cond: &str,
+    arg: i64,
+    live: &Live<'_>,
+) -> rusqlite::Result<Freed> {
+    let p = params![arg, live.session, live.first];
+    let mut blobs: HashSet<String> = HashSet::new();
+    {
+        let mut st = tx.prepare(&format!(
+            "SELECT DISTINCT c.blob FROM captures c WHERE {cond} AND c.blob IS NOT NULL AND NOT ({KEEP})"
+        ))?;
+        let rows = st.query_map(p, |r| r.get::<_, String>(0))?;
+        for h in rows {
+            blobs.insert(h?);
+        }
+    }
+    let n = tx.execute(
+        &format!("DELETE FROM captures AS c WHERE {cond} AND NOT ({KEEP})"),
+        p,
+    )? as u64;
+    let mut freed = Vec::new();
+    let mut bytes = 0u64;
+    for h in blobs {
+        let gone: Option<i64> = tx
+            .query_row(
+                "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM captures WHERE blob = ?1) RETURNING size",
+                [&h],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(size) = gone {
+            bytes += size.max(0) as u64;
+            freed.push(h);
+        }
+    }
+    Ok((n, freed, bytes))
+}
+
+/// Formats a duration in milliseconds for people (`30d`, `12h`, `90s`).
+pub fn human_duration(ms: i64) -> String {
+    let s = ms / 1000;
+    if s % 86_400 == 0 && s > 0 {
+        format!("{}d", s / 86_400)
+    } else if s % 3600 == 0 && s > 0 {
+        format!("{}h", s / 3600)
+    } else if s % 60 == 0 && s > 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
