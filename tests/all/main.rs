@@ -4,6 +4,7 @@ mod support;
 
 mod agent;
 mod capture;
+mod faults;
 mod hook;
 mod lifecycle;
 mod model;

@@ -1,0 +1,181 @@
+//! Faults under a live mount: an unwritable blob directory, a locked database, the backing
+//! directory changed behind the daemon's back. Each refused change gets an errno and a log line
+//! naming the path and the cause; nothing unprotected reaches the disk; the mount lives on.
+//! (A full store is `capture::a_full_store_refuses_the_change_and_loses_nothing`.)
+
+use std::cell::RefCell;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{Mounted, require_fuse, sh};
+
+fn log(m: &Mounted) -> String {
+    fs::read_to_string(m.store.join("daemon.log")).unwrap_or_default()
+}
+
+/// The mount still answers: a status request, and a write and read-back of a fresh file.
+fn alive(m: &Mounted, tag: &str) {
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    c.request("status", json!({})).unwrap();
+    let p = m.p(&format!("alive-{tag}.txt"));
+    fs::write(&p, tag).unwrap();
+    assert_eq!(fs::read_to_string(&p).unwrap(), tag);
+}
+
+/// Begins a new message, so the next change to any path needs a fresh pre-image.
+fn boundary(m: &Mounted) {
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    c.request(
+        "begin_message",
+        json!({"session_id": "faults", "user_message_id": uuid::Uuid::new_v4().to_string()}),
+    )
+    .unwrap();
+}
+
+struct Umount(PathBuf);
+impl Drop for Umount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn an_unwritable_blob_directory_refuses_the_change_with_its_errno_and_a_log_line() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::with(|d| fs::write(d.join("f.txt"), "before\n").unwrap());
+    let blobs = m.store.join("blobs");
+    // A read-only bind mount over the blob directory: even root cannot write there.
+    assert!(
+        Command::new("mount")
+            .args(["--bind"])
+            .arg(&blobs)
+            .arg(&blobs)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let guard = Umount(blobs.clone());
+    assert!(
+        Command::new("mount")
+            .args(["-o", "remount,bind,ro"])
+            .arg(&blobs)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let e = fs::write(m.p("f.txt"), "after\n").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    drop(guard);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(fs::read_to_string(m.p("f.txt")).unwrap(), "before\n");
+    let l = log(&m);
+    assert!(
+        l.contains("f.txt") && l.contains("Read-only file system"),
+        "the log names the path and the cause: {l}"
+    );
+    // The store is writable again: the same change now goes through, protected.
+    fs::write(m.p("f.txt"), "after\n").unwrap();
+    assert_eq!(fs::read_to_string(m.p("f.txt")).unwrap(), "after\n");
+    alive(&m, "blobs");
+}
+
+#[test]
+fn a_locked_database_refuses_the_change_with_eagain_and_the_mount_recovers() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::with(|d| fs::write(d.join("g.txt"), "before\n").unwrap());
+    let db = rusqlite::Connection::open(m.store.join("rewindfs.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let t = Instant::now();
+    let e = fs::write(m.p("g.txt"), "after\n").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the daemon gave up within its busy timeout"
+    );
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
+    assert_eq!(fs::read_to_string(m.p("g.txt")).unwrap(), "before\n");
+    let l = log(&m);
+    assert!(
+        l.contains("g.txt") && l.contains("locked"),
+        "the log names the path and the cause: {l}"
+    );
+    fs::write(m.p("g.txt"), "after\n").unwrap();
+    assert_eq!(fs::read_to_string(m.p("g.txt")).unwrap(), "after\n");
+    alive(&m, "sqlite");
+}
+
+#[test]
+fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount() {
+    if !require_fuse() {
+        return;
+    }
+    // A handle on the directory underneath the mount, taken before mounting.
+    let under: RefCell<Option<File>> = RefCell::new(None);
+    let m = Mounted::with(|d| {
+        fs::create_dir(d.join("sub")).unwrap();
+        fs::write(d.join("sub/a.txt"), "a\n").unwrap();
+        fs::write(d.join("v.txt"), "v\n").unwrap();
+        fs::write(d.join("w.txt"), "w\n").unwrap();
+        *under.borrow_mut() = Some(File::open(d).unwrap());
+    });
+    let under = under.into_inner().unwrap();
+    let below = |rel: &str| -> PathBuf {
+        Path::new(&format!("/proc/self/fd/{}", under.as_raw_fd())).join(rel)
+    };
+    // The kernel and the daemon know these now.
+    for p in ["sub", "sub/a.txt", "v.txt", "w.txt"] {
+        fs::metadata(m.p(p)).unwrap();
+    }
+    let mut open_w = OpenOptions::new().write(true).open(m.p("w.txt")).unwrap();
+    boundary(&m);
+
+    // A file vanishes between its lookup and the capture its change needs.
+    fs::remove_file(below("v.txt")).unwrap();
+    let e = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.p("v.txt"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    // It can be created again through the mount once the kernel's entry for it expires (the
+    // entry TTL, 1 s here: entries are cached because every change normally goes through us).
+    std::thread::sleep(Duration::from_millis(1200));
+    fs::write(m.p("v.txt"), "new\n").unwrap();
+    assert_eq!(fs::read_to_string(m.p("v.txt")).unwrap(), "new\n");
+
+    // A file open for writing is removed underneath: writes go to the unlinked file, harmlessly.
+    fs::remove_file(below("w.txt")).unwrap();
+    let _ = open_w.write_all(b"late\n").and_then(|_| open_w.flush());
+    drop(open_w);
+
+    // A whole directory removed underneath.
+    fs::remove_dir_all(below("sub")).unwrap();
+    let e = fs::write(m.p("sub/a.txt"), "x").unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESTALE)),
+        "{e}"
+    );
+    let e = fs::write(m.p("sub/new.txt"), "x").unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESTALE)),
+        "{e}"
+    );
+    // Recreating it through the mount works once the kernel's entry expires.
+    std::thread::sleep(Duration::from_millis(1200));
+    sh(&m.dir, "mkdir -p sub && echo b > sub/b.txt");
+    assert_eq!(fs::read_to_string(m.p("sub/b.txt")).unwrap(), "b\n");
+    alive(&m, "removed");
+    let l = log(&m);
+    assert!(!l.contains("panicked"), "{l}");
+}
