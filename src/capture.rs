@@ -118,7 +118,7 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 /// # Errors
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
-    let st = match sys::lstat_at(root, rel) {
+    let st = match sys::lstat_beneath(root, rel) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok(PreImage::absent());

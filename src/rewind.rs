@@ -378,7 +378,7 @@ struct Now {
 }
 
 fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
-    let st = match sys::lstat_at(root, rel) {
+    let st = match sys::lstat_beneath(root, rel) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok(Now {
@@ -858,7 +858,7 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
     order.sort_by_key(|t| std::cmp::Reverse(depth(&t.path)));
     for t in &order {
         let rel = t.rel();
-        let cur = sys::lstat_opt(root, rel)?;
+        let cur = sys::lstat_beneath_opt(root, rel)?;
         let Some(cur) = cur else { continue };
         let cur_kind = match cur.st_mode & libc::S_IFMT {
             libc::S_IFREG => Kind::File,
@@ -878,7 +878,7 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
         ensure_parents(rec, rel)?;
-        match sys::lstat_opt(root, rel)? {
+        match sys::lstat_beneath_opt(root, rel)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             _ => {
                 rec.capture_for_rewind(rel)?;
@@ -915,7 +915,7 @@ fn ensure_parents(rec: &Recorder, rel: &Path) -> io::Result<()> {
     let comps: Vec<_> = rel.components().collect();
     for c in &comps[..comps.len().saturating_sub(1)] {
         acc.push(c);
-        match sys::lstat_opt(root, &acc)? {
+        match sys::lstat_beneath_opt(root, &acc)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             Some(_) => {
                 return Err(io::Error::other(format!(

@@ -120,6 +120,37 @@ pub fn lstat_at(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
     rustix::fs::statat(root, at_path(rel), AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
 }
 
+/// Like [`lstat_at`], but contained: no symlink is followed on the way either, so a parent
+/// that is a symlink (planted to point out of the workspace, say) makes the path not exist as
+/// such (`ENOTDIR`) instead of being looked up through the link. For paths that come from the
+/// store (rewinds, captures), not from the kernel's own resolution.
+pub fn lstat_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
+    let fd = rustix::fs::openat2(
+        root,
+        at_path(rel),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::LOOP {
+            io::Error::from_raw_os_error(libc::ENOTDIR)
+        } else {
+            errno(e)
+        }
+    })?;
+    rustix::fs::fstat(&fd).map_err(errno)
+}
+
+/// [`lstat_beneath`], `Ok(None)` when nothing is there (or a parent is not a directory).
+pub fn lstat_beneath_opt(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<Stat>> {
+    match lstat_beneath(root, rel) {
+        Ok(st) => Ok(Some(st)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Like [`lstat_at`], but `Ok(None)` when nothing is there.
 pub fn lstat_opt(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<Stat>> {
     match lstat_at(root, rel) {

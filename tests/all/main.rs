@@ -4,6 +4,7 @@ mod support;
 
 mod agent;
 mod capture;
+mod containment;
 mod faults;
 mod hook;
 mod lifecycle;
