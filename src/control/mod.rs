@@ -1,6 +1,7 @@
 //! The control socket: a Unix socket server (mini-redis shape) and one handler per request.
 //!
-//! A `Listener` accepts connections up to a cap; each connection gets a `Handler` that reads
+//! A `Listener` accepts connections up to a cap (beyond it, a connection gets an error line
+//! and is closed); each connection gets a `Handler` that reads
 //! one line at a time (at most [`protocol::MAX_LINE`] bytes), answers it, and stops when the
 //! peer hangs up or the daemon shuts down. Peers whose uid is neither ours nor root are
 //! refused. Requests run on the blocking pool (they touch SQLite and the disk).
@@ -21,7 +22,7 @@ use self::protocol::{Phase, Request};
 use crate::rewind::{Engine, Outcome, RewindError};
 use crate::store::now_ms;
 
-/// Most connections served at once; more wait in the kernel's accept queue.
+/// Most connections served at once; one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 256;
 
 /// What the handlers work with.
@@ -44,10 +45,6 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let my_uid = crate::sys::geteuid();
     loop {
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = shutdown.recv() => return,
-        };
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
@@ -58,6 +55,22 @@ pub async fn serve(
                 }
             },
             _ = shutdown.recv() => return,
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            // Over the cap: say so and hang up, rather than leave the peer waiting unanswered.
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let msg = protocol::error(
+                    "",
+                    &format!("too many control connections (limit {MAX_CONNECTIONS}); try again"),
+                );
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_secs(1),
+                    write_line(&mut stream, &msg),
+                )
+                .await;
+            });
+            continue;
         };
         let daemon = daemon.clone();
         let shutdown = shutdown.resubscribe();

@@ -246,6 +246,36 @@ pub fn error(request_id: &str, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any bytes: a parse or an error, never a panic.
+        #[test]
+        fn the_parser_takes_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+            let _ = parse(&bytes);
+        }
+
+        /// Envelopes of every subtype with fields of random JSON types.
+        #[test]
+        fn the_parser_takes_any_field_types(
+            sub in prop::sample::select(vec!["begin_message", "tool_use", "register_agent", "rewind_files", "undo_rewind", "list_checkpoints", "diff", "log", "status", "gc"]),
+            fields in prop::collection::vec((prop::sample::select(vec!["session_id", "user_message_id", "phase", "tool_name", "tool_use_id", "file_path", "pid", "dry_run", "scope", "force", "paths", "path", "limit", "max_store_bytes", "max_age_seconds"]), any::<(bool, i64, String)>()), 0..6),
+        ) {
+            let mut req = Map::new();
+            req.insert("subtype".into(), json!(sub));
+            for (i, (k, (b, n, s))) in fields.into_iter().enumerate() {
+                let v = match i % 4 { 0 => json!(b), 1 => json!(n), 2 => json!(s), _ => json!([s]) };
+                req.insert(k.to_string(), v);
+            }
+            let line = serde_json::to_vec(&json!({"type": "control_request", "request_id": "f", "request": req})).unwrap();
+            match parse(&line) {
+                Ok((id, _)) => prop_assert_eq!(id, "f"),
+                Err((id, e)) => { prop_assert_eq!(id, "f"); prop_assert!(!e.is_empty()); }
+            }
+        }
+    }
 
     #[test]
     fn malformed_lines_get_errors_that_name_the_problem() {

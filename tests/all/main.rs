@@ -6,6 +6,7 @@ mod agent;
 mod capture;
 mod containment;
 mod faults;
+mod fuzz;
 mod hook;
 mod lifecycle;
 mod model;

@@ -216,9 +216,23 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
     big.r.read_line(&mut s).unwrap();
     let e = err(&serde_json::from_str(&s).unwrap());
     assert!(e.contains("longer than"), "{e}");
-    // Many connections at once.
-    let conns: Vec<Raw> = (0..300).map(|_| Raw::new(&m)).collect();
+    // Thousands of connections at once: up to the cap they are served, beyond it each is told
+    // so and closed — nobody is left hanging, and the daemon serves again once they go.
+    let mut conns: Vec<Raw> = (0..2000).map(|_| Raw::new(&m)).collect();
+    let mut refused = 0;
+    for c in conns.iter_mut().rev().take(200) {
+        c.r.get_ref()
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut s = String::new();
+        c.r.read_line(&mut s).unwrap();
+        let e = err(&serde_json::from_str(&s).unwrap());
+        assert!(e.contains("too many control connections"), "{e}");
+        refused += 1;
+    }
+    assert_eq!(refused, 200);
     drop(conns);
+    std::thread::sleep(std::time::Duration::from_millis(200));
     let mut again = Raw::new(&m);
     ok(
         &again.req("after", json!({"subtype": "status"})),
