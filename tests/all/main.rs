@@ -4,12 +4,14 @@ mod support;
 
 mod agent;
 mod capture;
+mod container;
 mod containment;
 mod faults;
 mod fuzz;
 mod hook;
 mod lifecycle;
 mod model;
+mod nonroot;
 mod posix;
 mod protocol;
 mod retention;

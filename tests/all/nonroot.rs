@@ -1,0 +1,144 @@
+//! An ordinary user mounts, checkpoints, rewinds and unmounts through the setuid fusermount3
+//! helper, as on a developer's machine. Runs as root (like the rest of the suite) and drops to
+//! uid/gid 65534 (nobody) for every rewindfs command; needs `/dev/fuse` open to others (Debian's
+//! default, which `.ci/run` restores) and fusermount3.
+
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::{BIN, require_fuse};
+
+const NOBODY: u32 = 65534;
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+        || std::env::var("REQUIRE_FUSE").is_ok_and(|v| v == "1")
+}
+
+struct User {
+    home: PathBuf,
+    bin: PathBuf,
+}
+
+impl User {
+    fn run(&self, cmd: &str) -> Output {
+        Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", &self.home)
+            .env("RW", &self.bin)
+            .current_dir(&self.home)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, cmd: &str) -> String {
+        let out = self.run(cmd);
+        assert!(
+            out.status.success(),
+            "as uid {NOBODY}: `{cmd}` failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Lazily unmounts as root if the test fails half-way.
+struct Cleanup(PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if crate::support::is_fuse(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+fn have_fusermount() -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v fusermount3"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn an_ordinary_user_mounts_rewinds_and_unmounts_through_fusermount3() {
+    if !require_fuse() {
+        return;
+    }
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    if mode & 0o006 != 0o006 || !have_fusermount() {
+        let why = format!(
+            "/dev/fuse is mode {:o} (needs o+rw) or fusermount3 is missing",
+            mode & 0o777
+        );
+        if ci() {
+            panic!("{why}; .ci/run sets /dev/fuse to 0666 as Debian does and installs fuse3");
+        }
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("rwfs-user")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    // The test binary's directory is root's; give the user a copy of rewindfs it can run.
+    let bin = tmp.path().join("rewindfs");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let u = User {
+        home: home.clone(),
+        bin,
+    };
+    let ws = home.join("proj");
+    let _cleanup = Cleanup(ws.clone());
+
+    u.ok("mkdir proj && echo original > proj/a.txt");
+    u.ok("\"$RW\" mount proj --store \"$HOME/store\"");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo
+        .lines()
+        .find(|l| l.contains(ws.to_str().unwrap()) && l.contains("fuse.rewindfs"))
+        .unwrap_or_else(|| panic!("no rewindfs mount at {} in\n{mountinfo}", ws.display()));
+    assert!(
+        line.contains(&format!("user_id={NOBODY}")),
+        "mounted by the user, through fusermount3: {line}"
+    );
+    let sock = "--socket \"$HOME/store/control.sock\"";
+    u.ok(&format!(
+        "\"$RW\" checkpoint 6f1c1a53-2c57-4a43-9d1f-0b8a1f2e3d4c --session s {sock}"
+    ));
+    u.ok("cd proj && echo changed > a.txt && echo new > b.txt && mkdir d && echo x > d/x");
+    let out = u.ok(&format!(
+        "\"$RW\" rewind 6f1c1a53-2c57-4a43-9d1f-0b8a1f2e3d4c --scope all {sock}"
+    ));
+    assert!(out.contains("a.txt"), "{out}");
+    assert_eq!(u.ok("cat proj/a.txt"), "original\n");
+    assert!(
+        !u.run("test -e proj/b.txt || test -e proj/d")
+            .status
+            .success()
+    );
+    u.ok(&format!("\"$RW\" status {sock}"));
+    u.ok("\"$RW\" umount proj");
+    assert!(!crate::support::is_fuse(&ws), "unmounted");
+    // What the user did is in the directory itself, owned by the user.
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "original\n"
+    );
+    let st = std::fs::metadata(ws.join("a.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&st), NOBODY);
+    assert!(Path::new(&home.join("store/rewindfs.db")).exists());
+}
