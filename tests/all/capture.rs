@@ -4,7 +4,6 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -334,54 +333,122 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
         }
         fs::create_dir(d.join("sub")).unwrap();
     });
+    // xorshift: reproducible per round, no extra crate.
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // Every checkpoint of every round with the tree observed when it began.
+    let mut checkpoints: Vec<(String, Vec<String>)> = Vec::new();
+    let mut ops_total = 0u64;
     for round in 0..rounds {
-        let start = tree(&m.dir);
         let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
-        let cp = uuid();
-        c.request(
-            "begin_message",
-            json!({"session_id": "crash", "user_message_id": cp}),
-        )
-        .unwrap();
-        let mut w = Command::new("bash")
-            .arg("-c")
-            .arg("for i in $(seq 1 100000); do n=$((i % 40)); echo \"$i\" >> f$n; echo x > sub/t$n && mv sub/t$n sub/u$n; rm -f f$(((i+7) % 40)); mkdir -p d$n; rmdir d$n; done 2>/dev/null")
-            .current_dir(&m.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(150 + (round as u64 * 97) % 400));
+        let first_of_round = checkpoints.len();
+        // SIGKILL the daemon at a random moment of the workload below.
         let pid = m.daemon_pid();
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(pid as i32).unwrap(),
-            rustix::process::Signal::KILL,
-        )
-        .unwrap();
-        let _ = w.kill();
-        let _ = w.wait();
+        let delay = Duration::from_millis(50 + rnd(400));
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid as i32).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        });
+        // A write-heavy mixed workload with a message boundary every 150 operations; it stops
+        // at the first error (the daemon is gone).
+        'work: for i in 0..200_000u64 {
+            if i % 150 == 0 {
+                let snapshot = tree(&m.dir);
+                let cp = uuid();
+                if c.request(
+                    "begin_message",
+                    json!({"session_id": "crash", "user_message_id": cp}),
+                )
+                .is_err()
+                {
+                    break 'work;
+                }
+                checkpoints.push((cp, snapshot));
+            }
+            let n = rnd(40);
+            let p = m.p(&format!("f{n}"));
+            let r = match rnd(7) {
+                0 | 1 => fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&p)
+                    .and_then(|mut f| {
+                        std::io::Write::write_all(&mut f, format!("{i}\n").as_bytes())
+                    }),
+                2 => fs::write(&p, vec![b'a' + (i % 26) as u8; rnd(20_000) as usize]),
+                3 => fs::write(m.p(&format!("sub/t{n}")), format!("{i}\n"))
+                    .and_then(|_| fs::rename(m.p(&format!("sub/t{n}")), m.p(&format!("sub/u{n}")))),
+                4 => match fs::remove_file(&p) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    r => r,
+                },
+                5 => fs::create_dir(m.p(&format!("d{n}")))
+                    .and_then(|_| fs::write(m.p(&format!("d{n}/x")), "x"))
+                    .or_else(|e| {
+                        if e.kind() == std::io::ErrorKind::AlreadyExists {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    }),
+                _ => match fs::remove_dir_all(m.p(&format!("d{n}"))) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    r => r,
+                },
+            };
+            if r.is_err() {
+                break 'work;
+            }
+            ops_total += 1;
+        }
+        killer.join().unwrap();
         assert!(wait_until(10, || crate::support::is_stale_or_gone(&m.dir)));
         rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
-        m.mount(&[]);
-        let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
-        let r = c.request(
-            "rewind_files",
-            json!({"user_message_id": cp, "scope": "all"}),
-        );
-        assert!(r.is_ok(), "round {round}: {r:?}");
-        assert_eq!(
-            tree(&m.dir),
-            start,
-            "round {round}: a change reached the disk without its pre-image"
-        );
         let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
         assert!(
             out.status.success(),
             "round {round}: fsck: {}",
             String::from_utf8_lossy(&out.stdout)
         );
+        m.mount(&[]);
+        let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+        // A rewind to every checkpoint of this round (newest first, then in random order) and to
+        // one of an earlier round gives back the tree seen when it began.
+        let mut picks: Vec<usize> = (first_of_round..checkpoints.len()).rev().collect();
+        for k in (1..picks.len()).rev() {
+            picks.swap(k, rnd(k as u64 + 1) as usize);
+        }
+        if first_of_round > 0 {
+            picks.push(rnd(first_of_round as u64) as usize);
+        }
+        for k in picks {
+            let (cp, want) = &checkpoints[k];
+            let r = c.request(
+                "rewind_files",
+                json!({"user_message_id": cp, "scope": "all"}),
+            );
+            assert!(r.is_ok(), "round {round}, checkpoint {k}: {r:?}");
+            assert_eq!(
+                &tree(&m.dir),
+                want,
+                "round {round}, checkpoint {k}: a change reached the disk without its pre-image"
+            );
+        }
     }
-    let _ = Path::new("");
+    eprintln!(
+        "crash: {rounds} rounds, {ops_total} operations, {} checkpoints, 0 failures",
+        checkpoints.len()
+    );
+    let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
+    assert!(out.status.success());
 }
 
 #[test]
