@@ -268,6 +268,51 @@ impl History {
         }
     }
 
+    /// The name that `p` (a name valid at event position `at`) had when the checkpoint began:
+    /// the renames before `at` undone, newest first. A name beneath a rename's source after
+    /// the rename is a new path; it keeps its name.
+    fn name_at_start(&self, p: &[u8], at: (i64, u8)) -> Vec<u8> {
+        let mut cur = p.to_vec();
+        for m in self.moves.iter().rev() {
+            if (m.after_capture, 1) >= at {
+                continue;
+            }
+            cur = Self::through(m, &cur, true);
+        }
+        cur
+    }
+
+    /// The name that `p` (valid at event position `at`) has now: the renames after `at`
+    /// applied, oldest first.
+    fn name_now(&self, p: &[u8], at: (i64, u8)) -> Vec<u8> {
+        let mut cur = p.to_vec();
+        for m in &self.moves {
+            if (m.after_capture, 1) <= at {
+                continue;
+            }
+            cur = Self::through(m, &cur, false);
+        }
+        cur
+    }
+
+    /// A name through one rename, forwards (`src` → `dst`) or backwards.
+    fn through(m: &crate::store::Move, p: &[u8], backwards: bool) -> Vec<u8> {
+        let (from, to) = if backwards {
+            (&m.dst, &m.src)
+        } else {
+            (&m.src, &m.dst)
+        };
+        if let Some(rest) = under(p, from) {
+            return rebase(&rest, to);
+        }
+        if m.exchange {
+            if let Some(rest) = under(p, to) {
+                return rebase(&rest, from);
+            }
+        }
+        p.to_vec()
+    }
+
     /// Bit set of the actors that changed a path (by name) since the checkpoint.
     fn actors(&self, p: &[u8]) -> u8 {
         self.by_path
@@ -713,27 +758,28 @@ impl Engine {
                         }
                     }
                 }
-                // A path is known by other names before and after each rename: close the set
-                // under both directions, so content now beneath a moved directory (or captured
-                // under its new name) is considered under its old name too.
-                loop {
-                    let mut added = Vec::new();
-                    for m in &hist.moves {
-                        for p in &candidates {
-                            if let Some(rest) = under(p, &m.dst) {
-                                added.push(rebase(&rest, &m.src));
-                            }
-                            if let Some(rest) = under(p, &m.src) {
-                                added.push(rebase(&rest, &m.dst));
-                            }
-                        }
+                // A path is known by other names before and after each rename: add, for every
+                // path seen, its name when the checkpoint began and its name now, by following
+                // the renames in the order they happened (bounded: two names per path; chaining
+                // renames regardless of their order would grow without end, e.g. `mv x d/e`
+                // then `mv d x`).
+                let mut named: HashSet<Vec<u8>> = HashSet::new();
+                for (p, caps) in &hist.by_path {
+                    if !candidates.contains(p) {
+                        continue;
                     }
-                    let before = candidates.len();
-                    candidates.extend(added);
-                    if candidates.len() == before {
-                        break;
+                    for c in caps {
+                        named.insert(hist.name_at_start(p, (c.id, 0)));
+                        named.insert(hist.name_now(p, (c.id, 0)));
                     }
                 }
+                for p in &candidates {
+                    if !hist.by_path.contains_key(p) {
+                        // Found beneath a moved directory as it is now.
+                        named.insert(hist.name_at_start(p, (i64::MAX, 2)));
+                    }
+                }
+                candidates.extend(named);
                 for p in candidates {
                     if p.is_empty() || !filter.matches(&p) {
                         continue;

@@ -77,6 +77,14 @@ impl Client {
         })
     }
 
+    /// Bounds how long [`request`](Self::request) waits for an answer (default 600 s).
+    ///
+    /// # Errors
+    /// The socket refuses the setting.
+    pub fn set_timeout(&mut self, d: Duration) -> std::io::Result<()> {
+        self.writer.set_read_timeout(Some(d))
+    }
+
     /// Sends one request and returns the success payload.
     ///
     /// # Errors

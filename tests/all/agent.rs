@@ -26,6 +26,8 @@ impl Agent {
     pub fn new(setup: impl FnOnce(&Path)) -> Agent {
         let m = Mounted::with(setup);
         let mut c = Client::connect(&m.socket()).unwrap();
+        // No request in these tests takes long: a stuck daemon fails the test, not the run.
+        c.set_timeout(std::time::Duration::from_secs(120)).unwrap();
         c.request("register_agent", json!({"pid": std::process::id()}))
             .unwrap();
         Agent {

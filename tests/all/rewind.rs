@@ -310,3 +310,32 @@ fn a_rewind_is_seen_at_once_by_processes_that_cached_the_old_state() {
         "absent\n"
     );
 }
+
+#[test]
+fn chained_directory_renames_rewind_to_the_checkpoint() {
+    if !require_fuse() {
+        return;
+    }
+    // `mv x d/e` then `mv d x`: each name maps into the other's subtree, which once made the
+    // planner chain renames without end (x/a -> d/e/a -> x/e/a -> d/e/e/a -> ...).
+    let mut a = Agent::new(|d| {
+        fs::create_dir_all(d.join("d")).unwrap();
+        fs::create_dir_all(d.join("x")).unwrap();
+        fs::write(d.join("x/a.txt"), "a\n").unwrap();
+        fs::write(d.join("d/b.txt"), "b\n").unwrap();
+    });
+    let t1 = a.turn();
+    let at_t1 = tree(&a.m.dir);
+    a.bash("mv x d/e && mv d x && echo more >> x/e/a.txt && mkdir x/e/n && echo n > x/e/n/f");
+    let t2 = a.turn();
+    let at_t2 = tree(&a.m.dir);
+    a.bash("mv x d && mv d/e x && echo c > x/c.txt");
+    for scope in ["agent", "all"] {
+        let r = a.rewind(&t1, scope, false).unwrap();
+        assert_eq!(r["canRewind"], json!(true));
+        assert_eq!(tree(&a.m.dir), at_t1, "scope {scope} to the first turn");
+        a.c.request("undo_rewind", json!({})).unwrap();
+    }
+    a.rewind(&t2, "agent", false).unwrap();
+    assert_eq!(tree(&a.m.dir), at_t2, "agent scope to the second turn");
+}

@@ -171,29 +171,33 @@ pub fn sh(dir: &Path, cmd: &str) -> String {
 
 /// A listing of a tree: path, type, mode, size, content hash, symlink target — no times or inodes.
 pub fn tree(root: &Path) -> Vec<String> {
-    fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) {
-        let mut ents: Vec<_> = std::fs::read_dir(root.join(rel))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+    try_tree(root).unwrap_or_else(|e| panic!("listing {}: {e}", root.display()))
+}
+
+/// [`tree`], with I/O errors returned (a walk a killed daemon cuts short).
+pub fn try_tree(root: &Path) -> std::io::Result<Vec<String>> {
+    fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+        let mut ents = std::fs::read_dir(root.join(rel))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<Vec<_>>>()?;
         ents.sort();
         for name in ents {
             let r = rel.join(&name);
             let p = root.join(&r);
-            let md = std::fs::symlink_metadata(&p).unwrap();
+            let md = std::fs::symlink_metadata(&p)?;
             use std::os::unix::fs::PermissionsExt;
             let mode = md.permissions().mode() & 0o7777;
             if md.is_symlink() {
                 out.push(format!(
                     "{} link -> {}",
                     r.display(),
-                    std::fs::read_link(&p).unwrap().display()
+                    std::fs::read_link(&p)?.display()
                 ));
             } else if md.is_dir() {
                 out.push(format!("{} dir {:o}", r.display(), mode));
-                walk(root, &r, out);
+                walk(root, &r, out)?;
             } else if md.is_file() {
-                let data = std::fs::read(&p).unwrap();
+                let data = std::fs::read(&p)?;
                 out.push(format!(
                     "{} file {:o} {} {}",
                     r.display(),
@@ -205,10 +209,11 @@ pub fn tree(root: &Path) -> Vec<String> {
                 out.push(format!("{} other {:o}", r.display(), mode));
             }
         }
+        Ok(())
     }
     let mut out = Vec::new();
-    walk(root, Path::new(""), &mut out);
-    out
+    walk(root, Path::new(""), &mut out)?;
+    Ok(out)
 }
 
 /// A FUSE mount whose daemon died ("Transport endpoint is not connected"), or no mount at all.
