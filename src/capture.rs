@@ -556,6 +556,9 @@ impl Recorder {
         if let Err(e) = self.store.append_log(&entries) {
             tracing::error!("change log: {e}; {} entries lost", entries.len());
         }
+        if let Err(e) = self.store.flush_journal() {
+            tracing::error!("capture journal: {e}; its records stay pending");
+        }
     }
 
     fn log_change(&self, pid: u32, change: &Change<'_>) {

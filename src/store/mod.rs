@@ -13,6 +13,7 @@
 
 pub mod blobs;
 pub mod gc;
+pub mod journal;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -21,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 pub use self::blobs::Blobs;
+use self::journal::{Journal, Record};
 
 /// Migrations, in order; `PRAGMA user_version` is the number applied.
 const MIGRATIONS: &[&str] = &[
@@ -259,9 +261,80 @@ pub fn now_ms() -> i64 {
 /// The store.
 pub struct Store {
     /// The one connection (WAL mode). Held only for the duration of a statement or transaction.
+    /// Lock order: `conn` → `pending`.
     conn: Mutex<Connection>,
+    /// Journalled writes not yet in the database, and the ids they allocate.
+    pending: Mutex<Pending>,
     pub blobs: Blobs,
     pub dir: std::path::PathBuf,
+}
+
+/// The capture journal and the next ids it hands out (ids are allocated here, not by SQLite,
+/// so a capture is durable with one append; see [`journal`]).
+struct Pending {
+    journal: Journal,
+    /// Next `captures.id`.
+    next_capture: i64,
+    /// Next `moves.seq`.
+    next_move: i64,
+}
+
+/// Applies journal records to the database in one transaction. A record the database refuses
+/// (which only a damaged store could cause) is logged and skipped rather than blocking every
+/// later write.
+fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for r in records {
+        let res = match r {
+            Record::Capture { id, checkpoint, path, tool, pre, actor, op, at } => (|| {
+                if let Some(b) = &pre.blob {
+                    tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
+                        .execute(params![b, pre.size as i64])?;
+                }
+                tx.prepare_cached(
+                    "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                )?
+                .execute(params![
+                    id,
+                    checkpoint,
+                    path,
+                    if *tool { "tool" } else { "checkpoint" },
+                    pre.kind.as_str(),
+                    pre.blob,
+                    pre.mode as i64,
+                    pre.uid as i64,
+                    pre.gid as i64,
+                    pre.size as i64,
+                    pre.target,
+                    actor.as_str(),
+                    actor.bit() as i64,
+                    op,
+                    at
+                ])
+            })(),
+            Record::Actors { checkpoint, path, bits } => tx
+                .prepare_cached(
+                    "UPDATE captures SET actors = actors | ?3 WHERE checkpoint = ?1 AND path = ?2 AND purpose = 'checkpoint'",
+                )?
+                .execute(params![checkpoint, path, *bits as i64]),
+            Record::Track { session, path, checkpoint, capture } => tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO tracked (session_id, path, checkpoint, capture) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![session, path, checkpoint, capture]),
+            Record::Move { seq, checkpoint, src, dst, exchange, after_capture, actor, at } => tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO moves (seq, checkpoint, src, dst, exchange, after_capture, actor, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute(params![seq, checkpoint, src, dst, *exchange as i64, after_capture, actor.as_str(), at]),
+        };
+        if let Err(e) = res {
+            tracing::error!("store: a journal record could not be applied ({e}); skipped: {r:?}");
+        }
+    }
+    tx.commit()
 }
 
 fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
@@ -314,17 +387,75 @@ impl Store {
         conn.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         migrate(&mut conn, &db)?;
+        // What a crash left in the journal goes into the database before anything reads it.
+        let left = journal::read(dir)?;
+        if !left.records.is_empty() {
+            apply_records(&mut conn, &left.records)?;
+        }
+        let mut journal = Journal::open(dir, sync)?;
+        journal.clear()?;
+        let next = |table: &str, col: &str| -> rusqlite::Result<i64> {
+            conn.query_row(
+                &format!(
+                    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{table}'), 0), coalesce((SELECT max({col}) FROM {table}), 0)) + 1"
+                ),
+                [],
+                |r| r.get(0),
+            )
+        };
+        let pending = Pending {
+            journal,
+            next_capture: next("captures", "id")?,
+            next_move: next("moves", "seq")?,
+        };
         let blobs = Blobs::open(&dir.join("blobs"), sync)?;
         Ok(Store {
             conn: Mutex::new(conn),
+            pending: Mutex::new(pending),
             blobs,
             dir: dir.to_owned(),
         })
     }
 
+    /// Runs `f` on the connection, after the journal's pending records are applied (so every
+    /// query sees every change recorded so far).
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.apply_pending(&mut c)?;
         Ok(f(&mut c)?)
+    }
+
+    fn apply_pending(&self, c: &mut Connection) -> Result<()> {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if p.journal.pending.is_empty() {
+            return Ok(());
+        }
+        apply_records(c, &p.journal.pending)?;
+        p.journal.clear()?;
+        Ok(())
+    }
+
+    /// Applies the journal's pending records to the database now (the daemon's timer and
+    /// shutdown; reads do it themselves).
+    ///
+    /// # Errors
+    /// SQLite errors; the records stay pending.
+    pub fn flush_journal(&self) -> Result<()> {
+        self.with(|_| Ok(()))
+    }
+
+    /// Appends the record `make` builds (taking ids from `Pending`) to the journal.
+    fn journal(&self, make: impl FnOnce(&mut Pending) -> Record) -> Result<Record> {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let (cap, mv) = (p.next_capture, p.next_move);
+        let r = make(&mut p);
+        if let Err(e) = p.journal.append(r.clone()) {
+            // Nothing was recorded: hand the ids out again.
+            p.next_capture = cap;
+            p.next_move = mv;
+            return Err(e.into());
+        }
+        Ok(r)
     }
 
     /// Begins a checkpoint; returns its sequence number.
@@ -406,58 +537,45 @@ impl Store {
         actor: Actor,
         op: &str,
     ) -> Result<i64> {
-        self.with(|c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if let Some(b) = &pre.blob {
-                tx.execute("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)", params![b, pre.size as i64])?;
+        let r = self.journal(|p| {
+            let id = p.next_capture;
+            p.next_capture += 1;
+            Record::Capture {
+                id,
+                checkpoint,
+                path: path.to_vec(),
+                tool: purpose == "tool",
+                pre: pre.clone(),
+                actor,
+                op: op.to_string(),
+                at: now_ms(),
             }
-            let n = tx.execute(
-                "INSERT INTO captures (checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                params![
-                    checkpoint,
-                    path,
-                    purpose,
-                    pre.kind.as_str(),
-                    pre.blob,
-                    pre.mode as i64,
-                    pre.uid as i64,
-                    pre.gid as i64,
-                    pre.size as i64,
-                    pre.target,
-                    actor.as_str(),
-                    actor.bit() as i64,
-                    op,
-                    now_ms()
-                ],
-            )?;
-            debug_assert_eq!(n, 1);
-            let id = tx.last_insert_rowid();
-            tx.commit()?;
-            Ok(id)
-        })
+        })?;
+        match r {
+            Record::Capture { id, .. } => Ok(id),
+            _ => unreachable!("journal() returns the record it was given"),
+        }
     }
 
     /// Records that another actor changed a path already captured in a checkpoint.
     pub fn add_actor(&self, checkpoint: i64, path: &[u8], bits: u8) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "UPDATE captures SET actors = actors | ?3 WHERE checkpoint = ?1 AND path = ?2 AND purpose = 'checkpoint'",
-                params![checkpoint, path, bits as i64],
-            )?;
-            Ok(())
+        self.journal(|_| Record::Actors {
+            checkpoint,
+            path: path.to_vec(),
+            bits,
         })
+        .map(|_| ())
     }
 
     /// Marks a path as tracked (tool-changed) in a session, if it is not already.
     pub fn track(&self, session: &str, path: &[u8], checkpoint: i64, capture: i64) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "INSERT OR IGNORE INTO tracked (session_id, path, checkpoint, capture) VALUES (?1, ?2, ?3, ?4)",
-                params![session, path, checkpoint, capture],
-            )?;
-            Ok(())
+        self.journal(|_| Record::Track {
+            session: session.to_string(),
+            path: path.to_vec(),
+            checkpoint,
+            capture,
         })
+        .map(|_| ())
     }
 
     pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
@@ -519,21 +637,22 @@ impl Store {
         exchange: bool,
         actor: Actor,
     ) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO moves (checkpoint, src, dst, exchange, after_capture, actor, at)
-                 VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(id), 0) FROM captures), ?5, ?6)",
-                params![
-                    checkpoint,
-                    src,
-                    dst,
-                    exchange as i64,
-                    actor.as_str(),
-                    now_ms()
-                ],
-            )?;
-            Ok(())
+        self.journal(|p| {
+            let seq = p.next_move;
+            p.next_move += 1;
+            Record::Move {
+                seq,
+                checkpoint,
+                src: src.to_vec(),
+                dst: dst.to_vec(),
+                exchange,
+                // Every capture id handed out so far happened before this rename.
+                after_capture: p.next_capture - 1,
+                actor,
+                at: now_ms(),
+            }
         })
+        .map(|_| ())
     }
 
     pub fn moves_from(&self, from: i64) -> Result<Vec<Move>> {
@@ -721,6 +840,31 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
             Err(e) => problems.push(format!("blob {h}: {e}")),
         }
     }
+    // A journal a crash left behind: its records go into the database at the next mount;
+    // their blobs must be sound now.
+    let left = journal::read(dir)?;
+    let mut journal_blobs = 0;
+    for r in &left.records {
+        if let Record::Capture {
+            pre: PreImage { blob: Some(h), .. },
+            path,
+            ..
+        } = r
+        {
+            journal_blobs += 1;
+            match blobs.verify(h) {
+                Ok(true) => {}
+                Ok(false) => problems.push(format!(
+                    "journal: blob {h} of {}: content does not match its hash",
+                    String::from_utf8_lossy(path)
+                )),
+                Err(e) => problems.push(format!(
+                    "journal: blob {h} of {}: {e}",
+                    String::from_utf8_lossy(path)
+                )),
+            }
+        }
+    }
     let unfinished: i64 = conn.query_row(
         "SELECT count(*) FROM rewinds WHERE state = 'applying'",
         [],
@@ -731,7 +875,7 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
             "{unfinished} rewind(s) interrupted; the next mount finishes them"
         ));
     }
-    Ok((problems, hashes.len()))
+    Ok((problems, hashes.len() + journal_blobs))
 }
 
 /// Applies pending migrations inside an exclusive transaction; refuses a newer database.
@@ -756,6 +900,8 @@ fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
     use super::*;
 
     #[test]
@@ -789,6 +935,84 @@ mod tests {
             err.to_string()
                 .contains("newer than this rewindfs supports"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_journal_left_by_a_crash_is_applied_at_the_next_open_and_ids_keep_growing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let k = s
+            .begin_checkpoint("33333333-3333-4333-8333-333333333333", Some("s"), "message")
+            .unwrap();
+        let a = s
+            .insert_capture(
+                k,
+                b"a",
+                "checkpoint",
+                &PreImage::absent(),
+                Actor::Tool,
+                "create",
+            )
+            .unwrap();
+        s.track("s", b"a", k, a).unwrap();
+        s.insert_move(k, b"d", b"e", false, Actor::Shell).unwrap();
+        let b = s
+            .insert_capture(
+                k,
+                b"e/x",
+                "checkpoint",
+                &PreImage::absent(),
+                Actor::Shell,
+                "create",
+            )
+            .unwrap();
+        assert!(b > a);
+        // A crash: the process goes away without applying the journal, mid-way through a
+        // last record.
+        std::mem::forget(s);
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.path().join(journal::FILE))
+            .unwrap();
+        std::io::Write::write_all(&mut f, &[42, 0, 0, 0, 1, 2]).unwrap();
+        drop(f);
+        let (problems, _) = fsck(d.path()).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let s = Store::open(d.path(), false).unwrap();
+        let caps = s.captures_from(k).unwrap();
+        assert_eq!(caps.iter().map(|c| c.id).collect::<Vec<_>>(), vec![a, b]);
+        let moves = s.moves_from(k).unwrap();
+        assert_eq!(moves.len(), 1);
+        assert_eq!(
+            moves[0].after_capture, a,
+            "the rename came after capture a, before b"
+        );
+        assert_eq!(s.tracked("s").unwrap().len(), 1);
+        let c = s
+            .insert_capture(
+                k,
+                b"c",
+                "checkpoint",
+                &PreImage::absent(),
+                Actor::Shell,
+                "create",
+            )
+            .unwrap();
+        assert!(c > b, "ids are never handed out twice");
+        assert!(
+            std::fs::metadata(d.path().join(journal::FILE))
+                .unwrap()
+                .len()
+                > 0,
+            "the new capture waits in the journal"
+        );
+        s.flush_journal().unwrap();
+        assert_eq!(
+            std::fs::metadata(d.path().join(journal::FILE))
+                .unwrap()
+                .len(),
+            0
         );
     }
 

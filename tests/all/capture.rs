@@ -18,7 +18,17 @@ type Pre = (String, Option<Vec<u8>>, u32, Option<String>);
 
 /// The pre-image captured for `path` in the
 /// checkpoint `uuid`, read straight from the store.
+/// Asks the daemon for its status, which applies its capture journal to the database, so a
+/// reader of the database file sees every capture taken so far.
+fn settle(m: &Mounted) {
+    rewindfs::control::client::Client::connect(&m.socket())
+        .unwrap()
+        .request("status", serde_json::json!({}))
+        .unwrap();
+}
+
 fn captured(m: &Mounted, cp: &str, path: &str) -> Option<Pre> {
+    settle(m);
     let db = rusqlite::Connection::open_with_flags(
         m.store.join("rewindfs.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -46,6 +56,7 @@ fn captured(m: &Mounted, cp: &str, path: &str) -> Option<Pre> {
 }
 
 fn count_captures(m: &Mounted, cp: &str, path: &str) -> i64 {
+    settle(m);
     let db = rusqlite::Connection::open_with_flags(
         m.store.join("rewindfs.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -139,6 +150,7 @@ fn every_kind_of_change_captures_exactly_the_old_state() {
     a.bash("mkdir -p big/sub && for i in $(seq 1 50); do echo $i > big/sub/f$i; done");
     let cp3 = a.turn();
     a.bash("mv big big2");
+    settle(&a.m);
     let db = rusqlite::Connection::open_with_flags(
         a.m.store.join("rewindfs.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
