@@ -83,6 +83,10 @@ pub struct Change<'a> {
     pub path2: Option<&'a Path>,
     /// Other names of the same file (hard links) whose content the change also changes.
     pub aliases: &'a [PathBuf],
+    /// The change takes away the only name of the regular file at its target (`path` of an
+    /// unlink, `path2` of a rename over it) and nobody has that file open for writing: its
+    /// pre-image may be kept by hard-linking the file into the store instead of copying it.
+    pub last_name: bool,
 }
 
 /// Held while a change is applied: a rewind waits for every permit to be dropped.
@@ -95,6 +99,8 @@ pub trait Observer: Send + Sync {
     fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>>;
     /// Called after the change succeeded.
     fn after(&self, pid: u32, change: &Change<'_>);
+    /// Called when the change failed after `before` allowed it.
+    fn failed(&self, _change: &Change<'_>) {}
 }
 
 /// An observer that records nothing: a plain passthrough.
@@ -118,10 +124,22 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 /// # Errors
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
+    Ok(snapshot_or_adopt(root, rel, store, false)?.0)
+}
+
+/// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
+/// where the store allows (the hash of such a blob is returned: it must be unshared if the
+/// change fails).
+fn snapshot_or_adopt(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    store: &Store,
+    adopt: bool,
+) -> io::Result<(PreImage, Option<String>)> {
     let st = match sys::lstat_beneath(root, rel) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-            return Ok(PreImage::absent());
+            return Ok((PreImage::absent(), None));
         }
         Err(e) => return Err(e),
     };
@@ -134,35 +152,48 @@ pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<P
         size: st.st_size as u64,
         target: None,
     };
-    Ok(match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => {
-            let fd = sys::open_beneath(
-                root,
-                rel,
-                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
-                0,
-            )
-            .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
-            let (hash, size) = store.blobs.put_fd(fd.as_fd())?;
-            PreImage {
-                blob: Some(hash),
-                size,
+    if adopt && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+        if let Some(a) = store.blobs.adopt(root, rel)? {
+            let pre = PreImage {
+                blob: Some(a.hash.clone()),
+                size: a.size,
                 ..base(Kind::File)
-            }
+            };
+            return Ok((pre, a.linked.then_some(a.hash)));
         }
-        libc::S_IFDIR => base(Kind::Dir),
-        libc::S_IFLNK => {
-            let t = sys::readlinkat(root, rel)?;
-            PreImage {
-                target: Some(t.as_bytes().to_vec()),
-                ..base(Kind::Symlink)
+    }
+    Ok((
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => {
+                let fd = sys::open_beneath(
+                    root,
+                    rel,
+                    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
+                    0,
+                )
+                .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
+                let (hash, size) = store.blobs.put_fd(fd.as_fd())?;
+                PreImage {
+                    blob: Some(hash),
+                    size,
+                    ..base(Kind::File)
+                }
             }
-        }
-        _ => PreImage {
-            size: st.st_rdev,
-            ..base(Kind::Other)
+            libc::S_IFDIR => base(Kind::Dir),
+            libc::S_IFLNK => {
+                let t = sys::readlinkat(root, rel)?;
+                PreImage {
+                    target: Some(t.as_bytes().to_vec()),
+                    ..base(Kind::Symlink)
+                }
+            }
+            _ => PreImage {
+                size: st.st_rdev,
+                ..base(Kind::Other)
+            },
         },
-    })
+        None,
+    ))
 }
 
 /// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
@@ -259,6 +290,9 @@ pub struct Recorder {
     /// Change-log entries not yet written (flushed with the next capture, at boundaries,
     /// and by the daemon's timer).
     log: Mutex<Vec<LogEntry>>,
+    /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
+    /// that removes the file's name has happened → the blob's hash.
+    adopted: Mutex<HashMap<Vec<u8>, String>>,
 }
 
 impl Recorder {
@@ -285,6 +319,7 @@ impl Recorder {
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
             log: Mutex::new(Vec::new()),
+            adopted: Mutex::new(HashMap::new()),
         })
     }
 
@@ -413,7 +448,13 @@ impl Recorder {
 
     /// Makes sure `p` has a pre-image in the current checkpoint. Returns the checkpoint seq
     /// and, if this call took the capture, its id.
-    fn ensure_captured(&self, p: &[u8], actor: Actor, op: Op) -> io::Result<(i64, Option<i64>)> {
+    fn ensure_captured(
+        &self,
+        p: &[u8],
+        actor: Actor,
+        op: Op,
+        adopt: bool,
+    ) -> io::Result<(i64, Option<i64>)> {
         loop {
             let (seq, bits) = {
                 let s = self.state.lock().unwrap();
@@ -436,14 +477,15 @@ impl Recorder {
                 }
             }
             let rel = Path::new(OsStr::from_bytes(p));
-            let pre = snapshot(self.root(), rel, &self.store).map_err(|e| {
-                tracing::error!(
-                    "refusing {} of {}: its pre-image could not be saved: {e}",
-                    op.as_str(),
-                    rel.display()
-                );
-                e
-            })?;
+            let (pre, linked) =
+                snapshot_or_adopt(self.root(), rel, &self.store, adopt).map_err(|e| {
+                    tracing::error!(
+                        "refusing {} of {}: its pre-image could not be saved: {e}",
+                        op.as_str(),
+                        rel.display()
+                    );
+                    e
+                })?;
             let id = self
                 .store
                 .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
@@ -455,6 +497,9 @@ impl Recorder {
                     );
                     io::Error::from(e)
                 })?;
+            if let Some(hash) = linked {
+                self.adopted.lock().unwrap().insert(p.to_vec(), hash);
+            }
             let mut s = self.state.lock().unwrap();
             if s.seq != seq {
                 continue; // a boundary passed: capture again for the new checkpoint
@@ -500,7 +545,7 @@ impl Recorder {
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
     pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write)
+        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write, false)
             .map(|_| ())
     }
 
@@ -621,8 +666,9 @@ impl Observer for Recorder {
         match op {
             Op::Rename | Op::Exchange => {
                 let dst = change.path2.map(path_key).unwrap_or_default();
-                let (seq, _) = self.ensure_captured(&primary, actor, op)?;
-                let (seq2, fresh) = self.ensure_captured(&dst, actor, op)?;
+                let (seq, _) = self.ensure_captured(&primary, actor, op, false)?;
+                let adopt = change.last_name && op == Op::Rename;
+                let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt)?;
                 let src_is_dir = sys::lstat_at(self.root(), change.path)
                     .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
                 let dst_is_dir = change.path2.is_some_and(|d| {
@@ -649,9 +695,10 @@ impl Observer for Recorder {
             }
             _ => {
                 for alias in change.aliases {
-                    self.ensure_captured(&path_key(alias), actor, op)?;
+                    self.ensure_captured(&path_key(alias), actor, op, false)?;
                 }
-                let (seq, fresh) = self.ensure_captured(&primary, actor, op)?;
+                let adopt = change.last_name && op == Op::Unlink;
+                let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt)?;
                 if actor == Actor::Tool && op != Op::Mkdir {
                     self.track(&primary, seq, fresh, op)?;
                 }
@@ -661,6 +708,28 @@ impl Observer for Recorder {
     }
 
     fn after(&self, pid: u32, change: &Change<'_>) {
+        if change.last_name {
+            // The file's name is gone: the adopted blob is the file's only other name now.
+            let mut a = self.adopted.lock().unwrap();
+            a.remove(&path_key(change.path2.unwrap_or(change.path)));
+        }
         self.log_change(pid, change);
+    }
+
+    fn failed(&self, change: &Change<'_>) {
+        if !change.last_name {
+            return;
+        }
+        let p = path_key(change.path2.unwrap_or(change.path));
+        let Some(hash) = self.adopted.lock().unwrap().remove(&p) else {
+            return;
+        };
+        // The file lives on under its name and may change: its pre-image needs its own copy.
+        if let Err(e) = self.store.blobs.unshare(&hash) {
+            tracing::error!(
+                "the pre-image of {} shares its storage with the file and could not be copied: {e}",
+                String::from_utf8_lossy(&p)
+            );
+        }
     }
 }

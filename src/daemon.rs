@@ -61,18 +61,32 @@ impl KernelCache for FuseKernel {
 
     fn invalidate(&self, paths: &[PathBuf]) {
         let Some(n) = self.notifier.get() else { return };
+        // Every directory entry along each path, as far as the kernel may know the path: a
+        // rewind also creates and removes parents (a negative entry or a cached listing of the
+        // last known ancestor would hide a restored directory).
+        let mut entries: std::collections::HashSet<(u64, std::ffi::OsString)> = Default::default();
+        let mut nodes: std::collections::HashSet<u64> = Default::default();
         for p in paths {
-            let (parent, node) = self.core.inodes.resolve(p);
-            if let (Some(parent), Some(name)) = (parent, p.file_name()) {
-                let _ = n.inval_entry(fuser::INodeNo(parent), name);
+            let mut cur = crate::fs::inodes::ROOT;
+            for c in p.components() {
+                let name = c.as_os_str();
+                // The directory's own attributes (mtime, nlink) and listing changed too.
+                nodes.insert(cur);
+                entries.insert((cur, name.to_owned()));
+                match self.core.inodes.child(cur, name) {
+                    Some(child) => cur = child,
+                    None => break,
+                }
             }
-            if let Some(node) = node {
-                let _ = n.inval_inode(fuser::INodeNo(node), 0, 0);
+            if let (_, Some(node)) = self.core.inodes.resolve(p) {
+                nodes.insert(node);
             }
-            // The parent's own attributes (mtime, nlink) changed too.
-            if let Some(parent) = parent {
-                let _ = n.inval_inode(fuser::INodeNo(parent), 0, 0);
-            }
+        }
+        for (parent, name) in &entries {
+            let _ = n.inval_entry(fuser::INodeNo(*parent), name);
+        }
+        for node in nodes {
+            let _ = n.inval_inode(fuser::INodeNo(node), 0, 0);
         }
     }
 }

@@ -196,6 +196,26 @@ pub fn linkat(dir: BorrowedFd<'_>, old: &Path, new: &Path) -> io::Result<()> {
     rustix::fs::linkat(dir, old, dir, new, AtFlags::empty()).map_err(errno)
 }
 
+/// `linkat` between two directories, not following a symlink at `old`.
+pub fn linkat_between(
+    olddir: BorrowedFd<'_>,
+    old: &Path,
+    newdir: BorrowedFd<'_>,
+    new: &Path,
+) -> io::Result<()> {
+    rustix::fs::linkat(olddir, old, newdir, new, AtFlags::empty()).map_err(errno)
+}
+
+/// `renameat` between two directories (replaces `new`).
+pub fn renameat_between(
+    olddir: BorrowedFd<'_>,
+    old: &Path,
+    newdir: BorrowedFd<'_>,
+    new: &Path,
+) -> io::Result<()> {
+    rustix::fs::renameat(olddir, old, newdir, new).map_err(errno)
+}
+
 pub fn unlinkat(dir: BorrowedFd<'_>, rel: &Path, is_dir: bool) -> io::Result<()> {
     let flags = if is_dir {
         AtFlags::REMOVEDIR

@@ -175,6 +175,7 @@ impl Core {
                 path,
                 path2,
                 aliases: &[],
+                last_name: false,
             },
         )
     }
@@ -190,6 +191,7 @@ impl Core {
                 path,
                 path2: None,
                 aliases: &aliases,
+                last_name: false,
             },
         )
     }
@@ -202,8 +204,47 @@ impl Core {
                 path,
                 path2,
                 aliases: &[],
+                last_name: false,
             },
         );
+    }
+
+    /// Whether `st` is a regular file with one name that no handle has open for writing: a
+    /// change taking that name away may keep its content by hard-linking it into the store.
+    fn is_last_name(&self, st: &Stat) -> bool {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
+            return false;
+        }
+        let Some(ino) = self.inodes.ino_of(st) else {
+            return true; // the kernel holds no node for it, so no handle either
+        };
+        !self
+            .handles
+            .read()
+            .unwrap()
+            .values()
+            .any(|h| h.ino == ino && h.writable)
+    }
+
+    /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
+    /// may take away a file's last name.
+    fn removal<T>(
+        &self,
+        ctx: &Ctx,
+        change: Change<'_>,
+        apply: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        let _permit = self.observer.before(ctx.pid, &change)?;
+        match apply() {
+            Ok(v) => {
+                self.observer.after(ctx.pid, &change);
+                Ok(v)
+            }
+            Err(e) => {
+                self.observer.failed(&change);
+                Err(e)
+            }
+        }
     }
 
     /// Stats a node by path, checking it is still the file the node stands for.
@@ -297,15 +338,11 @@ impl Core {
             if kind == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
-            let (_, fd) = self.node_fd(ino, fh, OFlags::PATH)?;
-            // fchmod does not work on O_PATH fds; chmod through the magic link does.
-            match sys::fchmod(fd.as_fd(), mode & 0o7777) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    let p = p.as_ref().ok_or_else(|| err(libc::ENOENT))?;
-                    sys::chmodat(self.root(), p, mode & 0o7777)?;
-                }
-                Err(e) => return Err(e),
+            // By path when the node has one (no fd to open); an unlinked open file by its handle.
+            match (&p, fh.and_then(|fh| self.handle(fh).ok())) {
+                (Some(p), _) => sys::chmodat(self.root(), p, mode & 0o7777)?,
+                (None, Some(h)) => sys::fchmod(h.fd.as_fd(), mode & 0o7777)?,
+                (None, None) => return Err(err(libc::ENOENT)),
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
@@ -465,9 +502,14 @@ impl Core {
             return Err(err(libc::EISDIR));
         }
         let op = if is_dir { Op::Rmdir } else { Op::Unlink };
-        let _permit = self.before(ctx, op, &p, None)?;
-        sys::unlinkat(self.root(), &p, is_dir)?;
-        self.after(ctx, op, &p, None);
+        let change = Change {
+            op,
+            path: &p,
+            path2: None,
+            aliases: &[],
+            last_name: !is_dir && self.is_last_name(&st),
+        };
+        self.removal(ctx, change, || sys::unlinkat(self.root(), &p, is_dir))?;
         if let Some(ino) = self.inodes.ino_of(&st) {
             self.inodes.renamed(ino, (parent, name), None);
             if is_dir || st.st_nlink <= 1 {
@@ -492,9 +534,21 @@ impl Core {
         let dst = sys::lstat_opt(self.root(), &to)?;
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         let op = if exchange { Op::Exchange } else { Op::Rename };
-        let _permit = self.before(ctx, op, &from, Some(&to))?;
-        sys::renameat2(self.root(), &from, &to, flags)?;
-        self.after(ctx, op, &from, Some(&to));
+        let same_file = dst
+            .as_ref()
+            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
+        let change = Change {
+            op,
+            path: &from,
+            path2: Some(&to),
+            aliases: &[],
+            last_name: !exchange
+                && !same_file
+                && dst.as_ref().is_some_and(|d| self.is_last_name(d)),
+        };
+        self.removal(ctx, change, || {
+            sys::renameat2(self.root(), &from, &to, flags)
+        })?;
         let src_ino = self.inodes.ino_of(&src);
         let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
         let same = dst

@@ -24,7 +24,12 @@ pub fn uuid() -> String {
 
 impl Agent {
     pub fn new(setup: impl FnOnce(&Path)) -> Agent {
-        let m = Mounted::with(setup);
+        Self::with_args(setup, &[])
+    }
+
+    /// An agent on a mount made with extra `rewindfs mount` arguments.
+    pub fn with_args(setup: impl FnOnce(&Path), args: &[&str]) -> Agent {
+        let m = Mounted::with_args(setup, args);
         let mut c = Client::connect(&m.socket()).unwrap();
         // No request in these tests takes long: a stuck daemon fails the test, not the run.
         c.set_timeout(std::time::Duration::from_secs(120)).unwrap();

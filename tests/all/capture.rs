@@ -165,6 +165,95 @@ fn every_kind_of_change_captures_exactly_the_old_state() {
     );
 }
 
+/// Blob files in the store (not counting temp files).
+fn blob_files(m: &Mounted) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in fs::read_dir(m.store.join("blobs")).unwrap() {
+        let d = d.unwrap().path();
+        if d.file_name().unwrap() == "tmp" || !d.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(&d).unwrap() {
+            out.push(f.unwrap().path());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_deleted_file_is_kept_by_a_link_and_a_failed_deletion_leaves_the_blob_a_copy() {
+    if !require_fuse() {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // The directory underneath the mount, to lift the append-only flag before the rewind (FUSE
+    // passes no ioctl).
+    let under: std::cell::RefCell<Option<fs::File>> = std::cell::RefCell::new(None);
+    let mut a = Agent::new(|d| {
+        *under.borrow_mut() = Some(fs::File::open(d).unwrap());
+        fs::write(d.join("gone.txt"), "deleted content\n").unwrap();
+        fs::write(d.join("over.txt"), "replaced content\n").unwrap();
+        fs::create_dir(d.join("ro")).unwrap();
+        fs::write(d.join("ro/stays.txt"), "first\n").unwrap();
+        // An append-only directory: its files may be linked elsewhere but not unlinked.
+        sh(d, "chattr +a ro");
+    });
+    let cp = a.turn();
+    let ino = fs::metadata(a.m.p("gone.txt")).unwrap().ino();
+    a.bash("rm gone.txt && echo new > tmp && mv tmp over.txt");
+    assert_eq!(
+        captured(&a.m, &cp, "gone.txt"),
+        file(b"deleted content\n", 0o644)
+    );
+    assert_eq!(
+        captured(&a.m, &cp, "over.txt"),
+        file(b"replaced content\n", 0o644)
+    );
+    // Kept by a link: the blob is the deleted file's own inode, no copy was written.
+    let linked = blob_files(&a.m)
+        .into_iter()
+        .filter(|b| fs::read(b).unwrap() == b"deleted content\n")
+        .collect::<Vec<_>>();
+    assert_eq!(linked.len(), 1);
+    assert_eq!(
+        fs::metadata(&linked[0]).unwrap().ino(),
+        ino,
+        "the blob is the deleted file itself"
+    );
+    // The deletion fails (EPERM in an append-only directory) after the pre-image was taken:
+    // the file lives on, so the blob must not share it.
+    let out = Command::new("rm")
+        .arg(a.m.p("ro/stays.txt"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "rm in an append-only directory must fail"
+    );
+    fs::OpenOptions::new()
+        .append(true)
+        .open(a.m.p("ro/stays.txt"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"second\n"))
+        .unwrap();
+    assert_eq!(captured(&a.m, &cp, "ro/stays.txt"), file(b"first\n", 0o644));
+    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "every blob hashes to its name: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let fd = under.borrow().as_ref().unwrap().as_raw_fd();
+    sh(
+        std::path::Path::new("/"),
+        &format!("chattr -a /proc/{}/fd/{fd}/ro", std::process::id()),
+    );
+    a.rewind(&cp, "all", false).unwrap();
+    assert_eq!(a.read("gone.txt").as_deref(), Some("deleted content\n"));
+    assert_eq!(a.read("over.txt").as_deref(), Some("replaced content\n"));
+    assert_eq!(a.read("ro/stays.txt").as_deref(), Some("first\n"));
+}
+
 #[test]
 fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     if !require_fuse() {

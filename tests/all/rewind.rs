@@ -339,3 +339,22 @@ fn chained_directory_renames_rewind_to_the_checkpoint() {
     a.rewind(&t2, "agent", false).unwrap();
     assert_eq!(tree(&a.m.dir), at_t2, "agent scope to the second turn");
 }
+
+#[test]
+fn a_restored_file_whose_directory_was_removed_is_seen_at_once() {
+    if !require_fuse() {
+        return;
+    }
+    // Long cache lifetimes: only the rewind's invalidation can make the kernel look again.
+    let mut a = Agent::with_args(|_| {}, &["--ttl", "600"]);
+    let _t0 = a.turn();
+    a.tool_write("d/e/c.txt", b"tool\n");
+    let t1 = a.turn();
+    a.bash("rm -rf d");
+    // The kernel now caches the root's listing and a negative entry for `d`.
+    assert!(!a.m.p("d").exists());
+    assert_eq!(tree(&a.m.dir), Vec::<String>::new());
+    a.rewind(&t1, "tool", false).unwrap();
+    assert_eq!(a.read("d/e/c.txt").as_deref(), Some("tool\n"));
+    assert_eq!(tree(&a.m.dir).len(), 3, "{:?}", tree(&a.m.dir));
+}
