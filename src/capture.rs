@@ -87,6 +87,92 @@ pub struct Change<'a> {
     /// unlink, `path2` of a rename over it) and nobody has that file open for writing: its
     /// pre-image may be kept by hard-linking the file into the store instead of copying it.
     pub last_name: bool,
+    /// For a write, truncate or hole punch: the bytes it overwrites, `(offset, length)` (the
+    /// length may run past the end of the file). `None`: the whole content, or for changes
+    /// of metadata, none of it.
+    pub range: Option<(u64, u64)>,
+}
+
+/// Which bytes of a file's content a change is about to overwrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// None: the change touches metadata only.
+    Meta,
+    /// `(offset, length)`.
+    Bytes(u64, u64),
+    /// All of them (or the file's name goes away).
+    All,
+}
+
+impl Change<'_> {
+    fn need(&self) -> Need {
+        match (self.op, self.range) {
+            (Op::Chmod | Op::Chown | Op::Utimes | Op::Setxattr, _) => Need::Meta,
+            (Op::Write | Op::Truncate | Op::Fallocate, Some((off, len))) => Need::Bytes(off, len),
+            _ => Need::All,
+        }
+    }
+}
+
+/// Pages: ranges are saved in whole pages, as the kernel writes them back.
+const PAGE: u64 = 4096;
+
+/// Bytes read and stored at once when saving a range.
+const RANGE_PIECE: u64 = 16 << 20;
+
+/// The default size above which a file's first change in a checkpoint saves only the bytes it
+/// overwrites (a range pre-image) instead of a copy of the whole file.
+pub const DEFAULT_RANGE_CAPTURE_MIN: u64 = 1 << 20;
+
+/// A partial capture in the current checkpoint, and which of its bytes are saved.
+#[derive(Debug)]
+struct Partial {
+    /// The capture's id.
+    id: i64,
+    /// The file's size when the capture was taken (bytes past it need no saving).
+    size: u64,
+    /// Saved byte ranges `[start, end)`, sorted and disjoint.
+    covered: Vec<(u64, u64)>,
+}
+
+impl Partial {
+    /// The parts of `[a, b)` not yet saved.
+    fn gaps(&self, a: u64, b: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut cur = a;
+        for &(s, e) in &self.covered {
+            if e <= cur {
+                continue;
+            }
+            if s >= b {
+                break;
+            }
+            if s > cur {
+                out.push((cur, s.min(b)));
+            }
+            cur = cur.max(e);
+            if cur >= b {
+                break;
+            }
+        }
+        if cur < b {
+            out.push((cur, b));
+        }
+        out
+    }
+
+    fn cover(&mut self, a: u64, b: u64) {
+        self.covered.push((a, b));
+        self.covered.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.covered.len());
+        for &(s, e) in &self.covered {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        self.covered = merged;
+    }
 }
 
 /// Held while a change is applied: a rewind waits for every permit to be dropped.
@@ -151,6 +237,7 @@ fn snapshot_or_adopt(
         gid: st.st_gid,
         size: st.st_size as u64,
         target: None,
+        partial: false,
     };
     if adopt && st.st_mode & libc::S_IFMT == libc::S_IFREG {
         if let Some(a) = store.blobs.adopt(root, rel)? {
@@ -227,6 +314,8 @@ struct State {
     seen: HashMap<Vec<u8>, u8>,
     /// Paths a tool has changed, per session (mirror of the `tracked` table).
     tracked: HashMap<String, HashSet<Vec<u8>>>,
+    /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
+    partial: HashMap<Vec<u8>, Partial>,
 }
 
 /// One process as the classifier saw it.
@@ -293,6 +382,8 @@ pub struct Recorder {
     /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
     /// that removes the file's name has happened → the blob's hash.
     adopted: Mutex<HashMap<Vec<u8>, String>>,
+    /// Files larger than this get range pre-images.
+    range_capture_min: std::sync::atomic::AtomicU64,
 }
 
 impl Recorder {
@@ -314,17 +405,25 @@ impl Recorder {
                 session: None,
                 seen: HashMap::new(),
                 tracked: HashMap::new(),
+                partial: HashMap::new(),
             }),
             capture: Mutex::new(()),
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
             log: Mutex::new(Vec::new()),
             adopted: Mutex::new(HashMap::new()),
+            range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
         })
     }
 
     pub fn root(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
+    }
+
+    /// Sets the size above which files get range pre-images (`u64::MAX`: never).
+    pub fn set_range_capture_min(&self, bytes: u64) {
+        self.range_capture_min
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The current checkpoint: (seq, uuid, session).
@@ -454,11 +553,12 @@ impl Recorder {
         actor: Actor,
         op: Op,
         adopt: bool,
+        need: Need,
     ) -> io::Result<(i64, Option<i64>)> {
         loop {
-            let (seq, bits) = {
+            let (seq, bits, partial) = {
                 let s = self.state.lock().unwrap();
-                (s.seq, s.seen.get(p).copied())
+                (s.seq, s.seen.get(p).copied(), s.partial.contains_key(p))
             };
             if let Some(bits) = bits {
                 if bits & actor.bit() == 0 {
@@ -466,6 +566,10 @@ impl Recorder {
                     if let Some(b) = self.state.lock().unwrap().seen.get_mut(p) {
                         *b |= actor.bit();
                     }
+                }
+                if partial && need != Need::Meta {
+                    let _g = self.capture.lock().unwrap();
+                    self.save_ranges(p, need, op)?;
                 }
                 return Ok((seq, None));
             }
@@ -477,6 +581,11 @@ impl Recorder {
                 }
             }
             let rel = Path::new(OsStr::from_bytes(p));
+            if need != Need::All && !adopt {
+                if let Some(id) = self.capture_partial(p, seq, actor, op, need)? {
+                    return Ok((seq, Some(id)));
+                }
+            }
             let (pre, linked) =
                 snapshot_or_adopt(self.root(), rel, &self.store, adopt).map_err(|e| {
                     tracing::error!(
@@ -507,6 +616,133 @@ impl Recorder {
             s.seen.insert(p.to_vec(), actor.bit());
             return Ok((seq, Some(id)));
         }
+    }
+
+    /// Takes a range pre-image of `p` if it is a regular file larger than the threshold: a
+    /// capture with the file's metadata and size, then the bytes `need` overwrites. `None` when
+    /// the file gets an ordinary capture. The caller holds the capture lock.
+    fn capture_partial(
+        &self,
+        p: &[u8],
+        seq: i64,
+        actor: Actor,
+        op: Op,
+        need: Need,
+    ) -> io::Result<Option<i64>> {
+        let rel = Path::new(OsStr::from_bytes(p));
+        let min = self
+            .range_capture_min
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let st = match sys::lstat_beneath(self.root(), rel) {
+            Ok(st) => st,
+            Err(_) => return Ok(None),
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) <= min {
+            return Ok(None);
+        }
+        let pre = PreImage {
+            kind: Kind::File,
+            blob: None,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            target: None,
+            partial: true,
+        };
+        let id = self
+            .store
+            .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
+            .map_err(|e| {
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be recorded: {e}",
+                    op.as_str(),
+                    rel.display()
+                );
+                io::Error::from(e)
+            })?;
+        {
+            let mut s = self.state.lock().unwrap();
+            s.seen.insert(p.to_vec(), actor.bit());
+            s.partial.insert(
+                p.to_vec(),
+                Partial {
+                    id,
+                    size: pre.size,
+                    covered: Vec::new(),
+                },
+            );
+        }
+        self.save_ranges(p, need, op)?;
+        Ok(Some(id))
+    }
+
+    /// Saves the bytes of partially captured `p` that `need` overwrites and that are not saved
+    /// yet, before the change is applied. The caller holds the capture lock.
+    fn save_ranges(&self, p: &[u8], need: Need, op: Op) -> io::Result<()> {
+        let rel = Path::new(OsStr::from_bytes(p));
+        let (id, gaps) = {
+            let s = self.state.lock().unwrap();
+            let Some(part) = s.partial.get(p) else {
+                return Ok(());
+            };
+            let (a, b) = match need {
+                Need::Meta => return Ok(()),
+                Need::All => (0, part.size),
+                Need::Bytes(off, len) => (
+                    off / PAGE * PAGE,
+                    off.saturating_add(len)
+                        .div_ceil(PAGE)
+                        .saturating_mul(PAGE)
+                        .min(part.size),
+                ),
+            };
+            if a >= b {
+                return Ok(());
+            }
+            (part.id, part.gaps(a, b))
+        };
+        let refuse = |e: io::Error| {
+            tracing::error!(
+                "refusing {} of {}: its overwritten bytes could not be saved: {e}",
+                op.as_str(),
+                rel.display()
+            );
+            e
+        };
+        if !gaps.is_empty() {
+            let fd = sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                .map_err(refuse)?;
+            for (a, b) in gaps {
+                let mut off = a;
+                while off < b {
+                    let len = (b - off).min(RANGE_PIECE);
+                    let mut buf = vec![0u8; len as usize];
+                    let n = sys::pread_full(fd.as_fd(), &mut buf, off).map_err(refuse)?;
+                    // Bytes past the end (the file shrank outside this checkpoint's view) are
+                    // zeros, as a read of a hole would give.
+                    buf[n..].fill(0);
+                    let (hash, _) = self.store.blobs.put_bytes(&buf).map_err(refuse)?;
+                    let range = crate::store::Range {
+                        offset: off,
+                        length: len,
+                        blob: hash,
+                    };
+                    self.store
+                        .insert_range(id, &range)
+                        .map_err(|e| refuse(e.into()))?;
+                    if let Some(part) = self.state.lock().unwrap().partial.get_mut(p) {
+                        part.cover(off, off + len);
+                    }
+                    off += len;
+                }
+            }
+        }
+        if need == Need::All {
+            // Every byte is saved: the capture is as good as a full one from here on.
+            self.state.lock().unwrap().partial.remove(p);
+        }
+        Ok(())
     }
 
     /// A tool changes `p`: remember the state just before its first tool change in the session.
@@ -545,7 +781,7 @@ impl Recorder {
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
     pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write, false)
+        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write, false, Need::All)
             .map(|_| ())
     }
 
@@ -592,6 +828,7 @@ impl Recorder {
             }
         }
         s.seen = HashMap::new();
+        s.partial = HashMap::new();
         Ok(seq)
     }
 
@@ -666,9 +903,9 @@ impl Observer for Recorder {
         match op {
             Op::Rename | Op::Exchange => {
                 let dst = change.path2.map(path_key).unwrap_or_default();
-                let (seq, _) = self.ensure_captured(&primary, actor, op, false)?;
+                let (seq, _) = self.ensure_captured(&primary, actor, op, false, Need::All)?;
                 let adopt = change.last_name && op == Op::Rename;
-                let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt)?;
+                let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt, Need::All)?;
                 let src_is_dir = sys::lstat_at(self.root(), change.path)
                     .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
                 let dst_is_dir = change.path2.is_some_and(|d| {
@@ -685,6 +922,8 @@ impl Observer for Recorder {
                         k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/'
                     };
                     s.seen.retain(|k, _| !under(k, &primary) && !under(k, &dst));
+                    s.partial
+                        .retain(|k, _| !under(k, &primary) && !under(k, &dst));
                 }
                 if actor == Actor::Tool {
                     self.track(&dst, seq2, fresh, op)?;
@@ -694,11 +933,12 @@ impl Observer for Recorder {
                 }
             }
             _ => {
+                let need = change.need();
                 for alias in change.aliases {
-                    self.ensure_captured(&path_key(alias), actor, op, false)?;
+                    self.ensure_captured(&path_key(alias), actor, op, false, need)?;
                 }
                 let adopt = change.last_name && op == Op::Unlink;
-                let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt)?;
+                let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need)?;
                 if actor == Actor::Tool && op != Op::Mkdir {
                     self.track(&primary, seq, fresh, op)?;
                 }

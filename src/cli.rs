@@ -57,6 +57,10 @@ pub enum Command {
         /// Age limit: gc drops checkpoints older than this (e.g. 12h, 30d; 0 = none).
         #[arg(long, default_value = DEFAULT_MAX_AGE)]
         max_age: String,
+        /// Files larger than this keep only the bytes a change overwrites, not a whole copy
+        /// (e.g. 256K, 1M; 0 = always copy whole files).
+        #[arg(long, default_value = DEFAULT_RANGE_CAPTURE_MIN)]
+        range_capture_min: String,
         /// Internal: set by the detaching parent.
         #[arg(long, hide = true)]
         detached: bool,
@@ -213,7 +217,12 @@ pub struct MountConfig {
     pub agent_pid: Option<u32>,
     pub sync: bool,
     pub retention: Retention,
+    /// Files larger than this get range pre-images (`u64::MAX`: none do).
+    pub range_capture_min: u64,
 }
+
+/// The default size above which files get range pre-images.
+pub const DEFAULT_RANGE_CAPTURE_MIN: &str = "1M";
 
 /// The default store budget.
 pub const DEFAULT_MAX_STORE_BYTES: &str = "10G";
@@ -415,7 +424,17 @@ impl MountConfig {
             agent_pid,
             sync,
             retention: Retention::default(),
+            range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
         })
+    }
+
+    /// Sets the size above which files get range pre-images (`--range-capture-min`).
+    ///
+    /// # Errors
+    /// A message naming the bad value.
+    pub fn with_range_capture_min(mut self, s: &str) -> anyhow::Result<MountConfig> {
+        self.range_capture_min = parse_size(s)?.unwrap_or(u64::MAX);
+        Ok(self)
     }
 
     /// Sets the retention limits.

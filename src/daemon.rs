@@ -129,6 +129,12 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
     if cfg.sync {
         cmd.arg("--sync");
     }
+    cmd.arg("--range-capture-min")
+        .arg(if cfg.range_capture_min == u64::MAX {
+            "0".to_string()
+        } else {
+            cfg.range_capture_min.to_string()
+        });
     cmd.arg("--max-store-bytes")
         .arg(cfg.retention.max_bytes.unwrap_or(0).to_string())
         .arg("--max-age")
@@ -298,6 +304,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     if let Some(pid) = cfg.agent_pid {
         recorder.register_agent(pid);
     }
+    recorder.set_range_capture_min(cfg.range_capture_min);
     let observer: Arc<dyn Observer> = recorder.clone();
     let core = Arc::new(Core::new(root, observer)?);
     let kernel = Arc::new(FuseKernel {

@@ -43,11 +43,13 @@ fn run() -> anyhow::Result<ExitCode> {
             sync,
             max_store_bytes,
             max_age,
+            range_capture_min,
         } => {
             let cfg = MountConfig::new(
                 dir, store, foreground, detached, threads, ttl, agent_pid, sync,
             )?
-            .with_retention(Retention::parse(&max_store_bytes, &max_age)?);
+            .with_retention(Retention::parse(&max_store_bytes, &max_age)?)
+            .with_range_capture_min(&range_capture_min)?;
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {

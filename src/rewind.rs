@@ -199,8 +199,98 @@ fn rebase(rest: &[u8], onto: &[u8]) -> Vec<u8> {
 /// What the rewind should make of a path.
 enum Lineage {
     Pre(PreImage),
+    /// A range pre-image of the file then known by this name: its content is completed from
+    /// the path's next recorded state (see [`Engine::materialize`]).
+    Partial(Capture, Vec<u8>),
     /// Unchanged since the checkpoint, now found at this path.
     Current(Vec<u8>),
+}
+
+impl Lineage {
+    fn of(c: &Capture, at: Vec<u8>) -> Lineage {
+        if c.pre.partial {
+            Lineage::Partial(c.clone(), at)
+        } else {
+            Lineage::Pre(c.pre.clone())
+        }
+    }
+}
+
+/// Where the bytes a range pre-image did not save come from.
+enum Base {
+    /// No file: zeros.
+    None,
+    /// An open file (a blob, or the file as it is now).
+    File(std::fs::File),
+}
+
+/// Reads a partial capture's content: `size` bytes, each from the range that saved it, else
+/// from the base, else zero.
+struct Patched<'a> {
+    store: &'a Store,
+    ranges: Vec<crate::store::Range>,
+    base: Base,
+    size: u64,
+    pos: u64,
+    /// The range last read, with its bytes.
+    loaded: Option<(usize, Vec<u8>)>,
+}
+
+impl io::Read for Patched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(self.size - self.pos) as usize;
+        // The range holding pos, or the first one after it.
+        let i = self
+            .ranges
+            .partition_point(|r| r.offset + r.length <= self.pos);
+        if let Some(r) = self.ranges.get(i).filter(|r| r.offset <= self.pos) {
+            if self.loaded.as_ref().map(|l| l.0) != Some(i) {
+                let data = self.store.blobs.read(&r.blob)?;
+                if data.len() as u64 != r.length {
+                    return Err(io::Error::other(format!(
+                        "range blob {} holds {} bytes, not {}",
+                        r.blob,
+                        data.len(),
+                        r.length
+                    )));
+                }
+                self.loaded = Some((i, data));
+            }
+            let data = &self.loaded.as_ref().unwrap().1;
+            let at = (self.pos - r.offset) as usize;
+            let n = want.min(data.len() - at);
+            buf[..n].copy_from_slice(&data[at..at + n]);
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        let until = self
+            .ranges
+            .get(i)
+            .map_or(self.size, |r| r.offset.min(self.size));
+        let n = want.min((until - self.pos) as usize);
+        let got = match &self.base {
+            Base::File(f) => {
+                use std::os::unix::fs::FileExt;
+                let mut k = 0;
+                while k < n {
+                    match f.read_at(&mut buf[k..n], self.pos + k as u64) {
+                        Ok(0) => break,
+                        Ok(m) => k += m,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                k
+            }
+            Base::None => 0,
+        };
+        buf[got..n].fill(0); // past the base's end
+        self.pos += n as u64;
+        Ok(n)
+    }
 }
 
 /// The events recorded since a checkpoint, indexed for lineage queries.
@@ -225,9 +315,13 @@ impl History {
 
     /// The state `q` had when the checkpoint began (see the module doc).
     fn lineage(&self, q: &[u8]) -> Lineage {
+        self.lineage_from(q, (0, 0))
+    }
+
+    /// What `q` was at event position `pos` (capture id, 0 = capture / 1 = move), found by
+    /// following it forward through the events after `pos`.
+    fn lineage_from(&self, q: &[u8], mut pos: (i64, u8)) -> Lineage {
         let mut cur = q.to_vec();
-        // Position in the event order: (capture id, 0 = capture / 1 = move).
-        let mut pos: (i64, u8) = (0, 0);
         loop {
             let cap = self
                 .by_path
@@ -241,9 +335,9 @@ impl History {
             });
             match (cap, mv) {
                 (Some(c), Some(m)) if (c.id, 0) < (m.after_capture, 1) => {
-                    return Lineage::Pre(c.pre.clone());
+                    return Lineage::of(c, cur);
                 }
-                (Some(c), None) => return Lineage::Pre(c.pre.clone()),
+                (Some(c), None) => return Lineage::of(c, cur),
                 (_, Some(m)) => {
                     pos = (m.after_capture, 1);
                     if m.exchange {
@@ -667,6 +761,76 @@ impl Engine {
         Ok((text, out.files_changed))
     }
 
+    /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
+    /// state is self-contained: content found elsewhere in the tree, or completed from a range
+    /// pre-image, is stored as a blob, so the plan does not depend on the tree it rewrites.
+    fn state_of(
+        &self,
+        hist: &History,
+        lin: Lineage,
+        q: &[u8],
+    ) -> Result<Option<PreImage>, RewindError> {
+        Ok(match lin {
+            Lineage::Pre(p) => Some(p),
+            Lineage::Partial(c, at) => Some(self.materialize(hist, &c, &at)?),
+            Lineage::Current(at) if at == q => None,
+            // Moved elsewhere and unchanged since: its content is there.
+            Lineage::Current(at) => Some(snapshot(
+                self.root(),
+                Path::new(OsStr::from_bytes(&at)),
+                &self.store,
+            )?),
+        })
+    }
+
+    /// The full pre-image of a range capture `c` of the file known as `at` when it was taken:
+    /// the file's next recorded state (what the path's events after `c` say it was, or the
+    /// file as it is now), cut or zero-extended to the size it had, with the saved old bytes
+    /// laid over it. Stored as a blob.
+    fn materialize(&self, hist: &History, c: &Capture, at: &[u8]) -> Result<PreImage, RewindError> {
+        let base = match hist.lineage_from(at, (c.id, 0)) {
+            Lineage::Partial(next, next_at) => {
+                let full = self.materialize(hist, &next, &next_at)?;
+                self.blob_base(&full)?
+            }
+            Lineage::Pre(p) => self.blob_base(&p)?,
+            Lineage::Current(now) => {
+                let rel = Path::new(OsStr::from_bytes(&now));
+                match sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+                    Ok(fd) if sys::fstat(fd.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFREG => {
+                        Base::File(std::fs::File::from(fd))
+                    }
+                    _ => Base::None,
+                }
+            }
+        };
+        let reader = Patched {
+            store: &self.store,
+            ranges: self.store.ranges(c.id)?,
+            base,
+            size: c.pre.size,
+            pos: 0,
+            loaded: None,
+        };
+        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        Ok(PreImage {
+            blob: Some(hash),
+            size,
+            partial: false,
+            ..c.pre.clone()
+        })
+    }
+
+    fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
+        Ok(match (&p.kind, &p.blob) {
+            (Kind::File, Some(h)) => match self.store.blobs.open_blob(h)? {
+                Some(f) => Base::File(f),
+                None => Base::None, // the empty blob
+            },
+            _ => Base::None,
+        })
+    }
+
     /// Computes what a rewind would do; every target is self-contained (content in blobs).
     fn plan(
         &self,
@@ -697,18 +861,19 @@ impl Engine {
                         continue;
                     }
                     let target = if t.checkpoint < c {
-                        match hist.lineage(&t.path) {
-                            Lineage::Pre(p) => p,
-                            Lineage::Current(at) if at == t.path => continue,
-                            Lineage::Current(at) => {
-                                snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?
-                            }
+                        match self.state_of(&hist, hist.lineage(&t.path), &t.path)? {
+                            Some(p) => p,
+                            None => continue,
                         }
                     } else {
                         match t
                             .capture
                             .and_then(|id| self.store.capture_by_id(id).ok().flatten())
                         {
+                            Some(cap) if cap.pre.partial => {
+                                let path = cap.path.clone();
+                                self.materialize(&hist, &cap, &path)?
+                            }
                             Some(cap) => cap.pre,
                             None => continue,
                         }
@@ -784,14 +949,9 @@ impl Engine {
                     if p.is_empty() || !filter.matches(&p) {
                         continue;
                     }
-                    let target = match hist.lineage(&p) {
-                        Lineage::Pre(pre) => pre,
-                        Lineage::Current(at) if at == p => continue,
-                        // Moved elsewhere and unchanged since: take its content from there
-                        // (stored as a blob, so the plan does not depend on the tree it rewrites).
-                        Lineage::Current(at) => {
-                            snapshot(root, Path::new(OsStr::from_bytes(&at)), &self.store)?
-                        }
+                    let target = match self.state_of(&hist, hist.lineage(&p), &p)? {
+                        Some(pre) => pre,
+                        None => continue,
                     };
                     let bits = hist.actors(&p);
                     if req.scope == Scope::Agent

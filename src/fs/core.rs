@@ -176,13 +176,22 @@ impl Core {
                 path2,
                 aliases: &[],
                 last_name: false,
+                range: None,
             },
         )
     }
 
     /// Before a change to an existing file's content or attributes, which every hard link of
     /// it shows.
-    fn before_node(&self, ctx: &Ctx, op: Op, ino: u64, path: &Path) -> io::Result<Permit<'_>> {
+    /// `range`: the bytes the change overwrites (see [`Change::range`]).
+    fn before_node(
+        &self,
+        ctx: &Ctx,
+        op: Op,
+        ino: u64,
+        path: &Path,
+        range: Option<(u64, u64)>,
+    ) -> io::Result<Permit<'_>> {
         let aliases = self.inodes.aliases(ino);
         self.observer.before(
             ctx.pid,
@@ -192,6 +201,7 @@ impl Core {
                 path2: None,
                 aliases: &aliases,
                 last_name: false,
+                range,
             },
         )
     }
@@ -205,6 +215,7 @@ impl Core {
                 path2,
                 aliases: &[],
                 last_name: false,
+                range: None,
             },
         );
     }
@@ -319,7 +330,9 @@ impl Core {
             } else {
                 Op::Utimes
             };
-            self.before_node(ctx, op, ino, p)?
+            // A truncate overwrites what lies past the new size.
+            let range = a.size.map(|n| (n, u64::MAX - n));
+            self.before_node(ctx, op, ino, p, range)?
         } else {
             None
         };
@@ -508,6 +521,7 @@ impl Core {
             path2: None,
             aliases: &[],
             last_name: !is_dir && self.is_last_name(&st),
+            range: None,
         };
         self.removal(ctx, change, || sys::unlinkat(self.root(), &p, is_dir))?;
         if let Some(ino) = self.inodes.ino_of(&st) {
@@ -545,6 +559,7 @@ impl Core {
             last_name: !exchange
                 && !same_file
                 && dst.as_ref().is_some_and(|d| self.is_last_name(d)),
+            range: None,
         };
         self.removal(ctx, change, || {
             sys::renameat2(self.root(), &from, &to, flags)
@@ -596,7 +611,7 @@ impl Core {
         let p = self.path(ino)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let _permit = if flags & libc::O_TRUNC != 0 && writable {
-            self.before_node(ctx, Op::Truncate, ino, &p)?
+            self.before_node(ctx, Op::Truncate, ino, &p, None)?
         } else {
             None
         };
@@ -670,7 +685,9 @@ impl Core {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before_node(ctx, Op::Write, h.ino, p)?,
+            Some(p) => {
+                self.before_node(ctx, Op::Write, h.ino, p, Some((off, data.len() as u64)))?
+            }
             None => None,
         };
         let mut done = 0;
@@ -811,7 +828,21 @@ impl Core {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before_node(ctx, Op::Fallocate, h.ino, p)?,
+            Some(p) => {
+                // Punching or zeroing overwrites the range; shifting data (collapse, insert)
+                // moves everything after it; plain allocation overwrites nothing.
+                let range = if mode
+                    & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE)
+                    != 0
+                {
+                    None
+                } else if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+                    Some((off, len))
+                } else {
+                    Some((0, 0))
+                };
+                self.before_node(ctx, Op::Fallocate, h.ino, p, range)?
+            }
             None => None,
         };
         sys::fallocate(h.fd.as_fd(), mode, off, len)?;
@@ -839,7 +870,7 @@ impl Core {
         let ho = self.handle(fh_out)?;
         let p = self.path(ho.ino).ok();
         let _permit = match &p {
-            Some(p) => self.before_node(ctx, Op::Write, ho.ino, p)?,
+            Some(p) => self.before_node(ctx, Op::Write, ho.ino, p, Some((off_out, len)))?,
             None => None,
         };
         let n = sys::copy_file_range(

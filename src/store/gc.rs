@@ -11,7 +11,9 @@
 //!   reads — the first capture of each path since the session began (and since each directory
 //!   rename), the renames, and the actors of what it deletes; the capture before a tool's
 //!   first change of a path in the session (`tracked`) stays too;
-//! - a blob is deleted only when no capture refers to it any more; its row goes in the same
+//! - a partial capture (range pre-image) kept for the live session keeps the capture after it
+//!   too: that is where its unsaved bytes come from;
+//! - a blob is deleted only when no capture or capture range refers to it any more; its row goes in the same
 //!   transaction as the captures, its file after the commit (a crash in between leaves a
 //!   file no row names, which the next gc sweeps);
 //! - nothing is dropped while a rewind is unfinished (its journal names blobs).
@@ -307,7 +309,12 @@ const KEEP: &str = "EXISTS (SELECT 1 FROM tracked t WHERE t.capture = c.id AND t
         SELECT 1 FROM captures e WHERE e.path = c.path AND e.purpose = 'checkpoint'
         AND e.checkpoint >= ?3 AND e.id < c.id
         AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.checkpoint >= ?3
-                        AND m.after_capture >= e.id AND m.after_capture < c.id)))";
+                        AND m.after_capture >= e.id AND m.after_capture < c.id)))
+    OR (?3 IS NOT NULL AND c.checkpoint > ?3 AND c.purpose = 'checkpoint' AND EXISTS (
+        SELECT 1 FROM captures e WHERE e.id = (
+            SELECT max(x.id) FROM captures x WHERE x.path = c.path AND x.purpose = 'checkpoint'
+            AND x.id < c.id)
+        AND e.partial = 1 AND e.checkpoint >= ?3))";
 
 /// Deletes the captures matching `cond` (with `?1` bound to `arg`) except those [`KEEP`]
 /// spares, then the blob rows nothing refers to any more.
@@ -327,6 +334,14 @@ fn delete_captures(
         for h in rows {
             blobs.insert(h?);
         }
+        let mut st = tx.prepare(&format!(
+            "SELECT DISTINCT r.blob FROM capture_ranges r JOIN captures c ON c.id = r.capture
+             WHERE {cond} AND NOT ({KEEP})"
+        ))?;
+        let rows = st.query_map(p, |r| r.get::<_, String>(0))?;
+        for h in rows {
+            blobs.insert(h?);
+        }
     }
     let n = tx.execute(
         &format!("DELETE FROM captures AS c WHERE {cond} AND NOT ({KEEP})"),
@@ -337,7 +352,8 @@ fn delete_captures(
     for h in blobs {
         let gone: Option<i64> = tx
             .query_row(
-                "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM captures WHERE blob = ?1) RETURNING size",
+                "DELETE FROM blobs WHERE hash = ?1 AND NOT EXISTS (SELECT 1 FROM captures WHERE blob = ?1)
+                 AND NOT EXISTS (SELECT 1 FROM capture_ranges WHERE blob = ?1) RETURNING size",
                 [&h],
                 |r| r.get(0),
             )

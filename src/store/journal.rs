@@ -25,7 +25,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::{Actor, Kind, PreImage};
+use super::{Actor, Kind, PreImage, Range};
 
 /// The journal's file name in the store directory.
 pub const FILE: &str = "journal";
@@ -58,6 +58,8 @@ pub enum Record {
         checkpoint: i64,
         capture: i64,
     },
+    /// Old bytes of a partial capture.
+    Range { capture: i64, range: Range },
     /// A directory rename, before it is applied.
     Move {
         seq: i64,
@@ -201,6 +203,14 @@ impl Record {
                 e.u8(actor.bit());
                 e.bytes(op.as_bytes());
                 e.i64(*at);
+                e.u8(pre.partial as u8);
+            }
+            Record::Range { capture, range } => {
+                e.u8(5);
+                e.i64(*capture);
+                e.i64(range.offset as i64);
+                e.i64(range.length as i64);
+                e.bytes(range.blob.as_bytes());
             }
             Record::Actors {
                 checkpoint,
@@ -256,12 +266,12 @@ impl Record {
     fn decode(payload: &[u8]) -> Option<Record> {
         let mut d = Dec(payload);
         let r = match d.u8()? {
-            1 => Record::Capture {
-                id: d.i64()?,
-                checkpoint: d.i64()?,
-                path: d.bytes()?,
-                tool: d.u8()? != 0,
-                pre: PreImage {
+            1 => {
+                let id = d.i64()?;
+                let checkpoint = d.i64()?;
+                let path = d.bytes()?;
+                let tool = d.u8()? != 0;
+                let mut pre = PreImage {
                     kind: kind_of(d.u8()?)?,
                     blob: match d.opt()? {
                         Some(b) => Some(String::from_utf8(b).ok()?),
@@ -272,10 +282,30 @@ impl Record {
                     gid: d.i64()? as u32,
                     size: d.i64()? as u64,
                     target: d.opt()?,
+                    partial: false,
+                };
+                let actor = actor_of(d.u8()?)?;
+                let op = d.string()?;
+                let at = d.i64()?;
+                pre.partial = d.u8()? != 0;
+                Record::Capture {
+                    id,
+                    checkpoint,
+                    path,
+                    tool,
+                    pre,
+                    actor,
+                    op,
+                    at,
+                }
+            }
+            5 => Record::Range {
+                capture: d.i64()?,
+                range: Range {
+                    offset: d.i64()? as u64,
+                    length: d.i64()? as u64,
+                    blob: d.string()?,
                 },
-                actor: actor_of(d.u8()?)?,
-                op: d.string()?,
-                at: d.i64()?,
             },
             2 => Record::Actors {
                 checkpoint: d.i64()?,
@@ -438,6 +468,7 @@ mod tests {
                     gid: 1000,
                     size: 12,
                     target: None,
+                    partial: true,
                 },
                 actor: Actor::Shell,
                 op: "write".into(),
@@ -461,6 +492,14 @@ mod tests {
                 checkpoint: 3,
                 path: b"x".to_vec(),
                 bits: 6,
+            },
+            Record::Range {
+                capture: 7,
+                range: Range {
+                    offset: 4096,
+                    length: 8192,
+                    blob: "cd".repeat(32),
+                },
             },
             Record::Track {
                 session: "s".into(),

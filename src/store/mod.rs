@@ -28,6 +28,7 @@ use self::journal::{Journal, Record};
 const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/001_init.sql"),
     include_str!("../../schema/002_retention.sql"),
+    include_str!("../../schema/003_ranges.sql"),
 ];
 
 /// Errors of the store.
@@ -157,6 +158,8 @@ pub struct PreImage {
     pub gid: u32,
     pub size: u64,
     pub target: Option<Vec<u8>>,
+    /// Only the overwritten bytes were saved (in `capture_ranges`); see schema 003.
+    pub partial: bool,
 }
 
 impl PreImage {
@@ -169,8 +172,17 @@ impl PreImage {
             gid: 0,
             size: 0,
             target: None,
+            partial: false,
         }
     }
+}
+
+/// Old bytes of a partial capture: `length` bytes at `offset`, in a blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    pub offset: u64,
+    pub length: u64,
+    pub blob: String,
 }
 
 /// A capture row.
@@ -292,8 +304,8 @@ fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<
                         .execute(params![b, pre.size as i64])?;
                 }
                 tx.prepare_cached(
-                    "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                    "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 )?
                 .execute(params![
                     id,
@@ -310,8 +322,17 @@ fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<
                     actor.as_str(),
                     actor.bit() as i64,
                     op,
-                    at
+                    at,
+                    pre.partial as i64
                 ])
+            })(),
+            Record::Range { capture, range } => (|| {
+                tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
+                    .execute(params![range.blob, range.length as i64])?;
+                tx.prepare_cached(
+                    "INSERT OR IGNORE INTO capture_ranges (capture, offset, length, blob) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![capture, range.offset as i64, range.length as i64, range.blob])
             })(),
             Record::Actors { checkpoint, path, bits } => tx
                 .prepare_cached(
@@ -351,6 +372,7 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
             gid: r.get::<_, Option<i64>>(8)?.unwrap_or(0) as u32,
             size: r.get::<_, Option<i64>>(9)?.unwrap_or(0) as u64,
             target: r.get(10)?,
+            partial: r.get::<_, i64>(14)? != 0,
         },
         actor: Actor::parse(&r.get::<_, String>(11)?),
         actors: r.get::<_, i64>(12)? as u8,
@@ -358,8 +380,7 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
     })
 }
 
-const CAPTURE_COLS: &str =
-    "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op";
+const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial";
 
 fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     Ok(Checkpoint {
@@ -504,6 +525,7 @@ impl Store {
                 "SELECT k.seq, k.uuid, k.session_id, k.kind, k.began_at,
                         (SELECT count(*) FROM captures WHERE checkpoint = k.seq AND purpose = 'checkpoint'),
                         (SELECT coalesce(sum(b.size), 0) FROM captures x JOIN blobs b ON b.hash = x.blob WHERE x.checkpoint = k.seq)
+                         + (SELECT coalesce(sum(r.length), 0) FROM captures x JOIN capture_ranges r ON r.capture = x.id WHERE x.checkpoint = k.seq)
                  FROM checkpoints k WHERE (?1 IS NULL OR k.session_id = ?1) AND k.dropped_at IS NULL ORDER BY k.seq",
             )?;
             let rows = st.query_map([session], |r| {
@@ -555,6 +577,35 @@ impl Store {
             Record::Capture { id, .. } => Ok(id),
             _ => unreachable!("journal() returns the record it was given"),
         }
+    }
+
+    /// Adds old bytes to a partial capture (the blob is already stored).
+    ///
+    /// # Errors
+    /// The journal cannot be written: the change the bytes protect must not go ahead.
+    pub fn insert_range(&self, capture: i64, range: &Range) -> Result<()> {
+        self.journal(|_| Record::Range {
+            capture,
+            range: range.clone(),
+        })
+        .map(|_| ())
+    }
+
+    /// The ranges of a partial capture, by offset.
+    pub fn ranges(&self, capture: i64) -> Result<Vec<Range>> {
+        self.with(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT offset, length, blob FROM capture_ranges WHERE capture = ?1 ORDER BY offset",
+            )?;
+            let rows = st.query_map([capture], |r| {
+                Ok(Range {
+                    offset: r.get::<_, i64>(0)? as u64,
+                    length: r.get::<_, i64>(1)? as u64,
+                    blob: r.get(2)?,
+                })
+            })?;
+            rows.collect()
+        })
     }
 
     /// Records that another actor changed a path already captured in a checkpoint.
@@ -787,7 +838,7 @@ impl Store {
     /// Every blob hash a capture refers to (for `fsck`).
     pub fn referenced_blobs(&self) -> Result<Vec<String>> {
         self.with(|c| {
-            let mut st = c.prepare("SELECT DISTINCT blob FROM captures WHERE blob IS NOT NULL")?;
+            let mut st = c.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges")?;
             let rows = st.query_map([], |r| r.get(0))?;
             rows.collect()
         })
@@ -829,7 +880,7 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     }
     let blobs = Blobs::at(&dir.join("blobs"));
     let hashes: Vec<String> = {
-        let mut st = conn.prepare("SELECT DISTINCT blob FROM captures WHERE blob IS NOT NULL")?;
+        let mut st = conn.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges")?;
         let rows = st.query_map([], |r| r.get(0))?;
         rows.collect::<rusqlite::Result<_>>()?
     };
@@ -845,23 +896,25 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     let left = journal::read(dir)?;
     let mut journal_blobs = 0;
     for r in &left.records {
-        if let Record::Capture {
-            pre: PreImage { blob: Some(h), .. },
-            path,
-            ..
-        } = r
+        let (h, path) = match r {
+            Record::Capture {
+                pre: PreImage { blob: Some(h), .. },
+                path,
+                ..
+            } => (h, String::from_utf8_lossy(path).into_owned()),
+            Record::Range { capture, range } => {
+                (&range.blob, format!("range of capture {capture}"))
+            }
+            _ => continue,
+        };
         {
             journal_blobs += 1;
             match blobs.verify(h) {
                 Ok(true) => {}
                 Ok(false) => problems.push(format!(
-                    "journal: blob {h} of {}: content does not match its hash",
-                    String::from_utf8_lossy(path)
+                    "journal: blob {h} of {path}: content does not match its hash"
                 )),
-                Err(e) => problems.push(format!(
-                    "journal: blob {h} of {}: {e}",
-                    String::from_utf8_lossy(path)
-                )),
+                Err(e) => problems.push(format!("journal: blob {h} of {path}: {e}")),
             }
         }
     }
@@ -1032,6 +1085,7 @@ mod tests {
             gid: 0,
             size: n,
             target: None,
+            partial: false,
         };
         s.insert_capture(k, b"a.txt", "checkpoint", &pre, Actor::Shell, "write")
             .unwrap();

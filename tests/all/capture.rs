@@ -350,7 +350,9 @@ fn a_full_store_refuses_the_change_and_loses_nothing() {
     ]);
     let out = Command::new("bash")
         .arg("-c")
-        .arg("echo more >> big.bin")
+        // Emptying the file destroys all of its 8 MiB: they must be saved first, and cannot.
+        // (An append would need nothing saved: a large file keeps only overwritten bytes.)
+        .arg(": > big.bin")
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -615,4 +617,91 @@ fn killing_the_daemon_in_the_middle_of_a_large_rewind_finishes_it_at_the_next_mo
             .count(),
         changed.len()
     );
+}
+
+/// Bytes of blob content in the store.
+fn store_bytes(m: &Mounted) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    blob_files(m)
+        .iter()
+        .map(|b| fs::metadata(b).unwrap().size())
+        .sum()
+}
+
+#[test]
+fn a_small_change_to_a_large_file_stores_only_the_bytes_it_overwrites() {
+    if !require_fuse() {
+        return;
+    }
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::FileExt;
+    // 64 MiB of non-repeating content.
+    let big: Vec<u8> = (0..(64u64 << 20) / 8)
+        .flat_map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes())
+        .collect();
+    let mut a = Agent::new(|d| fs::write(d.join("big.bin"), &big).unwrap());
+    let t1 = a.turn();
+    let v1 = fs::read(a.m.p("big.bin")).unwrap();
+    let before = store_bytes(&a.m);
+    {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(a.m.p("big.bin"))
+            .unwrap();
+        f.write_all_at(&[0xAB; 4096], 32 << 20).unwrap();
+        f.write_all_at(b"x", 12_345).unwrap(); // not page-aligned
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(a.m.p("big.bin"))
+            .unwrap();
+        f.write_all(&[0xCD; 4096]).unwrap();
+    }
+    let stored = store_bytes(&a.m) - before;
+    assert!(
+        stored <= 3 * 4096,
+        "an overwrite of 4 KiB and a byte, and an append, stored {stored} bytes"
+    );
+    // A later checkpoint: a truncate, a punched hole and another write, each saving only what
+    // it overwrites.
+    let t2 = a.turn();
+    let v2 = fs::read(a.m.p("big.bin")).unwrap();
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(a.m.p("big.bin"))
+            .unwrap();
+        f.set_len(48 << 20).unwrap();
+        f.seek(SeekFrom::Start(1 << 20)).unwrap();
+        f.write_all(&[0xEE; 10_000]).unwrap();
+    }
+    sh(&a.m.dir, "fallocate -p -o 4096 -l 8192 big.bin");
+    let t3 = a.turn();
+    let v3 = fs::read(a.m.p("big.bin")).unwrap();
+    // The file goes away: what was not saved yet is saved now.
+    sh(
+        &a.m.dir,
+        "dd if=/dev/zero of=big.bin bs=1M count=2 seek=40 conv=notrunc status=none && rm big.bin",
+    );
+    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for (t, want, name) in [(&t3, &v3, "t3"), (&t2, &v2, "t2"), (&t1, &v1, "t1")] {
+        let dry = a.rewind(t, "all", true).unwrap();
+        assert_eq!(dry["filesChanged"], json!(["big.bin"]), "{name}");
+        a.rewind(t, "all", false).unwrap();
+        let got = fs::read(a.m.p("big.bin")).unwrap();
+        assert!(
+            got == *want,
+            "rewind to {name}: {} bytes, want {}",
+            got.len(),
+            want.len()
+        );
+    }
+    assert_eq!(v1, big);
+    // Undo goes back to the state at t2 (the last rewind's starting point).
+    a.c.request("undo_rewind", json!({})).unwrap();
+    assert!(fs::read(a.m.p("big.bin")).unwrap() == v2);
 }

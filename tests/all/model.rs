@@ -29,6 +29,12 @@ enum Step {
     Mkdir(usize),
     RemoveDir(usize),
     MoveDir(usize, usize),
+    /// Makes a file larger than the range-capture threshold.
+    Grow(usize),
+    /// Overwrites one byte in place.
+    Patch(usize, u16, u8),
+    /// Truncates (or extends) to a size.
+    Cut(usize, u16),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -45,6 +51,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => d.clone().prop_map(Step::Mkdir),
         1 => d.clone().prop_map(Step::RemoveDir),
         1 => (d.clone(), d).prop_map(|(a, b)| Step::MoveDir(a, b)),
+        1 => p.clone().prop_map(Step::Grow),
+        2 => (p.clone(), any::<u16>(), any::<u8>()).prop_map(|(a, o, b)| Step::Patch(a, o % 12_000, b)),
+        1 => (p, any::<u16>()).prop_map(|(a, n)| Step::Cut(a, n % 12_000)),
     ]
 }
 
@@ -133,6 +142,25 @@ impl Run {
             Step::RemoveDir(k) => {
                 self.a.bash(&format!("rm -rf {}", DIRS[*k]));
             }
+            Step::Grow(i) => {
+                self.a.bash(&format!(
+                    "test -f {p} && test ! -L {p} && yes abcdefghi | head -c 6000 >> {p} || true",
+                    p = q(*i)
+                ));
+            }
+            Step::Patch(i, off, b) => {
+                self.a.bash(&format!(
+                    "test -f {p} && test ! -L {p} && printf {c} | dd of={p} bs=1 seek={off} conv=notrunc status=none || true",
+                    p = q(*i),
+                    c = (b'a' + b % 26) as char
+                ));
+            }
+            Step::Cut(i, n) => {
+                self.a.bash(&format!(
+                    "test -f {p} && test ! -L {p} && truncate -s {n} {p} || true",
+                    p = q(*i)
+                ));
+            }
             Step::MoveDir(k, l) => {
                 let (x, y) = (DIRS[*k], DIRS[*l]);
                 self.a.bash(&format!("test -d {x} && test ! -e {y} && test -d \"$(dirname {y})\" && mv {x} {y} 2>/dev/null || true"));
@@ -185,7 +213,8 @@ impl Run {
 
 fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
     let mut run = Run {
-        a: Agent::new(|_| {}),
+        // A small range-capture threshold, so files the steps grow get range pre-images.
+        a: Agent::with_args(|_| {}, &["--range-capture-min", "4096"]),
         turns: Vec::new(),
         snapshots: Vec::new(),
         tracked: BTreeMap::new(),
@@ -240,7 +269,8 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
 /// one answers the SDK's error with the cause.
 fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(), TestCaseError> {
     let mut run = Run {
-        a: Agent::new(|_| {}),
+        // A small range-capture threshold, so files the steps grow get range pre-images.
+        a: Agent::with_args(|_| {}, &["--range-capture-min", "4096"]),
         turns: Vec::new(),
         snapshots: Vec::new(),
         tracked: BTreeMap::new(),
