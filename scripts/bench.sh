@@ -49,6 +49,10 @@
 #   rm-rf         rm -rf of the tree (including .git)
 #   cargo-build   cargo build --offline of a generated dependency-free crate, with
 #                 CARGO_TARGET_DIR inside the measured directory (skipped if cargo is missing)
+#   stat-100k     find -printf of 100k empty files in 100 dirs (each stat'ed; the daemon then
+#                 holds 100k inodes: its RSS after it is reported; quick: 10k)
+#   rewind-10k    restoring 10k files changed since a checkpoint: rewindfs rewind --scope all,
+#                 against native `rm -rf` + `cp -a` of a backup copy (quick: 1k)
 # A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
 #
 # Layout: everything lives on one fresh ext4 loop filesystem $MNT (design.md §6: the root
@@ -80,7 +84,7 @@
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
-  overwrite-4k rand-write rand-read rm-rf cargo-build)
+  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-10k)
 DROP_BEFORE=" seq-read rand-read "
 PEERS=(bindfs fuse-overlayfs)
 
@@ -146,8 +150,10 @@ fi
 
 if [ "$QUICK" = 1 ]; then
   N_FILES=2000 N_DIRS=100 N_EDITS=1000 N_EDIT_FILES=100 SEQ_MB=64 RAND_MB=64 N_RAND=1000
+  N_STAT=10000 N_REWIND=1000
 else
   N_FILES=20000 N_DIRS=1000 N_EDITS=10000 N_EDIT_FILES=1000 SEQ_MB=1024 RAND_MB=256 N_RAND=10000
+  N_STAT=100000 N_REWIND=10000
 fi
 N_STATUS=10
 
@@ -354,6 +360,13 @@ def edit(d, n, mode):
             os.rename(tmps[k], paths[k])
     print(time.perf_counter() - t)
 
+def make_many(d, n, dirs, content):
+    for k in range(dirs):
+        os.makedirs(os.path.join(d, f"d{k:03d}"), exist_ok=True)
+    for i in range(n):
+        with open(os.path.join(d, f"d{i % dirs:03d}", f"f{i:06d}"), "w") as f:
+            f.write(content.format(i=i))
+
 def offsets(size, n, seed):
     rng = random.Random(seed)
     blocks = size // 4096
@@ -399,6 +412,7 @@ elif cmd == "edit": edit(args[0], int(args[1]), args[2])
 elif cmd == "rand-write": rand_write(args[0], int(args[1]))
 elif cmd == "rand-read": rand_read(args[0], int(args[1]))
 elif cmd == "overwrite": overwrite(args[0])
+elif cmd == "many": make_many(args[0], int(args[1]), int(args[2]), args[3])
 else: sys.exit(f"unknown command {cmd}")
 PY
 
@@ -536,6 +550,19 @@ mount_target() {
 
 uuid() { cat /proc/sys/kernel/random/uuid; }
 
+daemon_proc() { # the /proc directory of the rewindfs daemon serving the bench mount
+  local p
+  for p in /proc/[0-9]*; do
+    if [ "$(cat "$p/comm" 2>/dev/null)" = "$(basename "$BIN" | cut -c1-15)" ] &&
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "--foreground" &&
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$(workdir rewindfs)"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+daemon_rss() { local p; p=$(daemon_proc); [ -n "$p" ] && awk '/VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "$p/status"; }
+
 BFILE="$RUN/boundaries"  # one line per boundary sent during the current workload
 send_boundary() {
   "$BIN" checkpoint "$(uuid)" --session bench --socket "$SOCK" >/dev/null 2>&1 && echo >>"$BFILE"
@@ -655,6 +682,40 @@ wl_cargo-build() {
   since "$t"
 }
 
+prep_stat-100k() { [ -d many ] || python3 "$RUN/bio.py" many many "$N_STAT" 100 ""; }
+wl_stat-100k() {
+  local t; t=$EPOCHREALTIME
+  find many -printf '%s %m\n' >/dev/null
+  since "$t"
+  if [ "$(basename "$PWD")" = work ] && [ "$PWD" = "$(workdir rewindfs)" ]; then
+    daemon_rss >"$RUN/rss-after-stat"
+  fi
+}
+
+# Native: the nearest equivalent of a rewind, restoring the files from a backup copy.
+prep_rewind-10k() {
+  rm -rf rw
+  python3 "$RUN/bio.py" many rw "$N_REWIND" 100 "version one of file {i}\n"
+  if [ "$PWD" = "$(workdir rewindfs)" ]; then
+    uuid >"$RUN/rw.uuid"
+    "$BIN" checkpoint "$(cat "$RUN/rw.uuid")" --session bench-rewind --socket "$SOCK" >/dev/null
+  else
+    rm -rf "$DATA/rw.$(basename "$(dirname "$PWD")")"
+    cp -a rw "$DATA/rw.$(basename "$(dirname "$PWD")")"
+  fi
+  python3 "$RUN/bio.py" many rw "$N_REWIND" 100 "version two of file {i}, a little longer\n"
+}
+wl_rewind-10k() {
+  local t; t=$EPOCHREALTIME
+  if [ "$PWD" = "$(workdir rewindfs)" ]; then
+    "$BIN" rewind "$(cat "$RUN/rw.uuid")" --scope all --socket "$SOCK" >/dev/null
+  else
+    rm -rf rw && cp -a "$DATA/rw.$(basename "$(dirname "$PWD")")" rw
+  fi
+  since "$t"
+  grep -q "version one of file 0" rw/d000/f000000
+}
+
 # The last selected workload using a big file frees it afterwards (untimed): the image has
 # to hold every target's copy.
 last_of() { local w r=""; for w in "${WORKLOADS[@]}"; do [[ " $* " == *" $w "* ]] && r=$w; done; echo "$r"; }
@@ -748,13 +809,13 @@ TOTAL=$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'
 
 RSS_NOTE=""
 if [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
-  for p in /proc/[0-9]*; do
-    if [ "$(cat "$p/comm" 2>/dev/null)" = "$(basename "$BIN" | cut -c1-15)" ] &&
-      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$(workdir rewindfs)"; then
-      RSS_NOTE="rewindfs daemon (pid ${p#/proc/}): peak RSS $(awk '/VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "$p/status"), store $(du -sh "$STORE" | cut -f1)"
-      break
+  p=$(daemon_proc)
+  if [ -n "$p" ]; then
+    RSS_NOTE="rewindfs daemon (pid ${p#/proc/}): peak RSS $(awk '/VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "$p/status"), store $(du -sh "$STORE" | cut -f1)"
+    if [ -s "$RUN/rss-after-stat" ]; then
+      RSS_NOTE+="; RSS after stat-100k ($N_STAT inodes looked up): $(cat "$RUN/rss-after-stat")"
     fi
-  done
+  fi
 fi
 
 # ---------------------------------------------------------------- report
