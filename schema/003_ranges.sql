@@ -6,12 +6,15 @@
 -- it is now) cut or zero-extended to `size`, with each of its ranges laid over it.
 ALTER TABLE captures ADD COLUMN partial INTEGER NOT NULL DEFAULT 0;
 
--- The old bytes of a partial capture, in disjoint page-aligned ranges.
+-- The old bytes of a partial capture, in disjoint page-aligned ranges: small ranges in the
+-- row itself (`data`), large ones in a blob.
 CREATE TABLE capture_ranges (
     capture     INTEGER NOT NULL REFERENCES captures(id) ON DELETE CASCADE,
     offset      INTEGER NOT NULL,
     length      INTEGER NOT NULL,
-    blob        TEXT NOT NULL REFERENCES blobs(hash),
-    PRIMARY KEY (capture, offset)
+    blob        TEXT REFERENCES blobs(hash),
+    data        BLOB,
+    PRIMARY KEY (capture, offset),
+    CHECK ((blob IS NULL) != (data IS NULL))
 );
 CREATE INDEX capture_ranges_blob ON capture_ranges(blob);

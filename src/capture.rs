@@ -120,6 +120,10 @@ const PAGE: u64 = 4096;
 /// Bytes read and stored at once when saving a range.
 const RANGE_PIECE: u64 = 16 << 20;
 
+/// Ranges up to this size are kept in the journal record and the database row (no blob file:
+/// a small random write then costs a read and an append).
+const RANGE_INLINE: u64 = 64 << 10;
+
 /// The default size above which a file's first change in a checkpoint saves only the bytes it
 /// overwrites (a range pre-image) instead of a copy of the whole file.
 pub const DEFAULT_RANGE_CAPTURE_MIN: u64 = 1 << 20;
@@ -133,6 +137,9 @@ struct Partial {
     size: u64,
     /// Saved byte ranges `[start, end)`, sorted and disjoint.
     covered: Vec<(u64, u64)>,
+    /// The file, open for reading the bytes to save (kept for the checkpoint: a random writer
+    /// saves a page per write).
+    fd: Option<Arc<OwnedFd>>,
 }
 
 impl Partial {
@@ -670,6 +677,7 @@ impl Recorder {
                     id,
                     size: pre.size,
                     covered: Vec::new(),
+                    fd: None,
                 },
             );
         }
@@ -681,7 +689,7 @@ impl Recorder {
     /// yet, before the change is applied. The caller holds the capture lock.
     fn save_ranges(&self, p: &[u8], need: Need, op: Op) -> io::Result<()> {
         let rel = Path::new(OsStr::from_bytes(p));
-        let (id, gaps) = {
+        let (id, gaps, fd) = {
             let s = self.state.lock().unwrap();
             let Some(part) = s.partial.get(p) else {
                 return Ok(());
@@ -700,7 +708,7 @@ impl Recorder {
             if a >= b {
                 return Ok(());
             }
-            (part.id, part.gaps(a, b))
+            (part.id, part.gaps(a, b), part.fd.clone())
         };
         let refuse = |e: io::Error| {
             tracing::error!(
@@ -711,8 +719,19 @@ impl Recorder {
             e
         };
         if !gaps.is_empty() {
-            let fd = sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-                .map_err(refuse)?;
+            let fd = match fd {
+                Some(fd) => fd,
+                None => {
+                    let fd = Arc::new(
+                        sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                            .map_err(refuse)?,
+                    );
+                    if let Some(part) = self.state.lock().unwrap().partial.get_mut(p) {
+                        part.fd = Some(fd.clone());
+                    }
+                    fd
+                }
+            };
             for (a, b) in gaps {
                 let mut off = a;
                 while off < b {
@@ -722,11 +741,16 @@ impl Recorder {
                     // Bytes past the end (the file shrank outside this checkpoint's view) are
                     // zeros, as a read of a hole would give.
                     buf[n..].fill(0);
-                    let (hash, _) = self.store.blobs.put_bytes(&buf).map_err(refuse)?;
+                    let content = if len <= RANGE_INLINE {
+                        crate::store::RangeContent::Inline(buf)
+                    } else {
+                        let (hash, _) = self.store.blobs.put_bytes(&buf).map_err(refuse)?;
+                        crate::store::RangeContent::Blob(hash)
+                    };
                     let range = crate::store::Range {
                         offset: off,
                         length: len,
-                        blob: hash,
+                        content,
                     };
                     self.store
                         .insert_range(id, &range)

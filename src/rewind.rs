@@ -248,11 +248,14 @@ impl io::Read for Patched<'_> {
             .partition_point(|r| r.offset + r.length <= self.pos);
         if let Some(r) = self.ranges.get(i).filter(|r| r.offset <= self.pos) {
             if self.loaded.as_ref().map(|l| l.0) != Some(i) {
-                let data = self.store.blobs.read(&r.blob)?;
+                let data = match &r.content {
+                    crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                    crate::store::RangeContent::Inline(d) => d.clone(),
+                };
                 if data.len() as u64 != r.length {
                     return Err(io::Error::other(format!(
-                        "range blob {} holds {} bytes, not {}",
-                        r.blob,
+                        "a saved range at {} holds {} bytes, not {}",
+                        r.offset,
                         data.len(),
                         r.length
                     )));

@@ -497,6 +497,11 @@ pub fn clear_umask() {
     rustix::process::umask(Mode::empty());
 }
 
+/// Whether a FUSE request's pid (a thread id) is one of this process's threads.
+pub fn is_own_thread(tid: u32) -> bool {
+    tid != 0 && rustix::fs::stat(format!("/proc/self/task/{tid}").as_str()).is_ok()
+}
+
 pub fn geteuid() -> u32 {
     rustix::process::geteuid().as_raw()
 }

@@ -712,8 +712,14 @@ impl Core {
         self.handles.write().unwrap().remove(&fh);
     }
 
-    pub fn fsync(&self, fh: u64, datasync: bool) -> io::Result<()> {
+    pub fn fsync(&self, ctx: &Ctx, fh: u64, datasync: bool) -> io::Result<()> {
         let h = self.handle(fh)?;
+        if sys::is_own_thread(ctx.pid) {
+            // The daemon's own fsync through the mount at a message boundary: it only makes
+            // the kernel hand over the file's dirty (mmap) pages, which it has done before
+            // sending this; syncing the disk is not asked for.
+            return Ok(());
+        }
         sys::fsync(h.fd.as_fd(), datasync)
     }
 

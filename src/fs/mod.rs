@@ -398,13 +398,13 @@ impl Filesystem for RewindFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.core.fsync(fh.0, datasync) {
+        match self.core.fsync(&ctx(req), fh.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -503,13 +503,13 @@ impl Filesystem for RewindFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.core.fsync(fh.0, datasync) {
+        match self.core.fsync(&ctx(req), fh.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }

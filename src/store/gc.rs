@@ -336,7 +336,7 @@ fn delete_captures(
         }
         let mut st = tx.prepare(&format!(
             "SELECT DISTINCT r.blob FROM capture_ranges r JOIN captures c ON c.id = r.capture
-             WHERE {cond} AND NOT ({KEEP})"
+             WHERE {cond} AND r.blob IS NOT NULL AND NOT ({KEEP})"
         ))?;
         let rows = st.query_map(p, |r| r.get::<_, String>(0))?;
         for h in rows {

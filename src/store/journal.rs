@@ -25,7 +25,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::{Actor, Kind, PreImage, Range};
+use super::{Actor, Kind, PreImage, Range, RangeContent};
 
 /// The journal's file name in the store directory.
 pub const FILE: &str = "journal";
@@ -210,7 +210,16 @@ impl Record {
                 e.i64(*capture);
                 e.i64(range.offset as i64);
                 e.i64(range.length as i64);
-                e.bytes(range.blob.as_bytes());
+                match &range.content {
+                    RangeContent::Blob(h) => {
+                        e.u8(0);
+                        e.bytes(h.as_bytes());
+                    }
+                    RangeContent::Inline(d) => {
+                        e.u8(1);
+                        e.bytes(d);
+                    }
+                }
             }
             Record::Actors {
                 checkpoint,
@@ -304,7 +313,11 @@ impl Record {
                 range: Range {
                     offset: d.i64()? as u64,
                     length: d.i64()? as u64,
-                    blob: d.string()?,
+                    content: match d.u8()? {
+                        0 => RangeContent::Blob(d.string()?),
+                        1 => RangeContent::Inline(d.bytes()?),
+                        _ => return None,
+                    },
                 },
             },
             2 => Record::Actors {
@@ -498,7 +511,15 @@ mod tests {
                 range: Range {
                     offset: 4096,
                     length: 8192,
-                    blob: "cd".repeat(32),
+                    content: RangeContent::Blob("cd".repeat(32)),
+                },
+            },
+            Record::Range {
+                capture: 7,
+                range: Range {
+                    offset: 0,
+                    length: 3,
+                    content: RangeContent::Inline(b"old".to_vec()),
                 },
             },
             Record::Track {

@@ -177,12 +177,20 @@ impl PreImage {
     }
 }
 
-/// Old bytes of a partial capture: `length` bytes at `offset`, in a blob.
+/// Old bytes of a partial capture: `length` bytes at `offset`, in a blob or (small ranges)
+/// held in the row itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Range {
     pub offset: u64,
     pub length: u64,
-    pub blob: String,
+    pub content: RangeContent,
+}
+
+/// Where a range's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeContent {
+    Blob(String),
+    Inline(Vec<u8>),
 }
 
 /// A capture row.
@@ -327,12 +335,18 @@ fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<
                 ])
             })(),
             Record::Range { capture, range } => (|| {
-                tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
-                    .execute(params![range.blob, range.length as i64])?;
+                let (blob, data) = match &range.content {
+                    RangeContent::Blob(h) => {
+                        tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
+                            .execute(params![h, range.length as i64])?;
+                        (Some(h), None)
+                    }
+                    RangeContent::Inline(d) => (None, Some(d)),
+                };
                 tx.prepare_cached(
-                    "INSERT OR IGNORE INTO capture_ranges (capture, offset, length, blob) VALUES (?1, ?2, ?3, ?4)",
+                    "INSERT OR IGNORE INTO capture_ranges (capture, offset, length, blob, data) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?
-                .execute(params![capture, range.offset as i64, range.length as i64, range.blob])
+                .execute(params![capture, range.offset as i64, range.length as i64, blob, data])
             })(),
             Record::Actors { checkpoint, path, bits } => tx
                 .prepare_cached(
@@ -595,13 +609,17 @@ impl Store {
     pub fn ranges(&self, capture: i64) -> Result<Vec<Range>> {
         self.with(|c| {
             let mut st = c.prepare_cached(
-                "SELECT offset, length, blob FROM capture_ranges WHERE capture = ?1 ORDER BY offset",
+                "SELECT offset, length, blob, data FROM capture_ranges WHERE capture = ?1 ORDER BY offset",
             )?;
             let rows = st.query_map([capture], |r| {
+                let content = match r.get::<_, Option<String>>(2)? {
+                    Some(h) => RangeContent::Blob(h),
+                    None => RangeContent::Inline(r.get(3)?),
+                };
                 Ok(Range {
                     offset: r.get::<_, i64>(0)? as u64,
                     length: r.get::<_, i64>(1)? as u64,
-                    blob: r.get(2)?,
+                    content,
                 })
             })?;
             rows.collect()
@@ -838,7 +856,7 @@ impl Store {
     /// Every blob hash a capture refers to (for `fsck`).
     pub fn referenced_blobs(&self) -> Result<Vec<String>> {
         self.with(|c| {
-            let mut st = c.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges")?;
+            let mut st = c.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges WHERE blob IS NOT NULL")?;
             let rows = st.query_map([], |r| r.get(0))?;
             rows.collect()
         })
@@ -880,7 +898,7 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     }
     let blobs = Blobs::at(&dir.join("blobs"));
     let hashes: Vec<String> = {
-        let mut st = conn.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges")?;
+        let mut st = conn.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges WHERE blob IS NOT NULL")?;
         let rows = st.query_map([], |r| r.get(0))?;
         rows.collect::<rusqlite::Result<_>>()?
     };
@@ -902,9 +920,14 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
                 path,
                 ..
             } => (h, String::from_utf8_lossy(path).into_owned()),
-            Record::Range { capture, range } => {
-                (&range.blob, format!("range of capture {capture}"))
-            }
+            Record::Range {
+                capture,
+                range:
+                    Range {
+                        content: RangeContent::Blob(h),
+                        ..
+                    },
+            } => (h, format!("range of capture {capture}")),
             _ => continue,
         };
         {
