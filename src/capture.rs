@@ -809,6 +809,34 @@ impl Recorder {
             .map(|_| ())
     }
 
+    /// Captures `p`, which a rewind is about to replace by renaming a file over it: a regular
+    /// file with one name is adopted rather than copied. Call [`Recorder::replaced`] once the
+    /// rename is done, or [`Recorder::not_replaced`] if it failed.
+    pub fn capture_for_replace(&self, p: &Path) -> io::Result<()> {
+        let adopt = sys::lstat_beneath(self.root(), p)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1);
+        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Rename, adopt, Need::All)
+            .map(|_| ())
+    }
+
+    /// The file [`Recorder::capture_for_replace`] captured has lost its name.
+    pub fn replaced(&self, p: &Path) {
+        self.adopted.lock().unwrap().remove(&path_key(p));
+    }
+
+    /// Renaming over the file [`Recorder::capture_for_replace`] captured failed: the file lives
+    /// on, so an adopted pre-image gets its own copy.
+    pub fn not_replaced(&self, p: &Path) {
+        self.failed(&Change {
+            op: Op::Rename,
+            path: p,
+            path2: None,
+            aliases: &[],
+            last_name: true,
+            range: None,
+        });
+    }
+
     /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
     /// current session is live. Holds the capture lock so no blob is written meanwhile.
     ///

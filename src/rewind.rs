@@ -1096,14 +1096,25 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
         }
     }
     // 3. Files, symlinks, special files.
+    let mut dirs = HashSet::new();
     for t in order
         .iter()
         .filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other))
     {
         let rel = t.rel();
-        ensure_parents(rec, rel)?;
-        rec.capture_for_rewind(rel)?;
-        write_beside(root, store, rel, t, id)?;
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if dirs.insert(parent.to_path_buf()) {
+                ensure_parents(rec, rel)?;
+            }
+        }
+        rec.capture_for_replace(rel)?;
+        match write_beside(root, store, rel, t, id) {
+            Ok(()) => rec.replaced(rel),
+            Err(e) => {
+                rec.not_replaced(rel);
+                return Err(e);
+            }
+        }
     }
     // 4. Directory modes and owners, deepest first.
     order.sort_by_key(|t| std::cmp::Reverse(depth(&t.path)));
@@ -1179,16 +1190,25 @@ fn write_beside(
         name.to_string_lossy().chars().take(32).collect::<String>(),
         id
     ));
-    let _ = sys::unlinkat(root, &tmp, false);
     let res = (|| -> io::Result<()> {
         match t.kind() {
             Kind::File => {
-                let fd = sys::openat(
-                    root,
-                    &tmp,
-                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-                    0o600,
-                )?;
+                let create = || {
+                    sys::openat(
+                        root,
+                        &tmp,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                        0o600,
+                    )
+                };
+                let fd = match create() {
+                    // Left by this rewind's interrupted first attempt.
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        sys::unlinkat(root, &tmp, false)?;
+                        create()?
+                    }
+                    r => r?,
+                };
                 if let Some(hash) = &t.blob {
                     if let Some(src) = store.blobs.open_blob(hash)? {
                         let len = src.metadata()?.len();
@@ -1205,6 +1225,7 @@ fn write_beside(
                 sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
             }
             Kind::Symlink => {
+                let _ = sys::unlinkat(root, &tmp, false);
                 let target = t.target.clone().unwrap_or_default();
                 sys::symlinkat(Path::new(OsStr::from_bytes(&target)), root, &tmp)?;
                 if sys::geteuid() == 0 {
@@ -1212,6 +1233,7 @@ fn write_beside(
                 }
             }
             _ => {
+                let _ = sys::unlinkat(root, &tmp, false);
                 sys::mknodat(root, &tmp, t.mode, t.rdev)?;
                 if sys::geteuid() == 0 {
                     let _ = sys::lchownat(root, &tmp, Some(t.uid), Some(t.gid));

@@ -379,8 +379,19 @@ pub fn copy_file_range(
 /// Copies a whole file's content: reflink where the filesystem shares extents, else
 /// `copy_file_range` (in-kernel, no user-space buffer), else read/write.
 pub fn copy_all(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, len: u64) -> io::Result<()> {
-    if rustix::fs::ioctl_ficlone(dst, src).is_ok() {
-        return Ok(());
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Whether reflinks worked here; after the first refusal (ext4 has none) stop asking.
+    static FICLONE: AtomicBool = AtomicBool::new(true);
+    if FICLONE.load(Ordering::Relaxed) {
+        match rustix::fs::ioctl_ficlone(dst, src) {
+            Ok(()) => return Ok(()),
+            Err(
+                rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOTTY | rustix::io::Errno::INVAL,
+            ) => {
+                FICLONE.store(false, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
     }
     let mut off = 0u64;
     while off < len {
