@@ -281,13 +281,16 @@ impl Inodes {
         if !is_primary {
             return; // another name of a hard-linked file; the node keeps its own
         }
+        let multi = n.multi;
         let new_name = match to {
             Some((p, nm)) => Some((p, nm.to_owned())),
-            None => t
+            // Only a file with other names (hard links) can keep one; the scan is for them.
+            None if multi => t
                 .names
                 .iter()
                 .find(|(_, v)| **v == ino)
                 .map(|(k, _)| k.clone()),
+            None => None,
         };
         let old_parent = from.0;
         if let Some((p, _)) = &new_name {

@@ -122,6 +122,27 @@ fn attr(ino: u64, st: &Stat) -> FileAttr {
     }
 }
 
+/// The attributes sent with a negative entry (node 0); the kernel does not look at them.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn set_time(t: Option<TimeOrNow>) -> crate::sys::SetTime {
     t.map(|t| match t {
         TimeOrNow::Now => None,
@@ -163,6 +184,12 @@ impl Filesystem for RewindFs {
         match self.core.lookup(parent.0, name) {
             Ok((l, st)) => {
                 reply.entry(&self.cache.ttl, &attr(l.ino, &st), Generation(l.generation))
+            }
+            // A missing name is answered as node 0, which the kernel caches as a negative entry
+            // for the TTL (an ENOENT error is not cached): every change comes through the
+            // mount, and a rewind invalidates the entries of the paths it restores.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                reply.entry(&self.cache.ttl, &negative_attr(), Generation(0))
             }
             Err(e) => reply.error(errno_of(&e)),
         }

@@ -309,7 +309,7 @@ impl Blobs {
         }
         let hash = hasher.finalize().to_hex().to_string();
         let size = off;
-        if size == 0 || self.exists(&hash) {
+        if size == 0 {
             return Ok(Some(Adopted {
                 hash,
                 size,
@@ -317,12 +317,23 @@ impl Blobs {
             }));
         }
         let d = self.dirfd()?;
-        let tmp = self.tmp_name();
-        if sys::linkat_between(root, path, d, &tmp).is_err() {
-            return Ok(None);
+        let name = rel(&hash);
+        // Linked straight to its blob name: an existing blob (equal content) makes this fail
+        // with EEXIST, and the file needs no keeping.
+        match sys::linkat_between(root, path, d, &name) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                return Ok(Some(Adopted {
+                    hash,
+                    size,
+                    linked: false,
+                }));
+            }
+            Err(_) => return Ok(None),
         }
-        // The name may have been replaced between the open and the link: it must be the file
-        // that was hashed, unchanged (the link itself changes its ctime, not its mtime).
+        // The name may have been replaced between the open and the link: the blob must be the
+        // file that was hashed, unchanged (the link itself changes its ctime, not its mtime).
+        // Nothing reads blobs meanwhile: rewinds and gc wait for the change in progress.
         let unchanged = |st: &rustix::fs::Stat| {
             (
                 st.st_dev,
@@ -338,19 +349,17 @@ impl Blobs {
                 before.st_mtime_nsec,
             )
         };
-        match sys::lstat_at(d, &tmp) {
-            Ok(st) if unchanged(&st) => {}
+        match sys::lstat_at(d, &name) {
+            Ok(st) if unchanged(&st) => Ok(Some(Adopted {
+                hash,
+                size,
+                linked: true,
+            })),
             _ => {
-                let _ = sys::unlinkat(d, &tmp, false);
-                return Ok(None);
+                let _ = sys::unlinkat(d, &name, false);
+                Ok(None)
             }
         }
-        self.publish(&tmp, &hash)?;
-        Ok(Some(Adopted {
-            hash,
-            size,
-            linked: true,
-        }))
     }
 
     /// Makes an adopted blob a copy of its own again (the change that was to remove the file's
