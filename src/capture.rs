@@ -229,6 +229,22 @@ fn snapshot_or_adopt(
     store: &Store,
     adopt: bool,
 ) -> io::Result<(PreImage, Option<String>)> {
+    if adopt {
+        // The caller saw a regular file with one name here: open it directly.
+        if let Some(a) = store.blobs.adopt(root, rel)? {
+            let pre = PreImage {
+                kind: Kind::File,
+                blob: Some(a.hash.clone()),
+                mode: a.mode,
+                uid: a.uid,
+                gid: a.gid,
+                size: a.size,
+                target: None,
+                partial: false,
+            };
+            return Ok((pre, a.linked.then_some(a.hash)));
+        }
+    }
     let st = match sys::lstat_beneath(root, rel) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
@@ -246,16 +262,6 @@ fn snapshot_or_adopt(
         target: None,
         partial: false,
     };
-    if adopt && st.st_mode & libc::S_IFMT == libc::S_IFREG {
-        if let Some(a) = store.blobs.adopt(root, rel)? {
-            let pre = PreImage {
-                blob: Some(a.hash.clone()),
-                size: a.size,
-                ..base(Kind::File)
-            };
-            return Ok((pre, a.linked.then_some(a.hash)));
-        }
-    }
     Ok((
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => {

@@ -55,6 +55,10 @@ pub struct Adopted {
     /// unlink or rename-over it is about to undergo), the blob must not be trusted; if that
     /// change fails, [`Blobs::unshare`] makes the blob a copy.
     pub linked: bool,
+    /// `st_mode`, `st_uid`, `st_gid` of the file.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 fn rel(hash: &str) -> PathBuf {
@@ -314,6 +318,9 @@ impl Blobs {
                 hash,
                 size,
                 linked: false,
+                mode: before.st_mode,
+                uid: before.st_uid,
+                gid: before.st_gid,
             }));
         }
         let d = self.dirfd()?;
@@ -327,6 +334,9 @@ impl Blobs {
                     hash,
                     size,
                     linked: false,
+                    mode: before.st_mode,
+                    uid: before.st_uid,
+                    gid: before.st_gid,
                 }));
             }
             Err(_) => return Ok(None),
@@ -354,6 +364,9 @@ impl Blobs {
                 hash,
                 size,
                 linked: true,
+                mode: before.st_mode,
+                uid: before.st_uid,
+                gid: before.st_gid,
             })),
             _ => {
                 let _ = sys::unlinkat(d, &name, false);
