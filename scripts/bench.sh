@@ -282,6 +282,11 @@ SOCK="$STORE/control.sock"
 
 # Git: no user or system config, a fixed identity.
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+# No automatic gc/maintenance: `git commit` of 20k loose objects otherwise starts a detached
+# `git gc --auto` that keeps running into the next workloads (it skewed their times and once
+# recreated .git/objects/info/packs under a running rm -rf).
+export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=gc.auto GIT_CONFIG_VALUE_0=0
+export GIT_CONFIG_KEY_1=maintenance.auto GIT_CONFIG_VALUE_1=false
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
 export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
 export LC_ALL=C
