@@ -397,7 +397,17 @@ pub struct Recorder {
     adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images.
     range_capture_min: std::sync::atomic::AtomicU64,
+    /// Set (and the flusher woken) when the change log has grown enough to be written.
+    flush_wanted: Mutex<bool>,
+    flush_wake: std::sync::Condvar,
+    /// Held while a batch of the change log is written, so batches land in order.
+    flushing: Mutex<()>,
 }
+
+/// Change-log entries buffered before the flusher is woken.
+const LOG_FLUSH_AT: usize = 512;
+/// Change-log entries buffered before a change writes them itself (the flusher is behind).
+const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
 
 impl Recorder {
     /// Opens a recorder, beginning the mount's implicit checkpoint.
@@ -426,6 +436,9 @@ impl Recorder {
             log: Mutex::new(Vec::new()),
             adopted: Mutex::new(HashMap::new()),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
+            flush_wanted: Mutex::new(false),
+            flush_wake: std::sync::Condvar::new(),
+            flushing: Mutex::new(()),
         })
     }
 
@@ -890,8 +903,35 @@ impl Recorder {
         Ok(seq)
     }
 
+    /// Writes the change log and applies the capture journal every `every`, and at once when
+    /// changes ask for it, until `stop` is set (checked at each wake-up). Runs on its own
+    /// thread, so SQLite stays off the FUSE request path.
+    pub fn run_flusher(&self, every: std::time::Duration, stop: &std::sync::atomic::AtomicBool) {
+        loop {
+            {
+                let wanted = self.flush_wanted.lock().unwrap();
+                let (mut wanted, _) = self
+                    .flush_wake
+                    .wait_timeout_while(wanted, every, |w| !*w)
+                    .unwrap();
+                *wanted = false;
+            }
+            self.flush_log();
+            if stop.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+        }
+    }
+
+    /// Wakes the flusher (see [`Recorder::run_flusher`]).
+    pub fn wake_flusher(&self) {
+        *self.flush_wanted.lock().unwrap() = true;
+        self.flush_wake.notify_one();
+    }
+
     /// Writes buffered change-log entries.
     pub fn flush_log(&self) {
+        let _order = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
         let entries = std::mem::take(&mut *self.log.lock().unwrap());
         if let Err(e) = self.store.append_log(&entries) {
             tracing::error!("change log: {e}; {} entries lost", entries.len());
@@ -940,8 +980,10 @@ impl Recorder {
             l.push(e);
             l.len()
         };
-        if n >= 512 {
+        if n >= LOG_FLUSH_INLINE_AT {
             self.flush_log();
+        } else if n == LOG_FLUSH_AT {
+            self.wake_flusher();
         }
     }
 }
