@@ -45,6 +45,11 @@ pub enum Command {
         /// Seconds the kernel may cache attributes and entries.
         #[arg(long, default_value_t = 1.0)]
         ttl: f64,
+        /// Serve FUSE requests over io_uring (Linux >= 6.14): `auto` uses it when the kernel
+        /// offers it (as root, switching on fuse's `enable_uring` parameter), `on` fails without
+        /// it, `off` keeps to /dev/fuse.
+        #[arg(long, value_enum, default_value_t = IoUring::Auto, env = "REWINDFS_IO_URING")]
+        io_uring: IoUring,
         /// Register this pid as the agent (its writes are `tool`, its children's `shell`).
         #[arg(long)]
         agent_pid: Option<u32>,
@@ -203,6 +208,27 @@ pub enum Command {
     },
 }
 
+/// Whether the FUSE session serves requests over io_uring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoUring {
+    /// When the kernel offers it (as root, switching on fuse's `enable_uring` parameter).
+    Auto,
+    /// Like `auto`, but fail to mount without it.
+    On,
+    /// Never: `/dev/fuse` only.
+    Off,
+}
+
+impl IoUring {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoUring::Auto => "auto",
+            IoUring::On => "on",
+            IoUring::Off => "off",
+        }
+    }
+}
+
 /// A validated mount configuration.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -214,6 +240,7 @@ pub struct MountConfig {
     pub detached: bool,
     pub threads: usize,
     pub ttl: Duration,
+    pub io_uring: IoUring,
     pub agent_pid: Option<u32>,
     pub sync: bool,
     pub retention: Retention,
@@ -421,11 +448,18 @@ impl MountConfig {
             detached,
             threads,
             ttl: Duration::from_secs_f64(ttl),
+            io_uring: IoUring::Auto,
             agent_pid,
             sync,
             retention: Retention::default(),
             range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
         })
+    }
+
+    /// Sets the io_uring mode (`--io-uring`).
+    pub fn with_io_uring(mut self, mode: IoUring) -> MountConfig {
+        self.io_uring = mode;
+        self
     }
 
     /// Sets the size above which files get range pre-images (`--range-capture-min`).

@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use fuser::{MountOption, SessionACL};
 
 use crate::capture::{Observer, Recorder};
-use crate::cli::MountConfig;
+use crate::cli::{IoUring, MountConfig};
 use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
 use crate::rewind::{Engine, KernelCache};
@@ -122,7 +122,9 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
         .arg("--threads")
         .arg(cfg.threads.to_string())
         .arg("--ttl")
-        .arg(cfg.ttl.as_secs_f64().to_string());
+        .arg(cfg.ttl.as_secs_f64().to_string())
+        .arg("--io-uring")
+        .arg(cfg.io_uring.as_str());
     if let Some(pid) = cfg.agent_pid {
         cmd.arg("--agent-pid").arg(pid.to_string());
     }
@@ -235,6 +237,9 @@ pub fn gc_offline(
     drop(lock);
     Ok(Some(r))
 }
+
+/// How often buffered change-log entries and journal records reach SQLite.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// How often the daemon checks the store against its retention limits.
 const GC_EVERY: Duration = Duration::from_secs(60);
@@ -354,6 +359,11 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     };
     fcfg.n_threads = Some(cfg.threads);
     fcfg.clone_fd = cfg.threads > 1;
+    if io_uring_wanted(cfg.io_uring)? {
+        fcfg.io_uring_threads_per_queue = RING_THREADS_PER_QUEUE;
+        fcfg.io_uring_entries = 1;
+        fcfg.io_uring_idle_placement = true;
+    }
     let session = if sys::geteuid() == 0 {
         fuser::Session::new(fs, &cfg.dir, &fcfg)
             .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?
@@ -367,6 +377,14 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?
     };
     let _ = kernel.notifier.set(session.notifier());
+    if session.io_uring_active() {
+        tracing::info!("serving requests over io_uring");
+    } else if cfg.io_uring == IoUring::On {
+        bail!(
+            "cannot mount {}: the kernel did not offer FUSE over io_uring",
+            cfg.dir.display()
+        );
+    }
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new()
         .name("fuse".into())
@@ -388,7 +406,14 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         retention: policy,
     });
     let gc_engine = engine.clone();
-    let flusher = recorder.clone();
+    // The change log and capture journal are written to SQLite by their own thread.
+    let flush_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = {
+        let (r, stop) = (recorder.clone(), flush_stop.clone());
+        std::thread::Builder::new()
+            .name("flusher".into())
+            .spawn(move || r.run_flusher(FLUSH_EVERY, &stop))?
+    };
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
         tracing::info!("mounted {} (store {})", dir.display(), socket_path.display());
@@ -397,7 +422,6 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         let mut done_rx = done_rx;
         let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let server = tokio::spawn(crate::control::serve(listener, daemon, shutdown_tx.subscribe()));
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut gc_tick = tokio::time::interval_at(
             tokio::time::Instant::now() + GC_EVERY,
             GC_EVERY,
@@ -407,7 +431,6 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
             tokio::select! {
                 _ = term.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
                 _ = int.recv(), if !stopping => { stopping = true; let d = dir.clone(); tokio::task::spawn_blocking(move || stop(&d)); }
-                _ = tick.tick() => { let f = flusher.clone(); let _ = tokio::task::spawn_blocking(move || f.flush_log()).await; }
                 _ = gc_tick.tick() => { let e = gc_engine.clone(); let _ = tokio::task::spawn_blocking(move || gc_pass(&e, &policy, false)).await; }
                 r = &mut done_rx => {
                     break match r { Ok(Err(e)) => Err(anyhow::anyhow!("FUSE session ended: {e}")), _ => Ok(()) };
@@ -418,12 +441,55 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         let _ = server.await;
         res
     });
-    recorder.flush_log();
     let _ = fuse_thread.join();
+    flush_stop.store(true, std::sync::atomic::Ordering::Release);
+    recorder.wake_flusher();
+    let _ = flusher.join();
+    recorder.flush_log();
     let _ = std::fs::remove_file(cfg.store.join(files::SOCKET));
     let _ = std::fs::remove_file(cfg.store.join(files::PID));
     drop(lock);
     result
+}
+
+/// Threads per CPU queue of the io_uring transport, each with one ring entry: a request that
+/// blocks (a large capture) holds up only its own thread, not the next request of its CPU.
+const RING_THREADS_PER_QUEUE: usize = 2;
+
+/// The kernel parameter that lets FUSE servers use io_uring.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether to ask for io_uring at the handshake. The kernel parameter is only a gate for
+/// FUSE servers that ask for io_uring, as this one does; root opens it unless told `off`.
+fn io_uring_wanted(mode: IoUring) -> anyhow::Result<bool> {
+    let open_gate = || std::fs::write(ENABLE_URING, "Y");
+    match mode {
+        IoUring::Off => Ok(false),
+        IoUring::Auto if fuser::io_uring_enabled() => Ok(true),
+        IoUring::Auto if sys::geteuid() == 0 && Path::new(ENABLE_URING).exists() => {
+            match open_gate() {
+                Ok(()) => {
+                    tracing::info!("switched on {ENABLE_URING} (FUSE over io_uring)");
+                    Ok(true)
+                }
+                Err(e) => {
+                    tracing::info!("FUSE over io_uring not used: {ENABLE_URING}: {e}");
+                    Ok(false)
+                }
+            }
+        }
+        IoUring::Auto => Ok(false),
+        IoUring::On => {
+            if !fuser::io_uring_enabled() {
+                open_gate().with_context(|| {
+                    format!(
+                        "--io-uring on: switching on {ENABLE_URING} (needs root and Linux >= 6.14 with CONFIG_FUSE_IO_URING)"
+                    )
+                })?;
+            }
+            Ok(true)
+        }
+    }
 }
 
 /// Unmounts on a signal: a clean unmount, or a lazy one if files are still open.

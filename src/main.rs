@@ -38,6 +38,7 @@ fn run() -> anyhow::Result<ExitCode> {
             store,
             threads,
             ttl,
+            io_uring,
             agent_pid,
             detached,
             sync,
@@ -49,7 +50,8 @@ fn run() -> anyhow::Result<ExitCode> {
                 dir, store, foreground, detached, threads, ttl, agent_pid, sync,
             )?
             .with_retention(Retention::parse(&max_store_bytes, &max_age)?)
-            .with_range_capture_min(&range_capture_min)?;
+            .with_range_capture_min(&range_capture_min)?
+            .with_io_uring(io_uring);
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {

@@ -101,6 +101,10 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+#[cfg(target_os = "linux")]
+mod uring;
+#[cfg(target_os = "linux")]
+pub use crate::uring::kernel_enabled as io_uring_enabled;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -34,6 +34,8 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// Set when the request came over io_uring: the reply goes to its ring entry.
+    pub(crate) uring: Option<std::sync::Arc<crate::uring::UringReply>>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +51,11 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            uring: None,
+            request,
+        })
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +310,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +485,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +558,15 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
+    }
+
+    /// Where the reply goes: the ring entry the request came from, or `/dev/fuse`.
+    fn sender(&self) -> ReplySender {
+        match &self.uring {
+            Some(u) => ReplySender::Uring(u.clone()),
+            None => ReplySender::Channel(self.ch.clone()),
+        }
     }
 
     /// Returns a Request reference for this request

@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Set at the handshake when requests will also come over io_uring.
+    #[cfg(target_os = "linux")]
+    uring: Option<crate::uring::UringSettings>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -252,6 +259,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -270,6 +279,8 @@ impl<FS: Filesystem> Session<FS> {
         let mut filesystem = Arc::new(filesystem);
 
         let mut channels = Vec::with_capacity(n_threads);
+        #[cfg(target_os = "linux")]
+        let ring_ch = ch.clone();
 
         for _ in 0..n_threads_minus_one {
             if config.clone_fd {
@@ -306,6 +317,49 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // The io_uring queues: the kernel switches to them once every queue has an entry; the
+        // /dev/fuse threads above keep serving FORGET, INTERRUPT and anything sent before.
+        #[cfg(target_os = "linux")]
+        let mut ring_threads = Vec::new();
+        #[cfg(target_os = "linux")]
+        if let Some(settings) = uring {
+            let placement = Arc::new(crate::uring::Placement::new(settings.idle_placement));
+            for qid in 0..crate::uring::possible_cpus() {
+                for t in 0..settings.threads_per_queue {
+                    let thread_name = format!("fuser-ring-{qid}.{t}");
+                    let event_loop = SessionEventLoop {
+                        thread_name: thread_name.clone(),
+                        filesystem: filesystem.clone(),
+                        ch: ring_ch.clone(),
+                        allowed,
+                        session_owner,
+                    };
+                    let ch = ring_ch.clone();
+                    let placement = placement.clone();
+                    ring_threads.push(thread::Builder::new().name(thread_name).spawn(
+                        move || {
+                            crate::uring::serve_queue(
+                                &event_loop,
+                                &ch,
+                                qid as u16,
+                                settings,
+                                &placement,
+                            )
+                        },
+                    )?);
+                }
+            }
+            let guard = thread::Builder::new()
+                .name("fuser-ring-guard".into())
+                .spawn(move || {
+                    placement.guard();
+                    Ok(())
+                })?;
+            ring_threads.push(guard);
+        }
+        #[cfg(target_os = "linux")]
+        drop(ring_ch);
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -318,6 +372,17 @@ impl<FS: Filesystem> Session<FS> {
                 if reply.is_ok() {
                     reply = Err(e);
                 }
+            }
+        }
+
+        // A ring thread that fails only means its queue is not used (the kernel stays on
+        // /dev/fuse until every queue has an entry): log it, do not end the session.
+        #[cfg(target_os = "linux")]
+        for thread in ring_threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!("io_uring queue thread: {e}"),
+                Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
             }
         }
 
@@ -429,6 +494,22 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            #[cfg(target_os = "linux")]
+            if self.config.io_uring_threads_per_queue > 0
+                && init
+                    .capabilities()
+                    .contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                self.uring = Some(crate::uring::UringSettings::new(
+                    self.config.io_uring_threads_per_queue,
+                    self.config.io_uring_entries,
+                    self.config.io_uring_idle_placement,
+                    config.max_write,
+                    config.max_pages(),
+                ));
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -475,6 +556,14 @@ impl<FS: Filesystem> Session<FS> {
 
             return Ok(());
         }
+    }
+
+    /// Whether requests will also be served over io_uring (negotiated at the handshake).
+    pub fn io_uring_active(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.uring.is_some();
+        #[cfg(not(target_os = "linux"))]
+        return false;
     }
 
     /// Unmount the filesystem

@@ -20,6 +20,9 @@
 //!
 //! Items without a version annotation are valid with ABI 7.8 and later
 
+// rewindfs: ABI structs used only by fuser's own tests, which are not vendored.
+#![allow(dead_code)]
+
 #![warn(missing_debug_implementations)]
 #![allow(missing_docs)]
 

@@ -18,6 +18,15 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests over io_uring (Linux ≥ 6.14, fuse's `enable_uring` parameter set) with
+    /// this many threads per CPU queue, each pinned to the queue's CPU, when the kernel offers
+    /// `FUSE_OVER_IO_URING`. 0: `/dev/fuse` only. (Added by rewindfs.)
+    pub io_uring_threads_per_queue: usize,
+    /// Ring entries (requests in flight) per io_uring thread; 0 means 1. (Added by rewindfs.)
+    pub io_uring_entries: usize,
+    /// Run io_uring threads at `SCHED_IDLE` while CPUs are free, so that a caller and the
+    /// thread serving it share one CPU (see `uring::Placement`). (Added by rewindfs.)
+    pub io_uring_idle_placement: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
