@@ -16,6 +16,7 @@ mod posix;
 mod protocol;
 mod retention;
 mod rewind;
+mod transport;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

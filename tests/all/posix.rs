@@ -552,16 +552,30 @@ fn script(d: &Path) -> Vec<String> {
 }
 
 #[test]
-fn every_operation_behaves_as_on_the_native_filesystem() {
+fn every_operation_behaves_as_on_the_native_filesystem_over_io_uring() {
+    if !require_fuse() || !crate::transport::require_io_uring() {
+        return;
+    }
+    differential(&["--io-uring", "on"]);
+}
+
+#[test]
+fn every_operation_behaves_as_on_the_native_filesystem_over_dev_fuse() {
     if !require_fuse() {
         return;
     }
+    differential(&["--io-uring", "off"]);
+}
+
+/// Runs the script natively and through a mount made with `mount_args`; every step must give
+/// the same result.
+fn differential(mount_args: &[&str]) {
     let native = tempfile::Builder::new()
         .prefix("rwfs-native")
         .tempdir()
         .unwrap();
     let expected = script(native.path());
-    let m = Mounted::new();
+    let m = Mounted::with_args(|_| {}, mount_args);
     let got = script(&m.dir);
     let mut diffs = Vec::new();
     for (i, (e, g)) in expected.iter().zip(got.iter()).enumerate() {
