@@ -342,6 +342,11 @@ impl Core {
             }
             let (_, fd) = self.node_fd(ino, fh, OFlags::WRONLY)?;
             sys::ftruncate(fd.as_fd(), size)?;
+            // The kernel asks for this with FATTR_KILL_SUIDGID when the caller lacks CAP_FSETID;
+            // fuser does not pass that bit on, and root is who has the capability.
+            if ctx.uid != 0 {
+                Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
+            }
         }
         if a.uid.is_some() || a.gid.is_some() {
             let p = p.as_ref().ok_or_else(|| err(libc::ENOENT))?;
@@ -617,6 +622,11 @@ impl Core {
         };
         let fd = sys::open_beneath(self.root(), &p, Self::open_flags(flags), 0)?;
         if flags & libc::O_TRUNC != 0 && writable {
+            // An O_TRUNC open truncates here (FUSE_ATOMIC_O_TRUNC): as for a truncate, an
+            // ordinary caller loses the set-user/group-ID bits (FUSE_OPEN_KILL_SUIDGID).
+            if ctx.uid != 0 {
+                Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
+            }
             self.after(ctx, Op::Truncate, &p, None);
         }
         Ok(self.add_handle(Handle {
@@ -657,6 +667,8 @@ impl Core {
         let fd = sys::openat(self.root(), &p, oflags, mode)?;
         if existing.is_none() {
             self.own(ctx, &pp, &p, mode, false)?;
+        } else if flags & libc::O_TRUNC != 0 && ctx.uid != 0 {
+            Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
         }
         if existing.is_none() || flags & libc::O_TRUNC != 0 {
             self.after(ctx, op, &p, None);
@@ -681,7 +693,16 @@ impl Core {
         Ok(buf)
     }
 
-    pub fn write(&self, ctx: &Ctx, fh: u64, off: u64, data: &[u8]) -> io::Result<usize> {
+    /// Writes `data` at `off`; `kill_suid_sgid` when the kernel says the writer may not keep
+    /// the file's set-user/group-ID bits (`FUSE_WRITE_KILL_SUIDGID`).
+    pub fn write(
+        &self,
+        ctx: &Ctx,
+        fh: u64,
+        off: u64,
+        data: &[u8],
+        kill_suid_sgid: bool,
+    ) -> io::Result<usize> {
         let h = self.handle(fh)?;
         let p = self.path(h.ino).ok();
         let _permit = match &p {
@@ -690,6 +711,9 @@ impl Core {
             }
             None => None,
         };
+        if kill_suid_sgid {
+            Self::kill_suid_sgid(h.fd.as_fd(), ctx.gid)?;
+        }
         let mut done = 0;
         while done < data.len() {
             let n = sys::pwrite(h.fd.as_fd(), &data[done..], off + done as u64)?;
@@ -702,6 +726,27 @@ impl Core {
             self.after(ctx, Op::Write, p, None);
         }
         Ok(done)
+    }
+
+    /// What the kernel does for a write or truncate by a process without `CAP_FSETID`, and
+    /// leaves to the daemon (`FUSE_HANDLE_KILLPRIV_V2`; the daemon itself has the capability,
+    /// so the backing filesystem would keep the bits): clear set-user-ID, and set-group-ID when
+    /// group-execute is set or the caller is not in the file's group (the kernel's
+    /// `setattr_should_drop_sgid`; the request carries only the caller's primary group).
+    fn kill_suid_sgid(fd: BorrowedFd<'_>, caller_gid: u32) -> io::Result<()> {
+        let st = sys::fstat(fd)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(());
+        }
+        let mut mode = st.st_mode & 0o7777;
+        mode &= !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 || st.st_gid != caller_gid {
+            mode &= !libc::S_ISGID;
+        }
+        if mode != st.st_mode & 0o7777 {
+            sys::fchmod(fd, mode)?;
+        }
+        Ok(())
     }
 
     pub fn flush(&self, _fh: u64) -> io::Result<()> {

@@ -171,6 +171,10 @@ impl Filesystem for RewindFs {
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_MAX_PAGES,
+            // The daemon clears set-user/group-ID bits itself (see `Core::kill_suid_sgid`), so
+            // the kernel need not ask for the file's attributes before a chown or truncate, nor
+            // for its `security.capability` before every write (once per inode is enough).
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             let _ = config.add_capabilities(flag);
         }
@@ -384,12 +388,13 @@ impl Filesystem for RewindFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.core.write(&ctx(req), fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.core.write(&ctx(req), fh.0, offset, data, kill) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno_of(&e)),
         }

@@ -610,3 +610,82 @@ fn inode_numbers_are_stable_and_match_the_disk() {
         "node id is the backing inode number"
     );
 }
+
+/// With FUSE_HANDLE_KILLPRIV_V2 the daemon clears set-user/group-ID bits itself: a write, a
+/// truncate or an O_TRUNC open by an ordinary user clears them as on the native filesystem,
+/// and root keeps them.
+#[test]
+fn setid_bits_are_cleared_as_natively_when_an_ordinary_user_writes_or_truncates() {
+    if !require_fuse() {
+        return;
+    }
+    fn run(d: &Path) -> Vec<String> {
+        let setup = [
+            ("w", 0o4777), // write by a user: suid goes
+            ("t", 0o6777), // truncate: suid and sgid (group-executable) go
+            ("g", 0o2767), // write: sgid without group-execute, writer not in the group: goes
+            ("k", 0o2767), // the same, writer in the file's group: stays
+            ("o", 0o4777), // O_TRUNC open
+            ("r", 0o6777), // root writes: both stay
+        ];
+        for (name, mode) in setup {
+            let p = d.join(name);
+            fs::write(&p, b"data\n").unwrap();
+            if name == "k" {
+                std::os::unix::fs::chown(&p, None, Some(65534)).unwrap();
+            }
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let user = "echo more >> w; truncate -s 1 t; echo more >> g; echo more >> k; : > o";
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                user,
+            ])
+            .current_dir(d)
+            .output()
+            .expect("setpriv");
+        assert!(
+            out.status.success(),
+            "as uid 65534 in {}: {}",
+            d.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sh(d, "echo more >> r");
+        setup
+            .iter()
+            .map(|(n, _)| {
+                let md = fs::metadata(d.join(n)).unwrap();
+                format!("{n} {:o} {}", md.permissions().mode() & 0o7777, md.len())
+            })
+            .collect()
+    }
+    let native = tempfile::Builder::new()
+        .prefix("rwfs-native")
+        .tempdir()
+        .unwrap();
+    fs::set_permissions(native.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let expected = run(native.path());
+    assert_eq!(
+        expected,
+        [
+            "w 777 10",
+            "t 777 1",
+            "g 767 10",
+            "k 2767 10",
+            "o 777 0",
+            "r 6777 10"
+        ],
+        "the native filesystem behaves as this test assumes"
+    );
+    let m = Mounted::new();
+    fs::set_permissions(m.tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(run(&m.dir), expected);
+}
