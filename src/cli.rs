@@ -42,8 +42,9 @@ pub enum Command {
         /// FUSE session threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
-        /// Seconds the kernel may cache attributes and entries.
-        #[arg(long, default_value_t = 1.0)]
+        /// Seconds the kernel may cache attributes and entries (every change goes through the
+        /// mount, and a rewind invalidates what it restores).
+        #[arg(long, default_value_t = 10.0)]
         ttl: f64,
         /// Serve FUSE requests over io_uring (Linux >= 6.14): `auto` uses it when the kernel
         /// offers it (as root, switching on fuse's `enable_uring` parameter), `on` fails without

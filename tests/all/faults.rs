@@ -128,15 +128,19 @@ fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount(
     if !require_fuse() {
         return;
     }
-    // A handle on the directory underneath the mount, taken before mounting.
+    // A handle on the directory underneath the mount, taken before mounting. The kernel caches
+    // entries for --ttl seconds (every change normally goes through the mount): 1 s here.
     let under: RefCell<Option<File>> = RefCell::new(None);
-    let m = Mounted::with(|d| {
-        fs::create_dir(d.join("sub")).unwrap();
-        fs::write(d.join("sub/a.txt"), "a\n").unwrap();
-        fs::write(d.join("v.txt"), "v\n").unwrap();
-        fs::write(d.join("w.txt"), "w\n").unwrap();
-        *under.borrow_mut() = Some(File::open(d).unwrap());
-    });
+    let m = Mounted::with_args(
+        |d| {
+            fs::create_dir(d.join("sub")).unwrap();
+            fs::write(d.join("sub/a.txt"), "a\n").unwrap();
+            fs::write(d.join("v.txt"), "v\n").unwrap();
+            fs::write(d.join("w.txt"), "w\n").unwrap();
+            *under.borrow_mut() = Some(File::open(d).unwrap());
+        },
+        &["--ttl", "1"],
+    );
     let under = under.into_inner().unwrap();
     let below = |rel: &str| -> PathBuf {
         Path::new(&format!("/proc/self/fd/{}", under.as_raw_fd())).join(rel)
