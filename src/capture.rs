@@ -355,7 +355,13 @@ const PROC_CACHE_TTL: Duration = Duration::from_secs(2);
 
 /// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
 fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    use std::io::Read;
+    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
+    // new process that changes a file, so no metadata call and no growing reads).
+    let mut buf = [0u8; 1024];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let n = f.read(&mut buf).ok()?;
+    let s = String::from_utf8_lossy(&buf[..n]);
     let mut tgid = None;
     let mut ppid = None;
     let mut name = String::new();
@@ -516,7 +522,7 @@ impl Recorder {
         let (actor, comm) = match cached {
             Some(p) => (p.actor, p.comm),
             None => {
-                let (actor, comm) = Self::process_actor(&a.agents, pid);
+                let (actor, comm) = Self::process_actor(&a.agents, &a.cache, pid);
                 if a.cache.len() > 4096 {
                     a.cache.clear();
                 }
@@ -545,7 +551,13 @@ impl Recorder {
     }
 
     /// The process-tree classification of one pid (a thread id is mapped to its process).
-    fn process_actor(agents: &HashSet<u32>, pid: u32) -> (Actor, String) {
+    /// An ancestor already classified settles it: below an agent or a shell process it is
+    /// `shell`, below an external one `external`.
+    fn process_actor(
+        agents: &HashSet<u32>,
+        cache: &HashMap<u32, ProcInfo>,
+        pid: u32,
+    ) -> (Actor, String) {
         if pid == 0 {
             return (Actor::External, String::new());
         }
@@ -555,6 +567,9 @@ impl Recorder {
         if agents.contains(&tgid) {
             return (Actor::Tool, comm);
         }
+        if agents.is_empty() {
+            return (Actor::External, comm);
+        }
         let mut cur = ppid;
         for _ in 0..64 {
             if cur <= 1 {
@@ -562,6 +577,13 @@ impl Recorder {
             }
             if agents.contains(&cur) {
                 return (Actor::Shell, comm);
+            }
+            match cache.get(&cur).filter(|p| p.at.elapsed() < PROC_CACHE_TTL) {
+                Some(p) if matches!(p.actor, Actor::Tool | Actor::Shell) => {
+                    return (Actor::Shell, comm);
+                }
+                Some(p) if p.actor == Actor::External => return (Actor::External, comm),
+                _ => {}
             }
             match proc_status(cur) {
                 Some((_, pp, _)) => cur = pp,
