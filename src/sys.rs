@@ -487,19 +487,55 @@ pub fn read_dir_all(dir: OwnedFd) -> io::Result<Vec<(OsString, u64, u8)>> {
         if name == b"." || name == b".." {
             continue;
         }
-        let t = match ent.file_type() {
-            rustix::fs::FileType::RegularFile => libc::DT_REG,
-            rustix::fs::FileType::Directory => libc::DT_DIR,
-            rustix::fs::FileType::Symlink => libc::DT_LNK,
-            rustix::fs::FileType::Fifo => libc::DT_FIFO,
-            rustix::fs::FileType::Socket => libc::DT_SOCK,
-            rustix::fs::FileType::CharacterDevice => libc::DT_CHR,
-            rustix::fs::FileType::BlockDevice => libc::DT_BLK,
-            _ => libc::DT_UNKNOWN,
-        };
-        out.push((OsStr::from_bytes(name).to_owned(), ent.ino(), t));
+        out.push((
+            OsStr::from_bytes(name).to_owned(),
+            ent.ino(),
+            dtype(ent.file_type()),
+        ));
     }
     Ok(out)
+}
+
+/// Up to `max` entries of directory `dir` from position `offset` (0: the start; otherwise a
+/// position an earlier call returned), each with its name, inode number, `DT_*` type and the
+/// position just after it. Positions are the backing filesystem's own `d_off` cookies, which
+/// stay valid while the directory changes (as `telldir`/`seekdir` require), so a listing read
+/// in several calls through fresh fds neither skips nor repeats an entry that stays.
+pub fn read_dir_from(
+    dir: OwnedFd,
+    offset: i64,
+    max: usize,
+) -> io::Result<Vec<(OsString, u64, u8, i64)>> {
+    let mut d = rustix::fs::Dir::new(dir).map_err(errno)?;
+    if offset != 0 {
+        d.seek(offset).map_err(errno)?;
+    }
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(ent) = d.read() else { break };
+        let ent = ent.map_err(errno)?;
+        let name = ent.file_name().to_bytes();
+        out.push((
+            OsStr::from_bytes(name).to_owned(),
+            ent.ino(),
+            dtype(ent.file_type()),
+            ent.offset(),
+        ));
+    }
+    Ok(out)
+}
+
+fn dtype(t: rustix::fs::FileType) -> u8 {
+    match t {
+        rustix::fs::FileType::RegularFile => libc::DT_REG,
+        rustix::fs::FileType::Directory => libc::DT_DIR,
+        rustix::fs::FileType::Symlink => libc::DT_LNK,
+        rustix::fs::FileType::Fifo => libc::DT_FIFO,
+        rustix::fs::FileType::Socket => libc::DT_SOCK,
+        rustix::fs::FileType::CharacterDevice => libc::DT_CHR,
+        rustix::fs::FileType::BlockDevice => libc::DT_BLK,
+        _ => libc::DT_UNKNOWN,
+    }
 }
 
 /// The process's umask is cleared once at start: modes from the kernel already carry the

@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use rustix::fs::{OFlags, Stat};
 
@@ -37,13 +38,8 @@ pub struct DirEnt {
     pub name: OsString,
     pub ino: u64,
     pub dtype: u8,
-}
-
-#[derive(Debug)]
-enum HandleKind {
-    File,
-    /// The directory's entries, read once at the first readdir (offset 0).
-    Dir(Mutex<Option<Arc<Vec<DirEnt>>>>),
+    /// Where the next readdir continues after this entry.
+    pub next: u64,
 }
 
 /// An open file or directory.
@@ -53,7 +49,6 @@ pub struct Handle {
     pub ino: u64,
     /// The backing fd.
     fd: OwnedFd,
-    kind: HandleKind,
     /// Opened with write access.
     pub writable: bool,
 }
@@ -629,12 +624,7 @@ impl Core {
             }
             self.after(ctx, Op::Truncate, &p, None);
         }
-        Ok(self.add_handle(Handle {
-            ino,
-            fd,
-            kind: HandleKind::File,
-            writable,
-        }))
+        Ok(self.add_handle(Handle { ino, fd, writable }))
     }
 
     pub fn create(
@@ -679,7 +669,6 @@ impl Core {
         let fh = self.add_handle(Handle {
             ino: looked.ino,
             fd,
-            kind: HandleKind::File,
             writable,
         });
         Ok((looked, st, fh))
@@ -768,49 +757,43 @@ impl Core {
         sys::fsync(h.fd.as_fd(), datasync)
     }
 
-    pub fn opendir(&self, ino: u64) -> io::Result<u64> {
+    /// Up to `max` entries of directory `ino` from position `offset` (0 or an entry's `next`).
+    ///
+    /// Directories are read without an open handle (OPENDIR is declined, so the kernel sends
+    /// neither OPENDIR nor RELEASEDIR, and caches listings): each call opens the directory by
+    /// path and continues at the backing filesystem's own position cookie, which stays valid
+    /// while the directory changes. `.` is the node itself and `..` the root's id for the
+    /// root (the kernel looks neither up).
+    pub fn readdir(&self, ino: u64, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
         let p = self.path(ino)?;
         let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        Ok(self.add_handle(Handle {
-            ino,
-            fd,
-            kind: HandleKind::Dir(Mutex::new(None)),
-            writable: false,
-        }))
+        let ents = sys::read_dir_from(fd, offset as i64, max)?;
+        Ok(ents
+            .into_iter()
+            .map(|(name, backing_ino, dtype, next)| {
+                let ino = match name.as_bytes() {
+                    b"." => ino,
+                    b".." if ino == ROOT => ROOT,
+                    _ => backing_ino,
+                };
+                DirEnt {
+                    name,
+                    ino,
+                    dtype,
+                    next: next as u64,
+                }
+            })
+            .collect())
     }
 
-    /// The directory's entries; read from the disk when `offset == 0` (rewinddir).
-    pub fn readdir(&self, fh: u64, offset: u64) -> io::Result<Arc<Vec<DirEnt>>> {
-        let h = self.handle(fh)?;
-        let HandleKind::Dir(cache) = &h.kind else {
-            return Err(err(libc::ENOTDIR));
-        };
-        let mut c = cache.lock().unwrap();
-        if offset == 0 || c.is_none() {
-            let dup = sys::open_beneath(
-                h.fd.as_fd(),
-                Path::new("."),
-                OFlags::RDONLY | OFlags::DIRECTORY,
-                0,
-            )?;
-            let mut ents = vec![
-                DirEnt {
-                    name: ".".into(),
-                    ino: h.ino,
-                    dtype: libc::DT_DIR,
-                },
-                DirEnt {
-                    name: "..".into(),
-                    ino: ROOT,
-                    dtype: libc::DT_DIR,
-                },
-            ];
-            for (name, ino, dtype) in sys::read_dir_all(dup)? {
-                ents.push(DirEnt { name, ino, dtype });
-            }
-            *c = Some(Arc::new(ents));
+    /// fsync of a directory (no handle: directories are read without one).
+    pub fn fsyncdir(&self, ctx: &Ctx, ino: u64, datasync: bool) -> io::Result<()> {
+        if sys::is_own_thread(ctx.pid) {
+            return Ok(());
         }
-        Ok(c.clone().unwrap())
+        let p = self.path(ino)?;
+        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        sys::fsync(fd.as_fd(), datasync)
     }
 
     pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {

@@ -38,9 +38,11 @@ pub fn errno_of(e: &io::Error) -> Errno {
 /// the kernel's), so the kernel need not send it on every close.
 const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
-/// Open flags for directories: the kernel may cache their entries; it drops the cache when the
-/// directory changes through the mount, and a rewind invalidates the directories it touches.
-const DIR_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_CACHE_DIR);
+/// Directory entries read per readdir request: more than a reply of the kernel's usual size
+/// holds (those that do not fit are read again by the next request).
+const READDIR_BATCH: usize = 1024;
+/// The same for readdirplus, whose entries carry attributes (about 170 bytes each).
+const READDIRPLUS_BATCH: usize = 256;
 
 /// Kernel cache settings.
 #[derive(Debug, Clone, Copy)]
@@ -442,27 +444,27 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.core.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), DIR_OPEN_FLAGS),
-            Err(e) => reply.error(errno_of(&e)),
-        }
+    /// Declined: the kernel then never sends OPENDIR or RELEASEDIR (two round trips per
+    /// directory listed, e.g. 600 per `git status` of a 300-directory tree) and caches listings
+    /// by default (`FOPEN_CACHE_DIR`); readdir works without a handle (see `Core::readdir`).
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let ents = match self.core.readdir(fh.0, offset) {
+        let ents = match self.core.readdir(ino.0, offset, READDIR_BATCH) {
             Ok(e) => e,
             Err(e) => return reply.error(errno_of(&e)),
         };
-        for (i, e) in ents.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(e.ino), (i + 1) as u64, dkind(e.dtype), &e.name) {
+        for e in &ents {
+            if reply.add(INodeNo(e.ino), e.next, dkind(e.dtype), &e.name) {
                 break;
             }
         }
@@ -473,16 +475,15 @@ impl Filesystem for RewindFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ents = match self.core.readdir(fh.0, offset) {
+        let ents = match self.core.readdir(ino.0, offset, READDIRPLUS_BATCH) {
             Ok(e) => e,
             Err(e) => return reply.error(errno_of(&e)),
         };
-        for (i, e) in ents.iter().enumerate().skip(offset as usize) {
-            let off = (i + 1) as u64;
+        for e in &ents {
             if e.name == "." || e.name == ".." {
                 // The kernel takes no lookup for these; attributes are not used.
                 let st = match self.core.getattr(ino.0, None) {
@@ -490,11 +491,11 @@ impl Filesystem for RewindFs {
                     Err(_) => continue,
                 };
                 if reply.add(
-                    INodeNo(ino.0),
-                    off,
+                    INodeNo(e.ino),
+                    e.next,
                     &e.name,
                     &Duration::ZERO,
-                    &attr(ino.0, &st),
+                    &attr(e.ino, &st),
                     Generation(0),
                 ) {
                     break;
@@ -507,7 +508,7 @@ impl Filesystem for RewindFs {
             };
             if reply.add(
                 INodeNo(l.ino),
-                off,
+                e.next,
                 &e.name,
                 &self.cache.ttl,
                 &attr(l.ino, &st),
@@ -521,27 +522,15 @@ impl Filesystem for RewindFs {
         reply.ok();
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.core.release(fh.0);
-        reply.ok();
-    }
-
     fn fsyncdir(
         &self,
         req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
+        ino: INodeNo,
+        _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.core.fsync(&ctx(req), fh.0, datasync) {
+        match self.core.fsyncdir(&ctx(req), ino.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }

@@ -689,3 +689,47 @@ fn setid_bits_are_cleared_as_natively_when_an_ordinary_user_writes_or_truncates(
     fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o777)).unwrap();
     assert_eq!(run(&m.dir), expected);
 }
+
+/// Directories are listed without an open handle (OPENDIR is declined; each readdir continues
+/// at the backing filesystem's position cookie): a listing that spans many getdents calls
+/// while the directory changes shows every entry that stays exactly once, and `rm -rf` of a
+/// large directory empties it.
+#[test]
+fn a_directory_listed_while_it_changes_shows_every_staying_entry_once() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::new();
+    let d = m.p("big");
+    fs::create_dir(&d).unwrap();
+    for i in 0..4000 {
+        fs::write(d.join(format!("keep{i:04}")), b"").unwrap();
+        if i % 2 == 0 {
+            fs::write(d.join(format!("gone{i:04}")), b"").unwrap();
+        }
+    }
+    let mut it = fs::read_dir(&d).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    for e in it.by_ref().take(300) {
+        seen.push(e.unwrap().file_name().into_string().unwrap());
+    }
+    // Change the directory under the open listing: remove half of the "gone" files, add new ones.
+    for i in (0..4000).step_by(4) {
+        let _ = fs::remove_file(d.join(format!("gone{i:04}")));
+        fs::write(d.join(format!("new{i:04}")), b"").unwrap();
+    }
+    for e in it {
+        seen.push(e.unwrap().file_name().into_string().unwrap());
+    }
+    let mut keep: Vec<&String> = seen.iter().filter(|n| n.starts_with("keep")).collect();
+    let total = keep.len();
+    keep.sort();
+    keep.dedup();
+    assert_eq!(total, keep.len(), "an entry was listed twice");
+    assert_eq!(keep.len(), 4000, "an entry that stayed was not listed");
+    // A fresh listing is exact.
+    let now = fs::read_dir(&d).unwrap().count();
+    assert_eq!(now, 4000 + 1000 + 1000);
+    sh(&m.dir, "rm -rf big");
+    assert!(!d.exists());
+}
