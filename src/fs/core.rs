@@ -674,12 +674,10 @@ impl Core {
         Ok((looked, st, fh))
     }
 
-    pub fn read(&self, fh: u64, off: u64, size: u32) -> io::Result<Vec<u8>> {
+    /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
+    pub fn read(&self, fh: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         let h = self.handle(fh)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::pread_full(h.fd.as_fd(), &mut buf, off)?;
-        buf.truncate(n);
-        Ok(buf)
+        sys::pread_full(h.fd.as_fd(), buf, off)
     }
 
     /// Writes `data` at `off`; `kill_suid_sgid` when the kernel says the writer may not keep

@@ -153,12 +153,30 @@ pub(crate) struct UringReply {
     dev: ChannelSender,
     state: Mutex<ReplyState>,
     sent: Condvar,
+    /// The entry's payload buffer, while the request being served has no payload (nothing
+    /// borrows that memory): a data reply may be written straight into it.
+    direct: Mutex<Option<Direct>>,
 }
+
+/// The payload buffer of a ring entry.
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: the pointer names the ring entry's payload buffer, which outlives every reply of its
+// requests; it is handed out only while the entry's request is being served and no other
+// reference to that memory exists (see `UringReply::direct`).
+unsafe impl Send for Direct {}
 
 #[derive(Debug, Default)]
 struct ReplyState {
     sent: bool,
     buf: Vec<u8>,
+    /// Set when the reply's data was written into the payload buffer directly: its length
+    /// (`buf` then holds only the out header).
+    direct_len: Option<usize>,
 }
 
 impl UringReply {
@@ -167,6 +185,7 @@ impl UringReply {
             dev,
             state: Mutex::new(ReplyState::default()),
             sent: Condvar::new(),
+            direct: Mutex::new(None),
         }
     }
 
@@ -176,9 +195,36 @@ impl UringReply {
         for d in data {
             s.buf.extend_from_slice(d);
         }
+        s.direct_len = None;
         s.sent = true;
         self.sent.notify_one();
         Ok(())
+    }
+
+    /// The entry's payload buffer for a data reply of up to `size` bytes, if the request has
+    /// no payload of its own and the buffer is large enough. The buffer is handed out once.
+    pub(crate) fn direct(&self, size: usize) -> Option<(*mut u8, usize)> {
+        let mut d = self.direct.lock();
+        match *d {
+            Some(Direct { ptr, cap }) if size <= cap => {
+                *d = None;
+                Some((ptr, size))
+            }
+            _ => None,
+        }
+    }
+
+    /// Completes a reply whose `len` data bytes were written into the buffer from `direct`.
+    pub(crate) fn send_direct(&self, unique: u64, len: usize) {
+        let mut s = self.state.lock();
+        s.buf.clear();
+        s.buf
+            .extend_from_slice(&((OUT_HEADER_LEN + len) as u32).to_ne_bytes());
+        s.buf.extend_from_slice(&0i32.to_ne_bytes());
+        s.buf.extend_from_slice(&unique.to_ne_bytes());
+        s.direct_len = Some(len);
+        s.sent = true;
+        self.sent.notify_one();
     }
 
     pub(crate) fn dev(&self) -> &ChannelSender {
@@ -422,6 +468,13 @@ fn handle<FS: Filesystem>(se: &SessionEventLoop<FS>, ent: &Entry) -> u64 {
                 );
                 std::slice::from_raw_parts(ent.buf.add(start), total)
             };
+            if payload_sz == 0 {
+                // SAFETY: FRONT is inside the allocation; the request slice ends at FRONT.
+                *reply.direct.lock() = Some(Direct {
+                    ptr: unsafe { ent.buf.add(FRONT) },
+                    cap: ent.payload,
+                });
+            }
             match RequestWithSender::new(reply.dev.clone(), data) {
                 Some(mut req) => {
                     if let Ok(Operation::Destroy(_)) = req.request.operation() {
@@ -453,6 +506,17 @@ fn handle<FS: Filesystem>(se: &SessionEventLoop<FS>, ent: &Entry) -> u64 {
         reply.sent.wait(&mut s);
     }
     s.sent = false;
+    // The payload buffer is the kernel's again once committed.
+    *reply.direct.lock() = None;
+    if let Some(len) = s.direct_len.take() {
+        // SAFETY: as below; the data is already in the payload buffer.
+        unsafe {
+            let h = &mut *ent.header;
+            h.in_out[..OUT_HEADER_LEN].copy_from_slice(&s.buf[..OUT_HEADER_LEN]);
+            h.ent.payload_sz = len as u32;
+        }
+        return commit_id;
+    }
     if s.buf.len() < OUT_HEADER_LEN || s.buf.len() - OUT_HEADER_LEN > ent.payload {
         warn!("io_uring: reply of {} bytes does not fit", s.buf.len());
         drop(s);
