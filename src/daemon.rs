@@ -366,7 +366,13 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     fcfg.n_threads = Some(cfg.threads);
     fcfg.clone_fd = cfg.threads > 1;
     if io_uring_wanted(cfg.io_uring)? {
-        fcfg.io_uring_threads_per_queue = RING_THREADS_PER_QUEUE;
+        // One ring (and payload buffer) per thread: on a large machine one thread per CPU.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        fcfg.io_uring_threads_per_queue = if cpus <= 8 {
+            RING_THREADS_PER_QUEUE
+        } else {
+            1
+        };
         fcfg.io_uring_entries = 1;
         fcfg.io_uring_idle_placement = true;
     }
