@@ -21,7 +21,9 @@
 #                      default; bare --boundaries means loop), phase, or off
 #   --no-boundaries    the same as --boundaries=off
 #   --boundary-ms N    interval of the background boundary loop (default 100)
-#   --mount-args ARGS  extra arguments for `rewindfs mount` (e.g. "--threads 1 --ttl 5")
+#   --mount-args ARGS  extra arguments for `rewindfs mount` (e.g. "--threads 1 --ttl 5"; rewindfs
+#                      serves FUSE over io_uring by default: "--io-uring off" measures the
+#                      /dev/fuse transport)
 #   --repeat N         run each workload N times per target (interleaved) and report the
 #                      median (default 1)
 #   --no-loop          use a plain directory instead of an ext4 loop mount
