@@ -31,7 +31,8 @@
 # Environment:
 #   REWINDFS_BIN    the binary (default: <repo>/target/release/rewindfs)
 #   BENCH_DIR       where the temporary directory is made (default: $TMPDIR or /tmp)
-#   BENCH_IMG_SIZE  size of the sparse ext4 image (default: 8G)
+#   BENCH_IMG_SIZE  size of the sparse ext4 image (default: 16G; --repeat 2 of every workload with both
+#                   peers fills 8G)
 #
 # Workloads (in run order; each is run for every target before the next workload starts):
 #   extract       tar -xf of a synthetic source tree (20k files in 1000 dirs; quick: 2k/100)
@@ -260,10 +261,10 @@ if [ "$USE_LOOP" = 1 ]; then
   fi
 fi
 if [ "$USE_LOOP" = 1 ]; then
-  if truncate -s "${BENCH_IMG_SIZE:-8G}" "$IMG" && mkfs.ext4 -q -F "$IMG" &&
+  if truncate -s "${BENCH_IMG_SIZE:-16G}" "$IMG" && mkfs.ext4 -q -F "$IMG" &&
     mount -o loop "$IMG" "$MNT"; then
     LOOP_MOUNTED=1
-    FS_DESC="fresh ext4 loop mount (${BENCH_IMG_SIZE:-8G} sparse image in $BASE)"
+    FS_DESC="fresh ext4 loop mount (${BENCH_IMG_SIZE:-16G} sparse image in $BASE)"
   else
     warn "could not make and loop-mount an ext4 image; falling back to a plain directory on $(df --output=fstype "$BASE" | tail -1)"
     rm -f "$IMG"
