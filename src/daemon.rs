@@ -368,11 +368,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     if io_uring_wanted(cfg.io_uring)? {
         // One ring (and payload buffer) per thread: on a large machine one thread per CPU.
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        fcfg.io_uring_threads_per_queue = if cpus <= 8 {
-            RING_THREADS_PER_QUEUE
-        } else {
-            1
-        };
+        fcfg.io_uring_threads_per_queue = if cpus <= 8 { RING_THREADS_PER_QUEUE } else { 1 };
         fcfg.io_uring_entries = 1;
         fcfg.io_uring_idle_placement = true;
     }
