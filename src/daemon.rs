@@ -386,7 +386,9 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     };
     let _ = kernel.notifier.set(session.notifier());
     if session.io_uring_active() {
-        tracing::info!("serving requests over io_uring");
+        tracing::info!(
+            "serving requests over io_uring (negotiated; /dev/fuse serves until every CPU's queue has registered)"
+        );
     } else if cfg.io_uring == IoUring::On {
         bail!(
             "cannot mount {}: the kernel did not offer FUSE over io_uring",

@@ -399,8 +399,18 @@ fn run_ring<FS: Filesystem>(
     while live > 0 {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) => return Err(e),
+            // Interrupted, or completions must be reaped first: reap, then submit again.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                // The queue's entries are lost with this thread; requests of this CPU would
+                // wait for them. Nothing can unregister them, so say so loudly.
+                log::error!("io_uring queue {qid}: waiting for requests failed: {e}");
+                return Err(e);
+            }
         }
         ready.clear();
         ready.extend(
