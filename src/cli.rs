@@ -39,7 +39,7 @@ pub enum Command {
         /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/<workspace-id>).
         #[arg(long)]
         store: Option<PathBuf>,
-        /// FUSE session threads.
+        /// Threads reading /dev/fuse (with io_uring they serve only FORGET and INTERRUPT).
         #[arg(long, default_value_t = 2)]
         threads: usize,
         /// Seconds the kernel may cache attributes and entries (every change goes through the

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::support::{Mounted, require_fuse, sh};
+use crate::support::{Mounted, require_fuse, sh, sh_as_nobody};
 
 fn res<T: std::fmt::Debug>(r: io::Result<T>) -> String {
     match r {
@@ -637,26 +637,7 @@ fn setid_bits_are_cleared_as_natively_when_an_ordinary_user_writes_or_truncates(
             fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
         }
         let user = "echo more >> w; truncate -s 1 t; echo more >> g; echo more >> k; : > o";
-        let out = std::process::Command::new("setpriv")
-            .args([
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                "sh",
-                "-c",
-                user,
-            ])
-            .current_dir(d)
-            .output()
-            .expect("setpriv");
-        assert!(
-            out.status.success(),
-            "as uid 65534 in {}: {}",
-            d.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        sh_as_nobody(d, user);
         sh(d, "echo more >> r");
         setup
             .iter()

@@ -152,12 +152,27 @@ pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 
 /// Runs a shell command in `dir`, asserting success; returns stdout.
 pub fn sh(dir: &Path, cmd: &str) -> String {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(cmd)
-        .current_dir(dir)
-        .output()
-        .expect("run bash");
+    let mut c = Command::new("bash");
+    c.arg("-c").arg(cmd);
+    run_sh(c, dir, cmd)
+}
+
+/// [`sh`], as uid/gid 65534 with no supplementary groups (through `setpriv`).
+pub fn sh_as_nobody(dir: &Path, cmd: &str) -> String {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "bash",
+        "-c",
+        cmd,
+    ]);
+    run_sh(c, dir, cmd)
+}
+
+fn run_sh(mut c: Command, dir: &Path, cmd: &str) -> String {
+    let out = c.current_dir(dir).output().expect("run bash");
     assert!(
         out.status.success(),
         "`{cmd}` in {} failed ({}):\n{}{}",
