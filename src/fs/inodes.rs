@@ -54,6 +54,11 @@ struct Table {
     /// (parent, name) → node, for the names nodes currently carry (used to invalidate the
     /// kernel's entries for paths a rewind restored).
     names: HashMap<(u64, OsString), u64>,
+    /// The other names of nodes with several (hard links): each `names` entry of a `multi` node
+    /// besides its own `name`. Kept so that finding a surviving name or listing aliases never
+    /// scans `names` (git links each new object and unlinks its temporary name: a scan there
+    /// made `git add` quadratic). May hold stale entries; users check them against `names`.
+    links: HashMap<u64, Vec<(u64, OsString)>>,
 }
 
 /// The inode table (one lock; see the module doc for its invariants).
@@ -135,15 +140,7 @@ impl Inodes {
         let names: Vec<(u64, OsString)> = {
             let t = self.table.read().unwrap();
             match t.nodes.get(&ino) {
-                Some(n) if n.multi => t
-                    .names
-                    .iter()
-                    .filter(|(k, v)| {
-                        **v == ino
-                            && Some(*k) != n.name.as_ref().map(|(p, nm)| (*p, nm.clone())).as_ref()
-                    })
-                    .map(|(k, _)| k.clone())
-                    .collect(),
+                Some(n) if n.multi => Self::other_names(&t, ino, n.name.as_ref()).collect(),
                 _ => return Vec::new(),
             }
         };
@@ -159,6 +156,28 @@ impl Inodes {
                 })
             })
             .collect()
+    }
+
+    /// The names of `ino` recorded in `links` that still name it, other than `except`.
+    fn other_names<'t>(
+        t: &'t Table,
+        ino: u64,
+        except: Option<&'t (u64, OsString)>,
+    ) -> impl Iterator<Item = (u64, OsString)> + 't {
+        t.links
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .filter(move |k| t.names.get(*k) == Some(&ino) && Some(*k) != except)
+            .cloned()
+    }
+
+    /// Records `key` as one more name of the multi-name node `ino`.
+    fn add_link(t: &mut Table, ino: u64, key: (u64, OsString)) {
+        let v = t.links.entry(ino).or_default();
+        if !v.contains(&key) {
+            v.push(key);
+        }
     }
 
     /// The `S_IFMT` kind recorded for a node.
@@ -203,10 +222,17 @@ impl Inodes {
             n.nlookup += 1;
             n.multi = kind != libc::S_IFDIR && st.st_nlink > 1;
             let g = n.generation;
+            let multi = n.multi;
             let same = matches!(&n.name, Some((p, nm)) if *p == parent && nm == name);
             if !same {
-                n.name = Some((parent, name.to_owned()));
+                let old = n.name.replace((parent, name.to_owned()));
                 t.names.insert((parent, name.to_owned()), ino);
+                if multi {
+                    // The old name stays one of the file's names.
+                    if let Some(old) = old {
+                        Self::add_link(&mut t, ino, old);
+                    }
+                }
                 if let Some(p) = t.nodes.get_mut(&parent) {
                     p.children += 1;
                 }
@@ -252,6 +278,7 @@ impl Inodes {
             let mut t = self.table.write().unwrap();
             if let Some(&ino) = t.by_key.get(&(st.st_dev, st.st_ino)) {
                 t.names.insert((parent, name.to_owned()), ino);
+                Self::add_link(&mut t, ino, (parent, name.to_owned()));
                 let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
                 n.nlookup += 1;
                 n.multi = true;
@@ -273,25 +300,34 @@ impl Inodes {
         if t.names.get(&from_key) == Some(&ino) {
             t.names.remove(&from_key);
         }
+        if let Some(v) = t.links.get_mut(&ino) {
+            v.retain(|k| *k != from_key);
+        }
         if let Some((p, nm)) = to {
             t.names.insert((p, nm.to_owned()), ino);
         }
         let Some(n) = t.nodes.get(&ino) else { return };
         let is_primary = n.name.as_ref() == Some(&from_key);
         if !is_primary {
-            return; // another name of a hard-linked file; the node keeps its own
+            // Another name of a hard-linked file; the node keeps its own.
+            if let Some((p, nm)) = to {
+                Self::add_link(&mut t, ino, (p, nm.to_owned()));
+            }
+            return;
         }
         let multi = n.multi;
         let new_name = match to {
             Some((p, nm)) => Some((p, nm.to_owned())),
-            // Only a file with other names (hard links) can keep one; the scan is for them.
-            None if multi => t
-                .names
-                .iter()
-                .find(|(_, v)| **v == ino)
-                .map(|(k, _)| k.clone()),
+            // Only a file with other names (hard links) can keep one.
+            None if multi => Self::other_names(&t, ino, None).next(),
             None => None,
         };
+        if let (Some(k), None) = (&new_name, to) {
+            // The surviving name becomes the primary one.
+            if let Some(v) = t.links.get_mut(&ino) {
+                v.retain(|x| x != k);
+            }
+        }
         let old_parent = from.0;
         if let Some((p, _)) = &new_name {
             if let Some(pn) = t.nodes.get_mut(p) {
@@ -345,6 +381,7 @@ impl Inodes {
                 return;
             }
             let n = t.nodes.remove(&cur).unwrap();
+            t.links.remove(&cur);
             if t.by_key.get(&n.key) == Some(&cur) {
                 t.by_key.remove(&n.key);
             }
@@ -395,5 +432,67 @@ impl Inodes {
             cur = cur.and_then(|p| t.names.get(&(p, c.as_os_str().to_owned())).copied());
         }
         (parent, cur)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn st(p: &Path) -> Stat {
+        rustix::fs::lstat(p).unwrap()
+    }
+
+    /// git's object write: a temporary name, a hard link to the final name, then the
+    /// temporary name unlinked — the node must live on under the link's name.
+    #[test]
+    fn unlinking_the_primary_name_keeps_a_hard_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = st(dir.path());
+        std::fs::create_dir(dir.path().join("o")).unwrap();
+        std::fs::write(dir.path().join("o/tmp"), b"x").unwrap();
+        let t = Inodes::new(&root);
+        let o = t.lookup(ROOT, OsStr::new("o"), &st(&dir.path().join("o")));
+        let a = t.lookup(o.ino, OsStr::new("tmp"), &st(&dir.path().join("o/tmp")));
+        std::fs::hard_link(dir.path().join("o/tmp"), dir.path().join("o/obj")).unwrap();
+        let b = t.lookup_link(o.ino, OsStr::new("obj"), &st(&dir.path().join("o/obj")));
+        assert_eq!(a.ino, b.ino);
+        assert_eq!(t.aliases(a.ino), vec![PathBuf::from("o/obj")]);
+        t.renamed(a.ino, (o.ino, OsStr::new("tmp")), None);
+        assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("o/obj"));
+        assert!(t.aliases(a.ino).is_empty());
+        assert_eq!(t.child(o.ino, OsStr::new("tmp")), None);
+        // The last name gone: the node has no path any more.
+        t.renamed(a.ino, (o.ino, OsStr::new("obj")), None);
+        assert_eq!(
+            t.path(a.ino).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+    }
+
+    /// A second name renamed, then the primary unlinked: the node follows the renamed link.
+    #[test]
+    fn a_renamed_link_is_the_surviving_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = st(dir.path());
+        std::fs::write(dir.path().join("a"), b"x").unwrap();
+        std::fs::hard_link(dir.path().join("a"), dir.path().join("b")).unwrap();
+        let t = Inodes::new(&root);
+        let a = t.lookup(ROOT, OsStr::new("a"), &st(&dir.path().join("a")));
+        // Looking the other name up moves the primary name to it; "a" stays a link.
+        let b = t.lookup(ROOT, OsStr::new("b"), &st(&dir.path().join("b")));
+        assert_eq!(a.ino, b.ino);
+        assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("b"));
+        assert_eq!(t.aliases(a.ino), vec![PathBuf::from("a")]);
+        std::fs::rename(dir.path().join("a"), dir.path().join("c")).unwrap();
+        t.renamed(
+            a.ino,
+            (ROOT, OsStr::new("a")),
+            Some((ROOT, OsStr::new("c"))),
+        );
+        assert_eq!(t.aliases(a.ino), vec![PathBuf::from("c")]);
+        t.renamed(a.ino, (ROOT, OsStr::new("b")), None);
+        assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("c"));
     }
 }
