@@ -900,8 +900,11 @@ impl Recorder {
     /// Begins a checkpoint of kind `kind` (message or rewind). The caller has flushed the
     /// kernel's dirty data first, so it lands in the previous checkpoint.
     pub fn begin(&self, uuid: &str, session: Option<&str>, kind: &str) -> io::Result<i64> {
-        let _g = self.capture.lock().unwrap();
+        // The backlog goes to SQLite before changes are held up: under the capture lock only
+        // the checkpoint's own row is written (a boundary used to stall every change for the
+        // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
         self.flush_log();
+        let _g = self.capture.lock().unwrap();
         let seq = self.store.begin_checkpoint(uuid, session, kind)?;
         let mut s = self.state.lock().unwrap();
         s.seq = seq;

@@ -364,6 +364,7 @@ fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )?
                 .execute(params![seq, checkpoint, src, dst, *exchange as i64, after_capture, actor.as_str(), at]),
+            Record::Epoch(_) => Ok(0),
         };
         if let Err(e) = res {
             tracing::error!("store: a journal record could not be applied ({e}); skipped: {r:?}");
@@ -427,8 +428,7 @@ impl Store {
         if !left.records.is_empty() {
             apply_records(&mut conn, &left.records)?;
         }
-        let mut journal = Journal::open(dir, sync)?;
-        journal.clear()?;
+        let journal = Journal::open(dir, sync)?;
         let next = |table: &str, col: &str| -> rusqlite::Result<i64> {
             conn.query_row(
                 &format!(
@@ -460,13 +460,28 @@ impl Store {
         Ok(f(&mut c)?)
     }
 
+    /// Applies the journal's pending records. The caller holds the connection, so batches are
+    /// applied one at a time and in order; `pending` is held only to take the batch and to
+    /// report it done, never across the SQLite transaction (changes append meanwhile).
     fn apply_pending(&self, c: &mut Connection) -> Result<()> {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if p.journal.pending.is_empty() {
-            return Ok(());
+        // A batch a failed attempt left comes first; then what is pending now.
+        for _ in 0..2 {
+            let (batch, retry) = {
+                let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let retry = p.journal.has_in_flight();
+                match p.journal.take_batch()? {
+                    Some(b) => (b, retry),
+                    None => return Ok(()),
+                }
+            };
+            let res = apply_records(c, &batch);
+            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            p.journal.batch_done(res.is_ok())?;
+            res?;
+            if !retry {
+                break;
+            }
         }
-        apply_records(c, &p.journal.pending)?;
-        p.journal.clear()?;
         Ok(())
     }
 
@@ -1047,12 +1062,13 @@ mod tests {
         // A crash: the process goes away without applying the journal, mid-way through a
         // last record.
         std::mem::forget(s);
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(d.path().join(journal::FILE))
-            .unwrap();
-        std::io::Write::write_all(&mut f, &[42, 0, 0, 0, 1, 2]).unwrap();
-        drop(f);
+        for name in journal::FILES {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .open(d.path().join(name))
+                .unwrap();
+            std::io::Write::write_all(&mut f, &[42, 0, 0, 0, 1, 2]).unwrap();
+        }
         let (problems, _) = fsck(d.path()).unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         let s = Store::open(d.path(), false).unwrap();
@@ -1076,20 +1092,13 @@ mod tests {
             )
             .unwrap();
         assert!(c > b, "ids are never handed out twice");
-        assert!(
-            std::fs::metadata(d.path().join(journal::FILE))
-                .unwrap()
-                .len()
-                > 0,
+        assert_eq!(
+            journal::read(d.path()).unwrap().records.len(),
+            1,
             "the new capture waits in the journal"
         );
         s.flush_journal().unwrap();
-        assert_eq!(
-            std::fs::metadata(d.path().join(journal::FILE))
-                .unwrap()
-                .len(),
-            0
-        );
+        assert!(journal::read(d.path()).unwrap().records.is_empty());
     }
 
     #[test]
