@@ -422,7 +422,25 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         let (r, stop) = (recorder.clone(), flush_stop.clone());
         std::thread::Builder::new()
             .name("flusher".into())
-            .spawn(move || r.run_flusher(FLUSH_EVERY, &stop))?
+            .spawn(move || {
+                // SQLite work is background work: at SCHED_IDLE it never delays a FUSE
+                // request. Ring threads run at SCHED_IDLE too (vendor/fuser/src/uring.rs), and
+                // an ordinary thread on their CPU held a request for a whole transaction
+                // (1-15 ms stalls, a tenth of an `rm -rf`). A flusher starved by a busy CPU
+                // only falls behind: changes write the backlog themselves past a bound
+                // (`LOG_FLUSH_INLINE_AT`), and every read of the store applies it first.
+                use thread_priority::{
+                    NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+                };
+                if let Err(e) = thread_priority::set_thread_priority_and_policy(
+                    thread_priority::thread_native_id(),
+                    ThreadPriority::Min,
+                    ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+                ) {
+                    tracing::debug!("flusher stays an ordinary thread: {e:?}");
+                }
+                r.run_flusher(FLUSH_EVERY, &stop)
+            })?
     };
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
