@@ -80,6 +80,9 @@ pub struct Core {
     as_root: bool,
 }
 
+/// The attribute the kernel reads before a write or chown may drop privileges.
+const CAPS: &[u8] = b"security.capability";
+
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
@@ -416,7 +419,10 @@ impl Core {
     ) -> io::Result<(Looked, Stat)> {
         let st = sys::lstat_at(self.root(), p)?;
         self.after(ctx, op, p, None);
-        Ok((self.inodes.lookup(parent, name, &st), st))
+        let looked = self.inodes.lookup(parent, name, &st);
+        // A new inode has no capabilities.
+        self.inodes.set_no_caps(looked.ino, true);
+        Ok((looked, st))
     }
 
     pub fn mknod(
@@ -665,6 +671,10 @@ impl Core {
         }
         let st = sys::fstat(fd.as_fd())?;
         let looked = self.inodes.lookup(parent, name, &st);
+        if existing.is_none() {
+            // A new inode has no capabilities.
+            self.inodes.set_no_caps(looked.ino, true);
+        }
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let fh = self.add_handle(Handle {
             ino: looked.ino,
@@ -807,11 +817,19 @@ impl Core {
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> io::Result<Vec<u8>> {
+        let caps = name.as_bytes() == CAPS;
+        if caps && self.inodes.no_caps(ino) {
+            return Err(err(libc::ENODATA));
+        }
         let (_, fd, is_link) = self.xattr_fd(ino)?;
         if is_link {
             return Err(err(libc::ENODATA));
         }
-        sys::getxattr(fd.as_fd(), name, size as usize)
+        let r = sys::getxattr(fd.as_fd(), name, size as usize);
+        if caps && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENODATA)) {
+            self.inodes.set_no_caps(ino, true);
+        }
+        r
     }
 
     pub fn listxattr(&self, ino: u64, size: u32) -> io::Result<Vec<u8>> {
@@ -834,6 +852,9 @@ impl Core {
         if is_link {
             return Err(err(libc::EPERM));
         }
+        if name.as_bytes() == CAPS {
+            self.inodes.set_no_caps(ino, false);
+        }
         let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::setxattr(fd.as_fd(), name, value, flags)?;
         self.after(ctx, Op::Setxattr, &p, None);
@@ -844,6 +865,9 @@ impl Core {
         let (p, fd, is_link) = self.xattr_fd(ino)?;
         if is_link {
             return Err(err(libc::ENODATA));
+        }
+        if name.as_bytes() == CAPS {
+            self.inodes.set_no_caps(ino, false);
         }
         let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::removexattr(fd.as_fd(), name)?;

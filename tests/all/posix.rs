@@ -437,6 +437,54 @@ fn script(d: &Path) -> Vec<String> {
         })),
     );
     log("removexattr", rx(rustix::fs::removexattr(&fx, "user.k")));
+
+    // File capabilities: the daemon answers "none" from memory for files it created or
+    // already asked about, so setting, writing (which drops them) and removing must all show.
+    let fc = d.join("caps");
+    fs::write(&fc, b"c").unwrap();
+    let caps = |p: &Path| {
+        let mut b = [0u8; 64];
+        rx(rustix::fs::getxattr(p, "security.capability", &mut b[..]).map(|n| b[..n].to_vec()))
+    };
+    log("caps of a new file", caps(&fc));
+    // VFS_CAP_REVISION_2 with the effective bit; permitted: CAP_NET_BIND_SERVICE.
+    let mut v2 = Vec::new();
+    for w in [0x0200_0001u32, 1 << 10, 0, 0, 0] {
+        v2.extend_from_slice(&w.to_le_bytes());
+    }
+    log(
+        "set caps",
+        rx(rustix::fs::setxattr(
+            &fc,
+            "security.capability",
+            &v2,
+            rustix::fs::XattrFlags::empty(),
+        )),
+    );
+    log("caps after set", caps(&fc));
+    log(
+        "write drops caps",
+        res(OpenOptions::new()
+            .append(true)
+            .open(&fc)
+            .and_then(|mut f| f.write_all(b"more"))),
+    );
+    log("caps after write", caps(&fc));
+    log(
+        "set caps again",
+        rx(rustix::fs::setxattr(
+            &fc,
+            "security.capability",
+            &v2,
+            rustix::fs::XattrFlags::empty(),
+        )),
+    );
+    log("caps set again", caps(&fc));
+    log(
+        "remove caps",
+        rx(rustix::fs::removexattr(&fc, "security.capability")),
+    );
+    log("caps after remove", caps(&fc));
     log(
         "removexattr again",
         rx(rustix::fs::removexattr(&fx, "user.k")),
