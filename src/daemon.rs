@@ -429,19 +429,20 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
                 // (1-15 ms stalls, a tenth of an `rm -rf`). A flusher starved by a busy CPU
                 // only falls behind: changes write the backlog themselves past a bound
                 // (`LOG_FLUSH_INLINE_AT`), and every read of the store applies it first.
-                use thread_priority::{
-                    NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
-                };
-                if let Err(e) = thread_priority::set_thread_priority_and_policy(
-                    thread_priority::thread_native_id(),
-                    ThreadPriority::Min,
-                    ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
-                ) {
-                    tracing::debug!("flusher stays an ordinary thread: {e:?}");
-                }
+                run_idle("flusher");
                 r.run_flusher(FLUSH_EVERY, &stop)
             })?
     };
+    // Released files are closed off the request path (see `Core::closer`); the thread ends
+    // with the process.
+    if let Some(close_loop) = core.closer() {
+        std::thread::Builder::new()
+            .name("closer".into())
+            .spawn(move || {
+                run_idle("closer");
+                close_loop()
+            })?;
+    }
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
         tracing::info!("mounted {} (store {})", dir.display(), socket_path.display());
@@ -575,4 +576,18 @@ pub fn umount(dir: &Path, lazy: bool) -> anyhow::Result<()> {
 /// The store of the mount containing `path`, for clients.
 pub fn store_of(path: &Path) -> Option<PathBuf> {
     mounts::containing(path).ok().flatten().map(|m| m.source)
+}
+
+/// Puts the calling thread at `SCHED_IDLE`: it runs only on a CPU nothing else wants, so
+/// background work never delays a request (or the caller, who shares its CPU with that CPU's
+/// ring threads). Without the permission it stays an ordinary thread.
+fn run_idle(what: &str) {
+    use thread_priority::{NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy};
+    if let Err(e) = thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        ThreadPriority::Min,
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+    ) {
+        tracing::debug!("{what} stays an ordinary thread: {e:?}");
+    }
 }
