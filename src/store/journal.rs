@@ -452,6 +452,8 @@ pub struct Journal {
     /// The batch taken from the other file and not yet known to be in the database (handed out
     /// again until [`Journal::batch_done`] says it is).
     in_flight: Option<Arc<Vec<Record>>>,
+    /// The batch in flight was taken without switching files (see `take_batch`).
+    in_place: bool,
 }
 
 impl Journal {
@@ -477,6 +479,7 @@ impl Journal {
             sync,
             pending: Vec::new(),
             in_flight: None,
+            in_place: false,
         };
         j.start_epoch()?;
         Ok(j)
@@ -535,8 +538,12 @@ impl Journal {
         self.active ^= 1;
         self.epoch += 1;
         if let Err(e) = self.start_epoch() {
+            // The other file cannot be started (a full disk): appends stay in this file, and
+            // the batch's records stay in it after they are applied (they only replay after a
+            // crash); the next batch that can move on empties it.
+            tracing::warn!("capture journal: {e}; applying without switching files");
             (self.active, self.len, self.epoch) = (active, len, epoch);
-            return Err(e);
+            self.in_place = true;
         }
         let batch = Arc::new(std::mem::take(&mut self.pending));
         self.in_flight = Some(batch.clone());
@@ -553,7 +560,9 @@ impl Journal {
         if !applied {
             return Ok(());
         }
-        self.files[self.active ^ 1].set_len(0)?;
+        if !std::mem::take(&mut self.in_place) {
+            self.files[self.active ^ 1].set_len(0)?;
+        }
         self.in_flight = None;
         Ok(())
     }
@@ -740,5 +749,29 @@ mod tests {
         std::fs::write(d.path().join(FILES[1]), &newer).unwrap();
         std::fs::write(d.path().join(FILES[0]), &older).unwrap();
         assert_eq!(read(d.path()).unwrap().records, vec![actors(1), actors(2)]);
+    }
+
+    /// The other file cannot be started (a full disk): the batch is applied from the file
+    /// appends go to, which keeps its records until a later batch can move on.
+    #[test]
+    fn a_batch_is_applied_in_place_when_the_other_file_cannot_start() {
+        let d = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(d.path(), false).unwrap();
+        let real = std::mem::replace(
+            &mut j.files[1],
+            OpenOptions::new().write(true).open("/dev/full").unwrap(),
+        );
+        j.append(actors(1)).unwrap();
+        assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(1)]);
+        j.append(actors(2)).unwrap();
+        j.batch_done(true).unwrap();
+        // Nothing was lost: the applied record only replays after a crash.
+        assert_eq!(read(d.path()).unwrap().records, vec![actors(1), actors(2)]);
+        // The disk has room again: the next batch moves on and empties the old file.
+        j.files[1] = real;
+        assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(2)]);
+        j.append(actors(3)).unwrap();
+        j.batch_done(true).unwrap();
+        assert_eq!(read(d.path()).unwrap().records, vec![actors(3)]);
     }
 }
