@@ -51,6 +51,9 @@ pub struct Handle {
     fd: OwnedFd,
     /// Opened with write access.
     pub writable: bool,
+    /// Opened with `O_TRUNC`: ext4 writes out a truncated-and-rewritten file's data at its last
+    /// close, so this handle's close is left to the closer thread (see [`Core::closer`]).
+    close_later: bool,
 }
 
 /// Attributes to change in a setattr.
@@ -117,11 +120,11 @@ impl Core {
         })
     }
 
-    /// The loop of a thread that closes released files (at most once; `None` after). Closing
-    /// can be the costly part of a release — ext4 writes out a truncated-and-rewritten file's
-    /// data when its last fd closes, ~40 µs — and the kernel does not wait for RELEASE, but a
-    /// ring thread is pinned to the caller's CPU, so closing there delays the caller's next
-    /// request; a closer thread lets the other CPU do it.
+    /// The loop of a thread that closes released files opened with `O_TRUNC` (at most once;
+    /// `None` after). Closing is then the costly part of a release — ext4 writes out a
+    /// truncated-and-rewritten file's data when its last fd closes, ~40 µs — and the kernel
+    /// does not wait for RELEASE, but a ring thread is pinned to the caller's CPU, so closing
+    /// there delays the caller's next request; a closer thread lets the other CPU do it.
     pub fn closer(&self) -> Option<impl FnOnce() + Send + 'static> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<OwnedFd>(CLOSE_QUEUE);
         self.closer.set(tx).ok()?;
@@ -652,7 +655,12 @@ impl Core {
             }
             self.after(ctx, Op::Truncate, &p, None);
         }
-        Ok(self.add_handle(Handle { ino, fd, writable }))
+        Ok(self.add_handle(Handle {
+            ino,
+            fd,
+            writable,
+            close_later: writable && flags & libc::O_TRUNC != 0,
+        }))
     }
 
     pub fn create(
@@ -702,6 +710,7 @@ impl Core {
             ino: looked.ino,
             fd,
             writable,
+            close_later: existing.is_some() && writable && flags & libc::O_TRUNC != 0,
         });
         Ok((looked, st, fh))
     }
@@ -777,7 +786,11 @@ impl Core {
             return;
         };
         // The handle is gone at once (nothing reads or writes through it, and no check counts
-        // it as open); only the close itself may happen on the closer thread.
+        // it as open); only a costly close happens on the closer thread. Waking it costs more
+        // than closing any other fd (grep -r: 1.6 -> 1.9 s when every close went there).
+        if !h.close_later {
+            return;
+        }
         if let (Ok(h), Some(tx)) = (Arc::try_unwrap(h), self.closer.get()) {
             // A full queue or a stopped closer hands the fd back, and it closes here.
             let _ = tx.try_send(h.fd);
