@@ -446,7 +446,7 @@ impl Core {
         self.after(ctx, op, p, None);
         let looked = self.inodes.lookup(parent, name, &st);
         // A new inode has no capabilities.
-        self.inodes.set_no_caps(looked.ino, true);
+        self.inodes.set_no_caps(looked.ino);
         Ok((looked, st))
     }
 
@@ -703,7 +703,7 @@ impl Core {
         let looked = self.inodes.lookup(parent, name, &st);
         if existing.is_none() {
             // A new inode has no capabilities.
-            self.inodes.set_no_caps(looked.ino, true);
+            self.inodes.set_no_caps(looked.ino);
         }
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let fh = self.add_handle(Handle {
@@ -864,13 +864,16 @@ impl Core {
         if caps && self.inodes.no_caps(ino) {
             return Err(err(libc::ENODATA));
         }
+        let epoch = self.inodes.caps_epoch(ino);
         let (_, fd, is_link) = self.xattr_fd(ino)?;
         if is_link {
             return Err(err(libc::ENODATA));
         }
         let r = sys::getxattr(fd.as_fd(), name, size as usize);
-        if caps && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENODATA)) {
-            self.inodes.set_no_caps(ino, true);
+        if let (true, Some(epoch)) = (caps, epoch) {
+            if matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENODATA)) {
+                self.inodes.learn_no_caps(ino, epoch);
+            }
         }
         r
     }
@@ -896,7 +899,7 @@ impl Core {
             return Err(err(libc::EPERM));
         }
         if name.as_bytes() == CAPS {
-            self.inodes.set_no_caps(ino, false);
+            self.inodes.forget_no_caps(ino);
         }
         let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::setxattr(fd.as_fd(), name, value, flags)?;
@@ -910,7 +913,7 @@ impl Core {
             return Err(err(libc::ENODATA));
         }
         if name.as_bytes() == CAPS {
-            self.inodes.set_no_caps(ino, false);
+            self.inodes.forget_no_caps(ino);
         }
         let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
         sys::removexattr(fd.as_fd(), name)?;

@@ -45,8 +45,11 @@ struct Node {
     multi: bool,
     /// Known to have no `security.capability` attribute: the daemon created it, or the backing
     /// filesystem said so. Every setxattr comes through the mount, so this stays true until
-    /// one sets or removes that attribute (see [`Inodes::set_no_caps`]).
+    /// one sets or removes that attribute (see [`Inodes::forget_no_caps`]).
     no_caps: bool,
+    /// Bumped whenever `no_caps` is cleared, so an answer read from the disk before a
+    /// concurrent setxattr cannot set it again (see [`Inodes::learn_no_caps`]).
+    caps_epoch: u32,
 }
 
 #[derive(Default, Debug)]
@@ -102,6 +105,7 @@ impl Inodes {
                 kind: libc::S_IFDIR,
                 multi: false,
                 no_caps: false,
+                caps_epoch: 0,
             },
         );
         t.by_key.insert(key, ROOT);
@@ -202,10 +206,39 @@ impl Inodes {
             .is_some_and(|n| n.no_caps)
     }
 
-    /// Records whether the node is known to have no `security.capability` attribute.
-    pub fn set_no_caps(&self, ino: u64, known: bool) {
+    /// Records that the node, just created, has no `security.capability` attribute.
+    pub fn set_no_caps(&self, ino: u64) {
         if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
-            n.no_caps = known;
+            n.no_caps = true;
+        }
+    }
+
+    /// Forgets that the node has no `security.capability` attribute (it is being set or
+    /// removed).
+    pub fn forget_no_caps(&self, ino: u64) {
+        if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
+            n.no_caps = false;
+            n.caps_epoch = n.caps_epoch.wrapping_add(1);
+        }
+    }
+
+    /// The node's capabilities epoch, read before asking the disk.
+    pub fn caps_epoch(&self, ino: u64) -> Option<u32> {
+        self.table
+            .read()
+            .unwrap()
+            .nodes
+            .get(&ino)
+            .map(|n| n.caps_epoch)
+    }
+
+    /// The disk said the node has no `security.capability`: remembered unless a set or remove
+    /// of it came in since `epoch` was read.
+    pub fn learn_no_caps(&self, ino: u64, epoch: u32) {
+        if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
+            if n.caps_epoch == epoch {
+                n.no_caps = true;
+            }
         }
     }
 
@@ -243,6 +276,7 @@ impl Inodes {
                 n.generation += 1;
                 n.kind = kind;
                 n.no_caps = false;
+                n.caps_epoch = n.caps_epoch.wrapping_add(1);
             }
             n.nlookup += 1;
             n.multi = kind != libc::S_IFDIR && st.st_nlink > 1;
@@ -290,6 +324,7 @@ impl Inodes {
                 kind,
                 multi: kind != libc::S_IFDIR && st.st_nlink > 1,
                 no_caps: false,
+                caps_epoch: 0,
             },
         );
         t.names.insert((parent, name.to_owned()), ino);
@@ -520,5 +555,19 @@ mod tests {
         assert_eq!(t.aliases(a.ino), vec![PathBuf::from("c")]);
         t.renamed(a.ino, (ROOT, OsStr::new("b")), None);
         assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("c"));
+    }
+    /// "No capabilities" read from the disk while a setxattr of them ran must not stick.
+    #[test]
+    fn a_set_of_capabilities_during_a_read_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let t = Inodes::new(&st(dir.path()));
+        let f = t.lookup(ROOT, OsStr::new("f"), &st(&dir.path().join("f")));
+        let epoch = t.caps_epoch(f.ino).unwrap();
+        t.forget_no_caps(f.ino); // a setxattr(security.capability) came in meanwhile
+        t.learn_no_caps(f.ino, epoch);
+        assert!(!t.no_caps(f.ino));
+        t.learn_no_caps(f.ino, t.caps_epoch(f.ino).unwrap());
+        assert!(t.no_caps(f.ino));
     }
 }

@@ -452,15 +452,15 @@ fn script(d: &Path) -> Vec<String> {
     for w in [0x0200_0001u32, 1 << 10, 0, 0, 0] {
         v2.extend_from_slice(&w.to_le_bytes());
     }
-    log(
-        "set caps",
+    let set_caps = |p: &Path| {
         rx(rustix::fs::setxattr(
-            &fc,
+            p,
             "security.capability",
             &v2,
             rustix::fs::XattrFlags::empty(),
-        )),
-    );
+        ))
+    };
+    log("set caps", set_caps(&fc));
     log("caps after set", caps(&fc));
     log(
         "write drops caps",
@@ -470,15 +470,7 @@ fn script(d: &Path) -> Vec<String> {
             .and_then(|mut f| f.write_all(b"more"))),
     );
     log("caps after write", caps(&fc));
-    log(
-        "set caps again",
-        rx(rustix::fs::setxattr(
-            &fc,
-            "security.capability",
-            &v2,
-            rustix::fs::XattrFlags::empty(),
-        )),
-    );
+    log("set caps again", set_caps(&fc));
     log("caps set again", caps(&fc));
     log(
         "remove caps",
