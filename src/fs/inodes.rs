@@ -6,7 +6,7 @@
 //! keyed by path anyway, so the path is what every change needs.
 //!
 //! Invariants, all kept under the one `RwLock` in [`Inodes`]:
-//! - a node id maps to exactly one backing `(dev, ino)` and back (`by_key`);
+//! - a node id maps to exactly one backing `(dev, ino)` and back (`Table::id_of`);
 //! - node ids are the backing inode numbers where possible, so they are stable for the life of
 //!   the mount and `ls -i` matches the disk; the workspace root is always node 1;
 //! - when a backing inode number is reused by a new file while the kernel still holds the old
@@ -15,18 +15,23 @@
 //! - a node is removed only when the kernel has forgotten it (`nlookup == 0`) and no other
 //!   node names it as parent (`children == 0`), so every live node's path can be rebuilt.
 
-use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
+use std::hash::BuildHasher;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::RwLock;
 
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use rustix::fs::Stat;
 
 /// The FUSE root node id.
 pub const ROOT: u64 = 1;
 
-/// One node the kernel knows about.
+/// A directory entry: the parent node and the file name in it.
+type Name = (u64, Box<OsStr>);
+
+/// One node the kernel knows about. Kept small: a tree of 100k files holds 100k of them.
 #[derive(Debug)]
 struct Node {
     /// Backing `(st_dev, st_ino)`.
@@ -35,10 +40,14 @@ struct Node {
     generation: u64,
     /// Lookups the kernel holds (decremented by `forget`).
     nlookup: u64,
+    /// Where the node currently lives; `None` for the root and for unlinked files. Only changed
+    /// through [`Table::set_name`], which keeps the name index in step.
+    name: Option<Name>,
     /// Nodes whose `parent` is this node.
-    children: u64,
-    /// Where the node currently lives; `None` for the root and for unlinked files.
-    name: Option<(u64, OsString)>,
+    children: u32,
+    /// Bumped whenever `no_caps` is cleared, so an answer read from the disk before a
+    /// concurrent setxattr cannot set it again (see [`Inodes::learn_no_caps`]).
+    caps_epoch: u32,
     /// `S_IFMT` bits of the backing file.
     kind: u32,
     /// The file has more than one name (hard links): a content change changes them all.
@@ -47,33 +56,48 @@ struct Node {
     /// filesystem said so. Every setxattr comes through the mount, so this stays true until
     /// one sets or removes that attribute (see [`Inodes::forget_no_caps`]).
     no_caps: bool,
-    /// Bumped whenever `no_caps` is cleared, so an answer read from the disk before a
-    /// concurrent setxattr cannot set it again (see [`Inodes::learn_no_caps`]).
-    caps_epoch: u32,
 }
 
+/// A name of a hard-linked node other than its own `name`.
+#[derive(Debug)]
+struct Extra {
+    hash: u64,
+    parent: u64,
+    name: Box<OsStr>,
+    ino: u64,
+}
+
+/// The table. Each name is stored once, in its node; the `(parent, name) → node` index holds
+/// only the hash and the node id (the index used to hold a second copy of every name, and with
+/// a per-node reverse map it took ~350 bytes per inode; design.md §6 sets 64 MiB for 100k).
 #[derive(Default, Debug)]
 struct Table {
     nodes: HashMap<u64, Node>,
-    by_key: HashMap<(u64, u64), u64>,
+    /// `(dev, ino) → node` for the nodes whose id is not their backing inode number: the root
+    /// and files on other devices. Every other node's id *is* its `st_ino` on the root's
+    /// device, so it needs no entry here (see [`Table::id_of`]).
+    synthetic: HashMap<(u64, u64), u64>,
+    /// `(hash of (parent, name), node)` for each node whose own `name` currently maps to it;
+    /// a `(parent, name)` is in at most one of `primary` and `extra`.
+    primary: HashTable<(u64, u64)>,
+    /// The other names of nodes with several (hard links) that currently map to them.
+    extra: HashTable<Extra>,
+    /// The other names of nodes with several, per node: so that finding a surviving name or
+    /// listing aliases never scans the index (git links each new object and unlinks its
+    /// temporary name: a scan there made `git add` quadratic). May hold stale entries; users
+    /// check them against the index.
+    links: HashMap<u64, Vec<Name>>,
+    hasher: DefaultHashBuilder,
     /// Next synthetic node id, for backing inodes whose own number is taken or on another dev.
     next_synthetic: u64,
-    /// (parent, name) → node, for the names nodes currently carry (used to invalidate the
-    /// kernel's entries for paths a rewind restored).
-    names: HashMap<(u64, OsString), u64>,
-    /// The other names of nodes with several (hard links): each `names` entry of a `multi` node
-    /// besides its own `name`. Kept so that finding a surviving name or listing aliases never
-    /// scans `names` (git links each new object and unlinks its temporary name: a scan there
-    /// made `git add` quadratic). May hold stale entries; users check them against `names`.
-    links: HashMap<u64, Vec<(u64, OsString)>>,
+    /// `st_dev` of the workspace root.
+    root_dev: u64,
 }
 
 /// The inode table (one lock; see the module doc for its invariants).
 #[derive(Debug)]
 pub struct Inodes {
     table: RwLock<Table>,
-    /// `st_dev` of the workspace root.
-    root_dev: u64,
 }
 
 /// What a lookup hands to the kernel.
@@ -87,10 +111,128 @@ fn stale() -> io::Error {
     io::Error::from_raw_os_error(libc::ESTALE)
 }
 
+fn is(name: &Option<Name>, parent: u64, nm: &OsStr) -> bool {
+    matches!(name, Some((p, n)) if *p == parent && **n == *nm)
+}
+
+impl Table {
+    fn hash(&self, parent: u64, name: &OsStr) -> u64 {
+        self.hasher.hash_one((parent, name.as_bytes()))
+    }
+
+    /// The node a backing file is, if the table holds it.
+    fn id_of(&self, key: (u64, u64)) -> Option<u64> {
+        if key.0 == self.root_dev {
+            if let Some(n) = self.nodes.get(&key.1) {
+                if n.key == key {
+                    return Some(key.1);
+                }
+            }
+        }
+        self.synthetic.get(&key).copied()
+    }
+
+    /// The node `parent/name` maps to.
+    fn get(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        self.get_h(self.hash(parent, name), parent, name)
+    }
+
+    /// [`get`](Self::get) with the name's hash.
+    fn get_h(&self, h: u64, parent: u64, name: &OsStr) -> Option<u64> {
+        let nodes = &self.nodes;
+        if let Some(&(_, ino)) = self.primary.find(h, |&(eh, ino)| {
+            eh == h && nodes.get(&ino).is_some_and(|n| is(&n.name, parent, name))
+        }) {
+            return Some(ino);
+        }
+        self.extra
+            .find(h, |e| e.parent == parent && *e.name == *name)
+            .map(|e| e.ino)
+    }
+
+    /// Removes whatever `parent/name` maps to.
+    fn unmap(&mut self, parent: u64, name: &OsStr) {
+        self.unmap_h(self.hash(parent, name), parent, name);
+    }
+
+    fn unmap_h(&mut self, h: u64, parent: u64, name: &OsStr) {
+        let nodes = &self.nodes;
+        if let Ok(e) = self.primary.find_entry(h, |&(eh, ino)| {
+            eh == h && nodes.get(&ino).is_some_and(|n| is(&n.name, parent, name))
+        }) {
+            e.remove();
+            return; // a name is in at most one of the two
+        }
+        if let Ok(e) = self
+            .extra
+            .find_entry(h, |e| e.parent == parent && *e.name == *name)
+        {
+            e.remove();
+        }
+    }
+
+    /// Removes the mapping `parent/name → ino`, if that is what it maps to.
+    fn unmap_if(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        let h = self.hash(parent, name);
+        if self.get_h(h, parent, name) == Some(ino) {
+            self.unmap_h(h, parent, name);
+        }
+    }
+
+    /// Maps `parent/name` to `ino` (replacing what it mapped to).
+    fn map(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        let h = self.hash(parent, name);
+        match self.get_h(h, parent, name) {
+            Some(cur) if cur == ino => return,
+            Some(_) => self.unmap_h(h, parent, name),
+            None => {}
+        }
+        let own = self
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| is(&n.name, parent, name));
+        if own {
+            self.primary.insert_unique(h, (h, ino), |&(eh, _)| eh);
+        } else {
+            let e = Extra {
+                hash: h,
+                parent,
+                name: name.into(),
+                ino,
+            };
+            self.extra.insert_unique(h, e, |e| e.hash);
+        }
+    }
+
+    /// Gives node `ino` the name `name`, moving its index entry: the old name stops mapping
+    /// to it, the new one maps to it (replacing whatever it mapped to before).
+    fn set_name(&mut self, ino: u64, name: Option<Name>) {
+        let old = match self.nodes.get_mut(&ino) {
+            Some(n) => n.name.take(),
+            None => return,
+        };
+        if let Some((p, nm)) = &old {
+            // A node has at most one `primary` entry, under its own name's hash.
+            let h = self.hash(*p, nm);
+            if let Ok(e) = self.primary.find_entry(h, |&(eh, id)| eh == h && id == ino) {
+                e.remove();
+            }
+        }
+        let Some((p, nm)) = name else { return };
+        let h = self.hash(p, &nm);
+        // Whatever the new name mapped to (another node, or this one as an extra name) goes
+        // first, so the entry lands in `primary`.
+        self.unmap_h(h, p, &nm);
+        self.nodes.get_mut(&ino).unwrap().name = Some((p, nm));
+        self.primary.insert_unique(h, (h, ino), |&(eh, _)| eh);
+    }
+}
+
 impl Inodes {
     pub fn new(root: &Stat) -> Self {
         let mut t = Table {
             next_synthetic: 1 << 56,
+            root_dev: root.st_dev,
             ..Default::default()
         };
         let key = (root.st_dev, root.st_ino);
@@ -108,10 +250,9 @@ impl Inodes {
                 caps_epoch: 0,
             },
         );
-        t.by_key.insert(key, ROOT);
+        t.synthetic.insert(key, ROOT);
         Inodes {
             table: RwLock::new(t),
-            root_dev: root.st_dev,
         }
     }
 
@@ -123,11 +264,13 @@ impl Inodes {
         let t = self.table.read().unwrap();
         let mut parts: Vec<&OsStr> = Vec::new();
         let mut cur = ino;
+        let mut len = 0;
         while cur != ROOT {
             let n = t.nodes.get(&cur).ok_or_else(stale)?;
             match &n.name {
                 Some((parent, name)) => {
                     parts.push(name);
+                    len += name.len() + 1;
                     cur = *parent;
                 }
                 None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
@@ -136,7 +279,7 @@ impl Inodes {
                 return Err(io::Error::from_raw_os_error(libc::ELOOP));
             }
         }
-        let mut p = PathBuf::new();
+        let mut p = PathBuf::with_capacity(len);
         for part in parts.iter().rev() {
             p.push(part);
         }
@@ -146,7 +289,7 @@ impl Inodes {
     /// The other names of a hard-linked file that the kernel has looked up (empty for a file
     /// with one name): a change to its content changes what every name shows.
     pub fn aliases(&self, ino: u64) -> Vec<PathBuf> {
-        let names: Vec<(u64, OsString)> = {
+        let names: Vec<Name> = {
             let t = self.table.read().unwrap();
             match t.nodes.get(&ino) {
                 Some(n) if n.multi => Self::other_names(&t, ino, n.name.as_ref()).collect(),
@@ -158,9 +301,9 @@ impl Inodes {
             .filter_map(|(p, nm)| {
                 self.path(p).ok().map(|pp| {
                     if pp.as_os_str().is_empty() {
-                        PathBuf::from(&nm)
+                        PathBuf::from(&*nm)
                     } else {
-                        pp.join(&nm)
+                        pp.join(&*nm)
                     }
                 })
             })
@@ -171,18 +314,18 @@ impl Inodes {
     fn other_names<'t>(
         t: &'t Table,
         ino: u64,
-        except: Option<&'t (u64, OsString)>,
-    ) -> impl Iterator<Item = (u64, OsString)> + 't {
+        except: Option<&'t Name>,
+    ) -> impl Iterator<Item = Name> + 't {
         t.links
             .get(&ino)
             .into_iter()
             .flatten()
-            .filter(move |k| t.names.get(*k) == Some(&ino) && Some(*k) != except)
+            .filter(move |k| t.get(k.0, &k.1) == Some(ino) && Some(*k) != except)
             .cloned()
     }
 
     /// Records `key` as one more name of the multi-name node `ino`.
-    fn add_link(t: &mut Table, ino: u64, key: (u64, OsString)) {
+    fn add_link(t: &mut Table, ino: u64, key: Name) {
         let v = t.links.entry(ino).or_default();
         if !v.contains(&key) {
             v.push(key);
@@ -249,12 +392,7 @@ impl Inodes {
 
     /// The node id a backing file has (or would get), without taking a lookup.
     pub fn ino_of(&self, st: &Stat) -> Option<u64> {
-        self.table
-            .read()
-            .unwrap()
-            .by_key
-            .get(&(st.st_dev, st.st_ino))
-            .copied()
+        self.table.read().unwrap().id_of((st.st_dev, st.st_ino))
     }
 
     /// Records that the kernel now holds one more lookup of the file `st` at `parent/name`.
@@ -262,15 +400,11 @@ impl Inodes {
         let key = (st.st_dev, st.st_ino);
         let kind = st.st_mode & libc::S_IFMT;
         let mut t = self.table.write().unwrap();
-        if let Some(&ino) = t.by_key.get(&key) {
+        if let Some(ino) = t.id_of(key) {
             if ino == ROOT {
                 return Looked { ino, generation: 0 };
             }
-            let old_parent = t
-                .nodes
-                .get(&ino)
-                .and_then(|n| n.name.as_ref().map(|(p, _)| *p));
-            let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
+            let n = t.nodes.get_mut(&ino).expect("id_of and nodes agree");
             if n.kind != kind {
                 // The inode number was reused by a different file.
                 n.generation += 1;
@@ -282,34 +416,39 @@ impl Inodes {
             n.multi = kind != libc::S_IFDIR && st.st_nlink > 1;
             let g = n.generation;
             let multi = n.multi;
-            let same = matches!(&n.name, Some((p, nm)) if *p == parent && nm == name);
-            if !same {
-                let old = n.name.replace((parent, name.to_owned()));
-                t.names.insert((parent, name.to_owned()), ino);
-                if multi {
-                    // The old name stays one of the file's names.
-                    if let Some(old) = old {
-                        Self::add_link(&mut t, ino, old);
-                    }
-                }
+            if !is(&n.name, parent, name) {
+                let old = n.name.clone();
+                let old_mapped = old
+                    .as_ref()
+                    .is_some_and(|(p, nm)| t.get(*p, nm) == Some(ino));
+                t.set_name(ino, Some((parent, name.into())));
                 if let Some(p) = t.nodes.get_mut(&parent) {
                     p.children += 1;
                 }
-                if let Some(op) = old_parent {
+                if let Some((op, onm)) = old {
+                    if multi {
+                        // The old name stays one of the file's names.
+                        if old_mapped {
+                            t.map(op, &onm, ino);
+                        }
+                        Self::add_link(&mut t, ino, (op, onm));
+                    }
                     Self::release_child(&mut t, op);
                 }
             }
             return Looked { ino, generation: g };
         }
         // A new node. Use the backing inode number when it is free and on the root's device.
-        let ino =
-            if st.st_dev == self.root_dev && st.st_ino != ROOT && !t.nodes.contains_key(&st.st_ino)
-            {
-                st.st_ino
-            } else {
-                t.next_synthetic += 1;
-                t.next_synthetic
-            };
+        let own_number =
+            st.st_dev == t.root_dev && st.st_ino != ROOT && !t.nodes.contains_key(&st.st_ino);
+        let ino = if own_number {
+            st.st_ino
+        } else {
+            t.next_synthetic += 1;
+            let id = t.next_synthetic;
+            t.synthetic.insert(key, id);
+            id
+        };
         if let Some(p) = t.nodes.get_mut(&parent) {
             p.children += 1;
         }
@@ -320,15 +459,14 @@ impl Inodes {
                 generation: 0,
                 nlookup: 1,
                 children: 0,
-                name: Some((parent, name.to_owned())),
+                name: None,
                 kind,
                 multi: kind != libc::S_IFDIR && st.st_nlink > 1,
                 no_caps: false,
                 caps_epoch: 0,
             },
         );
-        t.names.insert((parent, name.to_owned()), ino);
-        t.by_key.insert(key, ino);
+        t.set_name(ino, Some((parent, name.into())));
         Looked { ino, generation: 0 }
     }
 
@@ -337,10 +475,10 @@ impl Inodes {
     pub fn lookup_link(&self, parent: u64, name: &OsStr, st: &Stat) -> Looked {
         {
             let mut t = self.table.write().unwrap();
-            if let Some(&ino) = t.by_key.get(&(st.st_dev, st.st_ino)) {
-                t.names.insert((parent, name.to_owned()), ino);
-                Self::add_link(&mut t, ino, (parent, name.to_owned()));
-                let n = t.nodes.get_mut(&ino).expect("by_key and nodes agree");
+            if let Some(ino) = t.id_of((st.st_dev, st.st_ino)) {
+                t.map(parent, name, ino);
+                Self::add_link(&mut t, ino, (parent, name.into()));
+                let n = t.nodes.get_mut(&ino).expect("id_of and nodes agree");
                 n.nlookup += 1;
                 n.multi = true;
                 return Looked {
@@ -357,30 +495,33 @@ impl Inodes {
     /// another name the kernel knows.
     pub fn renamed(&self, ino: u64, from: (u64, &OsStr), to: Option<(u64, &OsStr)>) {
         let mut t = self.table.write().unwrap();
-        let from_key = (from.0, from.1.to_owned());
-        if t.names.get(&from_key) == Some(&ino) {
-            t.names.remove(&from_key);
-        }
+        let from_key: Name = (from.0, from.1.into());
         if let Some(v) = t.links.get_mut(&ino) {
             v.retain(|k| *k != from_key);
         }
-        if let Some((p, nm)) = to {
-            t.names.insert((p, nm.to_owned()), ino);
-        }
-        let Some(n) = t.nodes.get(&ino) else { return };
+        let Some(n) = t.nodes.get(&ino) else {
+            // Not a node the table holds: its names map to nothing it knows.
+            t.unmap_if(from.0, from.1, ino);
+            if let Some((p, nm)) = to {
+                t.unmap(p, nm);
+            }
+            return;
+        };
         let is_primary = n.name.as_ref() == Some(&from_key);
+        let multi = n.multi;
         if !is_primary {
             // Another name of a hard-linked file; the node keeps its own.
+            t.unmap_if(from.0, from.1, ino);
             if let Some((p, nm)) = to {
-                Self::add_link(&mut t, ino, (p, nm.to_owned()));
+                t.map(p, nm, ino);
+                Self::add_link(&mut t, ino, (p, nm.into()));
             }
             return;
         }
-        let multi = n.multi;
-        let new_name = match to {
-            Some((p, nm)) => Some((p, nm.to_owned())),
+        let new_name: Option<Name> = match to {
+            Some((p, nm)) => Some((p, nm.into())),
             // Only a file with other names (hard links) can keep one.
-            None if multi => Self::other_names(&t, ino, None).next(),
+            None if multi => Self::other_names(&t, ino, Some(&from_key)).next(),
             None => None,
         };
         if let (Some(k), None) = (&new_name, to) {
@@ -396,7 +537,7 @@ impl Inodes {
             }
         }
         let gone = new_name.is_none();
-        t.nodes.get_mut(&ino).unwrap().name = new_name;
+        t.set_name(ino, new_name);
         Self::release_child(&mut t, old_parent);
         if gone {
             Self::maybe_remove(&mut t, ino);
@@ -441,18 +582,20 @@ impl Inodes {
             if n.nlookup > 0 || n.children > 0 {
                 return;
             }
-            let n = t.nodes.remove(&cur).unwrap();
-            t.links.remove(&cur);
-            if t.by_key.get(&n.key) == Some(&cur) {
-                t.by_key.remove(&n.key);
+            let parent = n.name.as_ref().map(|(p, _)| *p);
+            let key = n.key;
+            // Unindex every name while the node still exists (the index checks names
+            // against it).
+            t.set_name(cur, None);
+            for (p, nm) in t.links.remove(&cur).unwrap_or_default() {
+                t.unmap_if(p, &nm, cur);
             }
-            if let Some(name) = &n.name {
-                if t.names.get(name) == Some(&cur) {
-                    t.names.remove(name);
-                }
+            t.nodes.remove(&cur);
+            if t.synthetic.get(&key) == Some(&cur) {
+                t.synthetic.remove(&key);
             }
-            match n.name {
-                Some((p, _)) => {
+            match parent {
+                Some(p) => {
                     if let Some(pn) = t.nodes.get_mut(&p) {
                         pn.children = pn.children.saturating_sub(1);
                     }
@@ -474,12 +617,7 @@ impl Inodes {
 
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        self.table
-            .read()
-            .unwrap()
-            .names
-            .get(&(parent, name.to_owned()))
-            .copied()
+        self.table.read().unwrap().get(parent, name)
     }
 
     /// For a workspace-relative path: the node of its parent directory and its own node, as
@@ -490,7 +628,7 @@ impl Inodes {
         let mut parent = None;
         for c in rel.components() {
             parent = cur;
-            cur = cur.and_then(|p| t.names.get(&(p, c.as_os_str().to_owned())).copied());
+            cur = cur.and_then(|p| t.get(p, c.as_os_str()));
         }
         (parent, cur)
     }
@@ -569,5 +707,197 @@ mod tests {
         assert!(!t.no_caps(f.ino));
         t.learn_no_caps(f.ino, t.caps_epoch(f.ino).unwrap());
         assert!(t.no_caps(f.ino));
+    }
+
+    /// Checks the table's own invariants: the index agrees with the nodes, each name maps to
+    /// at most one node, every node is found by its key, and children counts are exact.
+    fn check_invariants(t: &Table) {
+        let mut seen = std::collections::HashSet::new();
+        for &(h, id) in t.primary.iter() {
+            let n = t.nodes.get(&id).expect("primary entry of a live node");
+            let (p, nm) = n.name.as_ref().expect("primary entry of a named node");
+            assert_eq!(h, t.hash(*p, nm), "primary entry under its name's hash");
+            assert!(seen.insert((*p, nm.clone())), "name indexed twice");
+        }
+        for e in t.extra.iter() {
+            assert_eq!(e.hash, t.hash(e.parent, &e.name));
+            assert!(t.nodes.contains_key(&e.ino), "extra entry of a live node");
+            assert!(
+                seen.insert((e.parent, e.name.clone())),
+                "name indexed twice"
+            );
+        }
+        for (&id, n) in &t.nodes {
+            assert_eq!(t.id_of(n.key), Some(id), "node found by its key");
+            let kids = t
+                .nodes
+                .values()
+                .filter(|c| matches!(&c.name, Some((p, _)) if *p == id))
+                .count();
+            assert_eq!(n.children as usize, kids, "children of {id}");
+        }
+        for (key, id) in &t.synthetic {
+            assert_eq!(t.nodes.get(id).map(|n| n.key), Some(*key));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Lookup(usize, usize),
+        Link(usize, usize, usize, usize),
+        Rename(usize, usize, usize, usize),
+        Unlink(usize, usize),
+        Create(usize, usize),
+        Forget(usize, usize),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..3usize, 0..4usize).prop_map(|(d, n)| Op::Lookup(d, n)),
+            (0..3usize, 0..4usize, 0..3usize, 0..4usize)
+                .prop_map(|(a, b, c, d)| Op::Link(a, b, c, d)),
+            (0..3usize, 0..4usize, 0..3usize, 0..4usize)
+                .prop_map(|(a, b, c, d)| Op::Rename(a, b, c, d)),
+            (0..3usize, 0..4usize).prop_map(|(d, n)| Op::Unlink(d, n)),
+            (0..3usize, 0..4usize).prop_map(|(d, n)| Op::Create(d, n)),
+            (0..3usize, 0..4usize).prop_map(|(d, n)| Op::Forget(d, n)),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(256))]
+        /// Random lookups, hard links, renames, unlinks and forgets, driven the way `Core` drives
+        /// the table and applied to real files: the index stays consistent, and every path and
+        /// child the table answers is a current name of the node's own file.
+        #[test]
+        fn the_name_index_follows_the_files(ops in proptest::collection::vec(op(), 1..60)) {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            let dirs = ["", "d1", "d2"];
+            for d in &dirs[1..] {
+                std::fs::create_dir(root.join(d)).unwrap();
+            }
+            let names = ["a", "b", "c", "d"];
+            let t = Inodes::new(&st(root));
+            let mut dnode = vec![ROOT];
+            for d in &dirs[1..] {
+                dnode.push(t.lookup(ROOT, OsStr::new(d), &st(&root.join(d))).ino);
+            }
+            let rel = |d: usize, n: usize| Path::new(dirs[d]).join(names[n]);
+            let key = |p: &Path| {
+                let s = st(&root.join(p));
+                (s.st_dev, s.st_ino)
+            };
+            // The names the table was told about, and the file each names.
+            let mut known: std::collections::HashMap<PathBuf, (u64, u64)> = Default::default();
+            let mut serial = 0;
+            for op in ops {
+                match op {
+                    Op::Create(d, n) => {
+                        if !root.join(rel(d, n)).exists() {
+                            serial += 1;
+                            std::fs::write(root.join(rel(d, n)), serial.to_string()).unwrap();
+                            t.lookup(dnode[d], OsStr::new(names[n]), &st(&root.join(rel(d, n))));
+                            known.insert(rel(d, n), key(&rel(d, n)));
+                        }
+                    }
+                    Op::Lookup(d, n) => {
+                        if let Ok(s) = rustix::fs::lstat(root.join(rel(d, n))) {
+                            t.lookup(dnode[d], OsStr::new(names[n]), &s);
+                            known.insert(rel(d, n), (s.st_dev, s.st_ino));
+                        }
+                    }
+                    Op::Link(d, n, d2, n2) => {
+                        let (a, b) = (root.join(rel(d, n)), root.join(rel(d2, n2)));
+                        if a.exists() && !b.exists() {
+                            std::fs::hard_link(&a, &b).unwrap();
+                            t.lookup_link(dnode[d2], OsStr::new(names[n2]), &st(&b));
+                            known.insert(rel(d2, n2), key(&rel(d2, n2)));
+                        }
+                    }
+                    Op::Rename(d, n, d2, n2) => {
+                        let (a, b) = (root.join(rel(d, n)), root.join(rel(d2, n2)));
+                        let Ok(src) = rustix::fs::lstat(&a) else { continue };
+                        let dst = rustix::fs::lstat(&b).ok();
+                        std::fs::rename(&a, &b).unwrap();
+                        // Renaming a name onto another name of the same file changes nothing.
+                        if dst.as_ref().is_some_and(|x| (x.st_dev, x.st_ino) == (src.st_dev, src.st_ino)) {
+                            continue;
+                        }
+                        known.remove(&rel(d2, n2));
+                        if let Some(k) = known.remove(&rel(d, n)) {
+                            known.insert(rel(d2, n2), k);
+                        }
+                        if let Some(x) = dst {
+                            if let Some(i) = t.ino_of(&x) {
+                                t.renamed(i, (dnode[d2], OsStr::new(names[n2])), None);
+                                if x.st_nlink <= 1 {
+                                    t.unlinked(i);
+                                }
+                            }
+                        }
+                        if let Some(i) = t.ino_of(&src) {
+                            t.renamed(
+                                i,
+                                (dnode[d], OsStr::new(names[n])),
+                                Some((dnode[d2], OsStr::new(names[n2]))),
+                            );
+                        }
+                    }
+                    Op::Unlink(d, n) => {
+                        let a = root.join(rel(d, n));
+                        let Ok(s) = rustix::fs::lstat(&a) else { continue };
+                        std::fs::remove_file(&a).unwrap();
+                        known.remove(&rel(d, n));
+                        if let Some(i) = t.ino_of(&s) {
+                            t.renamed(i, (dnode[d], OsStr::new(names[n])), None);
+                            if s.st_nlink <= 1 {
+                                t.unlinked(i);
+                            }
+                        }
+                    }
+                    Op::Forget(d, n) => {
+                        if let Ok(s) = rustix::fs::lstat(root.join(rel(d, n))) {
+                            if let Some(i) = t.ino_of(&s) {
+                                t.forget(i, 1);
+                            }
+                        }
+                    }
+                }
+                let tab = t.table.read().unwrap();
+                check_invariants(&tab);
+                let ids: Vec<(u64, (u64, u64))> =
+                    tab.nodes.iter().map(|(&i, n)| (i, n.key)).collect();
+                drop(tab);
+                for (id, key) in ids {
+                    if let Ok(p) = t.path(id) {
+                        let s = st(&root.join(&p));
+                        proptest::prop_assert_eq!((s.st_dev, s.st_ino), key, "path {:?} of {}", p, id);
+                    }
+                    for a in t.aliases(id) {
+                        let s = st(&root.join(&a));
+                        proptest::prop_assert_eq!((s.st_dev, s.st_ino), key, "alias {:?}", a);
+                    }
+                }
+                // Every name the table was told about, of a node it still holds, is the node's
+                // path or one of its aliases.
+                known.retain(|_, k| t.table.read().unwrap().id_of(*k).is_some());
+                for (p, k) in &known {
+                    let id = t.table.read().unwrap().id_of(*k).unwrap();
+                    let mut all = t.aliases(id);
+                    all.extend(t.path(id).ok());
+                    proptest::prop_assert!(all.contains(p), "{:?} missing from {:?}", p, all);
+                }
+                for (d, dn) in dnode.iter().enumerate() {
+                    for (n, nm) in names.iter().enumerate() {
+                        if let Some(id) = t.child(*dn, OsStr::new(nm)) {
+                            let s = st(&root.join(rel(d, n)));
+                            proptest::prop_assert_eq!(Some((s.st_dev, s.st_ino)), t.key(id));
+                        }
+                    }
+                }
+            }
+        }
     }
 }
