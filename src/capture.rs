@@ -399,7 +399,7 @@ pub struct Recorder {
     /// and by the daemon's timer).
     log: Mutex<Vec<LogEntry>>,
     /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
-    /// that removes the file's name has happened → the blob's hash.
+    /// that removes the file's name has happened → the pending blob key.
     adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images.
     range_capture_min: std::sync::atomic::AtomicU64,
@@ -652,10 +652,15 @@ impl Recorder {
                         op.as_str(),
                         rel.display()
                     );
+                    if let Some(key) = &linked {
+                        self.store.blobs.discard(key);
+                    }
                     io::Error::from(e)
                 })?;
-            if let Some(hash) = linked {
-                self.adopted.lock().unwrap().insert(p.to_vec(), hash);
+            if let Some(key) = linked {
+                if let Some(old) = self.adopted.lock().unwrap().insert(p.to_vec(), key) {
+                    self.store.blobs.settle(&old);
+                }
             }
             let mut s = self.state.lock().unwrap();
             if s.seq != seq {
@@ -862,7 +867,10 @@ impl Recorder {
 
     /// The file [`Recorder::capture_for_replace`] captured has lost its name.
     pub fn replaced(&self, p: &Path) {
-        self.adopted.lock().unwrap().remove(&path_key(p));
+        let key = self.adopted.lock().unwrap().remove(&path_key(p));
+        if let Some(key) = key {
+            self.store.blobs.settle(&key);
+        }
     }
 
     /// Renaming over the file [`Recorder::capture_for_replace`] captured failed: the file lives
@@ -1075,8 +1083,14 @@ impl Observer for Recorder {
     fn after(&self, pid: u32, change: &Change<'_>) {
         if change.last_name {
             // The file's name is gone: the adopted blob is the file's only other name now.
-            let mut a = self.adopted.lock().unwrap();
-            a.remove(&path_key(change.path2.unwrap_or(change.path)));
+            let key = self
+                .adopted
+                .lock()
+                .unwrap()
+                .remove(&path_key(change.path2.unwrap_or(change.path)));
+            if let Some(key) = key {
+                self.store.blobs.settle(&key);
+            }
         }
         self.log_change(pid, change);
     }
@@ -1096,5 +1110,7 @@ impl Observer for Recorder {
                 String::from_utf8_lossy(&p)
             );
         }
+        // Settled either way: a resolver finding the file still linked copies it itself.
+        self.store.blobs.settle(&hash);
     }
 }

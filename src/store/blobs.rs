@@ -3,6 +3,7 @@
 //! ```text
 //! <store>/blobs/
 //! ├── tmp/                 in-flight writes (removed at open)
+//! ├── pending/             adopted files not yet hashed (resolved when the journal is applied)
 //! └── ab/
 //!     └── cdef0123…        content whose BLAKE3 hash is "abcdef0123…"
 //! ```
@@ -10,14 +11,22 @@
 //! A blob is hashed while (or, for small files, before) it is written to a temp file in `tmp/`,
 //! optionally fsynced, then renamed into place; an existing blob counts as success, so equal
 //! contents are stored once and a crash leaves at most a stray temp file, never a partial blob
-//! under its name. A file about to be deleted is *adopted* instead of copied: hashed, then
-//! hard-linked into place (`adopt`), so `rm -rf` of a tree writes no data.
+//! under its name. A file about to be deleted is *adopted* instead of copied: hard-linked
+//! into `pending/` under a unique key (`adopt`), so `rm -rf` of a tree writes no data and reads
+//! none on the request path. The key is what the capture journal records; when the journal is
+//! applied to the database, the pending file is hashed and renamed to its hash (`resolve`), so
+//! the database only ever names blobs by their hash. Until then the adoption may still be in
+//! flight (the change that removes the file's name has not happened yet, or failed): the
+//! resolver waits for it to settle, and copies a pending file that still has another name.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use rustix::fs::OFlags;
 
@@ -27,6 +36,18 @@ use crate::sys;
 pub fn empty_hash() -> String {
     blake3::hash(b"").to_hex().to_string()
 }
+
+/// Where adopted files wait for their hash; their keys are `pending/<uuid>`.
+const PENDING: &str = "pending";
+
+/// Whether a blob key names an adopted file not yet resolved to its hash.
+pub fn is_pending(key: &str) -> bool {
+    key.starts_with("pending/")
+}
+
+/// How long the resolver waits for an adoption's change to settle before it copies the file
+/// instead (only a change stuck in the backing filesystem takes this long).
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Files up to this size are read whole and hashed in memory before anything is written (an
 /// existing blob then costs no write at all); larger ones are streamed.
@@ -44,6 +65,12 @@ pub struct Blobs {
     sync: bool,
     /// Distinguishes temp files of concurrent writers.
     counter: AtomicU64,
+    /// Pending keys whose change is in flight: the pending file may still be the live file.
+    in_flight: Mutex<HashSet<String>>,
+    settled: Condvar,
+    /// Pending keys already resolved → their hash, until the batch that named them is in the
+    /// database (a batch that fails to apply is applied again, and its files are gone).
+    resolved: Mutex<HashMap<String, String>>,
 }
 
 /// How [`Blobs::adopt`] kept a file's content.
@@ -62,6 +89,9 @@ pub struct Adopted {
 }
 
 fn rel(hash: &str) -> PathBuf {
+    if hash.contains('/') || hash.len() < 3 {
+        return PathBuf::from(hash); // a pending key (or a damaged row: then "not found")
+    }
     PathBuf::from(&hash[..2]).join(&hash[2..])
 }
 
@@ -77,6 +107,7 @@ impl Blobs {
         for e in fs::read_dir(&tmp)? {
             let _ = fs::remove_file(e?.path());
         }
+        fs::create_dir_all(dir.join(PENDING))?;
         for i in 0..=255u8 {
             let d = dir.join(format!("{i:02x}"));
             if let Err(e) = fs::create_dir(&d) {
@@ -93,6 +124,9 @@ impl Blobs {
             dev,
             sync,
             counter: AtomicU64::new(0),
+            in_flight: Mutex::default(),
+            settled: Condvar::new(),
+            resolved: Mutex::default(),
         })
     }
 
@@ -104,6 +138,9 @@ impl Blobs {
             dev: u64::MAX,
             sync: false,
             counter: AtomicU64::new(0),
+            in_flight: Mutex::default(),
+            settled: Condvar::new(),
+            resolved: Mutex::default(),
         }
     }
 
@@ -252,127 +289,171 @@ impl Blobs {
     }
 
     /// Keeps the content of `rel` beneath `root` — a regular file with one name that is about to
-    /// lose it (unlink, or replaced by a rename) — without copying it: the file is hashed, then
-    /// hard-linked into the store as its blob. `Ok(None)` when that cannot be done (another
-    /// filesystem, several names, changed while hashed, `--sync`): the caller copies instead.
+    /// lose it (unlink, or replaced by a rename) — without copying or reading it: the file is
+    /// hard-linked to `pending/<uuid>`, and that key is returned as its blob. The key stays in
+    /// flight until [`settle`](Self::settle) (the change happened, or failed and
+    /// [`unshare`](Self::unshare) made a copy). `Ok(None)` when that cannot be done (another
+    /// filesystem, several names, replaced meanwhile, `--sync`): the caller copies instead.
     ///
     /// # Errors
-    /// I/O errors reading the file or linking it.
+    /// I/O errors other than those that only mean "copy instead".
     pub fn adopt(&self, root: BorrowedFd<'_>, path: &Path) -> io::Result<Option<Adopted>> {
         if self.sync || self.dirfd.is_none() {
             // A link is durable only once the directory is synced; --sync copies and fsyncs.
             return Ok(None);
         }
-        let fd = match sys::open_beneath(
-            root,
-            path,
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
-            0,
-        )
-        .or_else(|_| sys::open_beneath(root, path, OFlags::RDONLY | OFlags::NONBLOCK, 0))
-        {
-            Ok(fd) => fd,
-            Err(_) => return Ok(None),
+        let Ok(before) = sys::lstat_beneath(root, path) else {
+            return Ok(None);
         };
-        let before = sys::fstat(fd.as_fd())?;
         if before.st_mode & libc::S_IFMT != libc::S_IFREG
             || before.st_nlink != 1
             || before.st_dev != self.dev
         {
             return Ok(None);
         }
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; (before.st_size as usize).clamp(4096, 256 * 1024)];
-        let mut off = 0u64;
-        loop {
-            let n = sys::pread(fd.as_fd(), &mut buf, off)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            off += n as u64;
-        }
-        let after = sys::fstat(fd.as_fd())?;
-        let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| {
-            (
-                a.st_size,
-                a.st_mtime,
-                a.st_mtime_nsec,
-                a.st_ctime,
-                a.st_ctime_nsec,
-            ) == (
-                b.st_size,
-                b.st_mtime,
-                b.st_mtime_nsec,
-                b.st_ctime,
-                b.st_ctime_nsec,
-            )
+        let adopted = |hash: String, linked: bool| Adopted {
+            hash,
+            size: before.st_size as u64,
+            linked,
+            mode: before.st_mode,
+            uid: before.st_uid,
+            gid: before.st_gid,
         };
-        if !same(&before, &after) || off != before.st_size as u64 {
-            return Ok(None); // written meanwhile: copy what is there now
-        }
-        let hash = hasher.finalize().to_hex().to_string();
-        let size = off;
-        if size == 0 {
-            return Ok(Some(Adopted {
-                hash,
-                size,
-                linked: false,
-                mode: before.st_mode,
-                uid: before.st_uid,
-                gid: before.st_gid,
-            }));
+        if before.st_size == 0 {
+            return Ok(Some(adopted(empty_hash(), false)));
         }
         let d = self.dirfd()?;
-        let name = rel(&hash);
-        // Linked straight to its blob name: an existing blob (equal content) makes this fail
-        // with EEXIST, and the file needs no keeping.
-        match sys::linkat_between(root, path, d, &name) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                return Ok(Some(Adopted {
-                    hash,
-                    size,
-                    linked: false,
-                    mode: before.st_mode,
-                    uid: before.st_uid,
-                    gid: before.st_gid,
-                }));
-            }
-            Err(_) => return Ok(None),
+        let key = format!("{PENDING}/{}", uuid::Uuid::new_v4().simple());
+        // In flight before the link exists: no resolver may take the file for settled.
+        self.in_flight.lock().unwrap().insert(key.clone());
+        if sys::linkat_between(root, path, d, Path::new(&key)).is_err() {
+            self.settle(&key);
+            return Ok(None);
         }
-        // The name may have been replaced between the open and the link: the blob must be the
-        // file that was hashed, unchanged (the link itself changes its ctime, not its mtime).
-        // Nothing reads blobs meanwhile: rewinds and gc wait for the change in progress.
-        let unchanged = |st: &rustix::fs::Stat| {
+        // The name may have been replaced between the stat and the link: the pending file must
+        // be the file that was looked at, with no other name than the one about to go.
+        let same = sys::lstat_at(d, Path::new(&key)).is_ok_and(|st| {
             (
-                st.st_dev,
                 st.st_ino,
+                st.st_nlink,
                 st.st_size,
                 st.st_mtime,
                 st.st_mtime_nsec,
             ) == (
-                before.st_dev,
                 before.st_ino,
+                2,
                 before.st_size,
                 before.st_mtime,
                 before.st_mtime_nsec,
             )
+        });
+        if !same {
+            self.discard(&key);
+            return Ok(None);
+        }
+        Ok(Some(adopted(key, true)))
+    }
+
+    /// The change an adoption was for has happened, or failed and the pending file was made a
+    /// copy: the resolver may take it.
+    pub fn settle(&self, key: &str) {
+        if self.in_flight.lock().unwrap().remove(key) {
+            self.settled.notify_all();
+        }
+    }
+
+    /// Drops an adoption that no record names (its capture could not be recorded).
+    pub fn discard(&self, key: &str) {
+        if let Ok(d) = self.dirfd() {
+            let _ = sys::unlinkat(d, Path::new(key), false);
+        }
+        self.settle(key);
+    }
+
+    /// The hash of the content of an adopted file (see [`adopt`](Self::adopt)): waits until
+    /// its change has settled, hashes the pending file and links it to its hash (unless a blob
+    /// of that hash exists); [`finish`](Self::finish) removes the pending name. A pending file that still has another name — a
+    /// crash came between the link and the change, or the change never settled — is copied,
+    /// never kept by a link to a file that may still change.
+    ///
+    /// # Errors
+    /// The pending file is missing or unreadable.
+    pub fn resolve(&self, key: &str) -> io::Result<String> {
+        if let Some(h) = self.resolved.lock().unwrap().get(key) {
+            return Ok(h.clone());
+        }
+        let settled = {
+            let g = self.in_flight.lock().unwrap();
+            let (g, _) = self
+                .settled
+                .wait_timeout_while(g, SETTLE_WAIT, |f| f.contains(key))
+                .unwrap();
+            !g.contains(key)
         };
-        match sys::lstat_at(d, &name) {
-            Ok(st) if unchanged(&st) => Ok(Some(Adopted {
-                hash,
-                size,
-                linked: true,
-                mode: before.st_mode,
-                uid: before.st_uid,
-                gid: before.st_gid,
-            })),
-            _ => {
-                let _ = sys::unlinkat(d, &name, false);
-                Ok(None)
+        let d = self.dirfd()?;
+        let name = Path::new(key);
+        let fd = sys::open_beneath(d, name, OFlags::RDONLY | OFlags::NOATIME, 0)
+            .or_else(|_| sys::open_beneath(d, name, OFlags::RDONLY, 0))
+            .map_err(|e| io::Error::new(e.kind(), format!("adopted blob {key}: {e}")))?;
+        let st = sys::fstat(fd.as_fd())?;
+        let hash = if !settled || st.st_nlink > 1 {
+            // (After a crash this may also be a pending file already linked to its hash:
+            // storing it again then writes nothing.)
+            tracing::debug!("adopted blob {key} still has another name: copying it");
+            self.put_fd(fd.as_fd())?.0
+        } else {
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; (st.st_size as usize).clamp(4096, 256 * 1024)];
+            let mut off = 0u64;
+            loop {
+                let n = sys::pread(fd.as_fd(), &mut buf, off)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                off += n as u64;
+            }
+            let hash = hasher.finalize().to_hex().to_string();
+            // Linked, not renamed: the pending name goes only once the records naming it are
+            // in the database and out of the journal (see `finish`), so a crash before that
+            // finds it again.
+            if off > 0 {
+                match sys::linkat_between(d, name, d, &rel(&hash)) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {} // equal content
+                    Err(e) => return Err(e),
+                }
+            }
+            hash
+        };
+        self.resolved
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), hash.clone());
+        Ok(hash)
+    }
+
+    /// The records naming these pending keys are in the database and out of the journal: the
+    /// pending files go (their content has its hash name).
+    pub fn finish<'a>(&self, keys: impl IntoIterator<Item = &'a str>) {
+        let d = self.dirfd().ok();
+        let mut r = self.resolved.lock().unwrap();
+        for k in keys {
+            if r.remove(k).is_some() {
+                if let Some(d) = d {
+                    let _ = sys::unlinkat(d, Path::new(k), false);
+                }
             }
         }
+    }
+
+    /// Removes pending files no journal record names (after a crash's journal was applied at
+    /// open: every file it named was resolved).
+    pub fn clear_pending(&self) -> io::Result<()> {
+        for e in fs::read_dir(self.dir.join(PENDING))? {
+            let _ = fs::remove_file(e?.path());
+        }
+        Ok(())
     }
 
     /// Makes an adopted blob a copy of its own again (the change that was to remove the file's
@@ -425,6 +506,10 @@ impl Blobs {
         if hash == empty_hash() {
             return Ok(true);
         }
+        if is_pending(hash) {
+            // Hashed when the journal is applied; until then it only has to be there.
+            return fs::metadata(self.path(hash)).map(|m| m.is_file());
+        }
         let mut f = File::open(self.path(hash))?;
         let mut h = blake3::Hasher::new();
         io::copy(&mut f, &mut h)?;
@@ -463,6 +548,110 @@ mod tests {
         assert_eq!(files.len(), 1, "{files:?}");
         let (he, _) = b.put_bytes(b"").unwrap();
         assert_eq!(b.read(&he).unwrap(), b"");
+    }
+
+    fn ino(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(p).unwrap().ino()
+    }
+
+    /// A workspace with one file, and a blob store on the same filesystem.
+    fn setup(content: &[u8]) -> (tempfile::TempDir, OwnedFd, Blobs) {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("ws")).unwrap();
+        fs::write(d.path().join("ws/f"), content).unwrap();
+        let root = sys::open_dir_path(&d.path().join("ws")).unwrap();
+        let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
+        (d, root, b)
+    }
+
+    /// The adoption path of `rm`: linked under a pending key (nothing read), then, once the
+    /// unlink settled, hashed and renamed to its hash — the very file, not a copy.
+    #[test]
+    fn an_adopted_file_becomes_its_hash_once_its_change_settles() {
+        let (d, root, b) = setup(b"kept by a link");
+        let orig = ino(&d.path().join("ws/f"));
+        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        assert!(is_pending(&a.hash) && a.linked && a.size == 14, "{a:?}");
+        // The resolver waits for the change: it runs here while the unlink is still to come.
+        let key = a.hash.clone();
+        let h = std::thread::scope(|s| {
+            let r = s.spawn(|| b.resolve(&key).unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+            fs::remove_file(d.path().join("ws/f")).unwrap();
+            b.settle(&key);
+            r.join().unwrap()
+        });
+        assert_eq!(h, blake3::hash(b"kept by a link").to_hex().to_string());
+        assert_eq!(b.read(&h).unwrap(), b"kept by a link");
+        // Linked, not copied: had the resolver not waited, the file would still have had its
+        // workspace name, and it would have been copied.
+        assert_eq!(ino(&b.path(&h)), orig);
+        // Resolving again (a batch applied twice) gives the same hash until finished.
+        assert_eq!(b.resolve(&key).unwrap(), h);
+        b.finish([key.as_str()]);
+        assert_eq!(
+            fs::read_dir(d.path().join("blobs/pending"))
+                .unwrap()
+                .count(),
+            0
+        );
+        assert!(b.resolve(&key).is_err());
+        assert_eq!(b.read(&h).unwrap(), b"kept by a link");
+    }
+
+    /// The unlink failed: the pending file is made a copy, and later writes to the live file
+    /// do not reach the pre-image.
+    #[test]
+    fn a_failed_change_leaves_the_pre_image_its_own_copy() {
+        let (d, root, b) = setup(b"before");
+        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        b.unshare(&a.hash).unwrap();
+        b.settle(&a.hash);
+        fs::write(d.path().join("ws/f"), b"after, and longer").unwrap();
+        let h = b.resolve(&a.hash).unwrap();
+        assert_eq!(b.read(&h).unwrap(), b"before");
+        assert_ne!(ino(&b.path(&h)), ino(&d.path().join("ws/f")));
+        assert!(b.verify(&h).unwrap());
+    }
+
+    /// A crash between the link and the unlink: after a restart nothing is in flight, and the
+    /// pending file still has its workspace name — it is copied, never kept by a link.
+    #[test]
+    fn a_pending_file_that_still_has_its_name_is_copied() {
+        let (d, root, b) = setup(b"still here");
+        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        drop(b);
+        let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
+        let h = b.resolve(&a.hash).unwrap();
+        assert_eq!(b.read(&h).unwrap(), b"still here");
+        assert_ne!(ino(&b.path(&h)), ino(&d.path().join("ws/f")));
+        b.clear_pending().unwrap();
+        assert_eq!(
+            fs::read_dir(d.path().join("blobs/pending"))
+                .unwrap()
+                .count(),
+            0
+        );
+    }
+
+    /// Files that cannot be kept by a link are left to the caller to copy.
+    #[test]
+    fn only_regular_files_with_one_name_are_adopted() {
+        let (d, root, b) = setup(b"x");
+        fs::hard_link(d.path().join("ws/f"), d.path().join("ws/g")).unwrap();
+        assert!(b.adopt(root.as_fd(), Path::new("f")).unwrap().is_none());
+        fs::create_dir(d.path().join("ws/dir")).unwrap();
+        assert!(b.adopt(root.as_fd(), Path::new("dir")).unwrap().is_none());
+        fs::write(d.path().join("ws/empty"), b"").unwrap();
+        let e = b.adopt(root.as_fd(), Path::new("empty")).unwrap().unwrap();
+        assert_eq!((e.hash, e.linked), (empty_hash(), false));
+        assert_eq!(
+            fs::read_dir(d.path().join("blobs/pending"))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     fn walk(p: &Path) -> Vec<PathBuf> {

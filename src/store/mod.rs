@@ -299,6 +299,56 @@ struct Pending {
     next_move: i64,
 }
 
+/// Gives the adopted files a batch names their content hashes (see [`Blobs::resolve`]): the
+/// records with every pending key replaced, and the keys. A key whose file is gone is fine when
+/// its capture is already in the database (a batch applied before a crash emptied its journal
+/// file); otherwise (a damaged store) it is logged and kept, and a rewind that needs it fails
+/// with "not found" rather than restoring something else.
+fn resolve_pending(
+    conn: &Connection,
+    blobs: &Blobs,
+    records: &[Record],
+) -> (Vec<Record>, Vec<String>) {
+    let mut keys = Vec::new();
+    let mut out = records.to_vec();
+    for r in &mut out {
+        if let Record::Capture {
+            id,
+            pre: PreImage { blob: Some(b), .. },
+            path,
+            ..
+        } = r
+        {
+            if blobs::is_pending(b) {
+                keys.push(b.clone());
+                match blobs.resolve(b) {
+                    Ok(h) => *b = h,
+                    Err(_) if capture_exists(conn, *id) => {}
+                    Err(e) => tracing::error!(
+                        "store: the pre-image of {} could not be hashed: {e}",
+                        String::from_utf8_lossy(path)
+                    ),
+                }
+            }
+        }
+    }
+    (out, keys)
+}
+
+fn capture_exists(conn: &Connection, id: i64) -> bool {
+    conn.query_row("SELECT 1 FROM captures WHERE id = ?1", [id], |_| Ok(()))
+        .optional()
+        .ok()
+        .flatten()
+        .is_some()
+}
+
+fn has_pending(records: &[Record]) -> bool {
+    records.iter().any(|r| {
+        matches!(r, Record::Capture { pre: PreImage { blob: Some(b), .. }, .. } if blobs::is_pending(b))
+    })
+}
+
 /// Applies journal records to the database in one transaction. A record the database refuses
 /// (which only a damaged store could cause) is logged and skipped rather than blocking every
 /// later write.
@@ -423,11 +473,15 @@ impl Store {
         conn.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         migrate(&mut conn, &db)?;
-        // What a crash left in the journal goes into the database before anything reads it.
+        let blobs = Blobs::open(&dir.join("blobs"), sync)?;
+        // What a crash left in the journal goes into the database before anything reads it
+        // (adopted files it names are hashed first); then no pending file is named any more.
         let left = journal::read(dir)?;
         if !left.records.is_empty() {
-            apply_records(&mut conn, &left.records)?;
+            let (records, _) = resolve_pending(&conn, &blobs, &left.records);
+            apply_records(&mut conn, &records)?;
         }
+        blobs.clear_pending()?;
         let journal = Journal::open(dir, sync)?;
         let next = |table: &str, col: &str| -> rusqlite::Result<i64> {
             conn.query_row(
@@ -443,7 +497,6 @@ impl Store {
             next_capture: next("captures", "id")?,
             next_move: next("moves", "seq")?,
         };
-        let blobs = Blobs::open(&dir.join("blobs"), sync)?;
         Ok(Store {
             conn: Mutex::new(conn),
             pending: Mutex::new(pending),
@@ -474,10 +527,20 @@ impl Store {
                     None => return Ok(()),
                 }
             };
-            let res = apply_records(c, &batch);
-            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            p.journal.batch_done(res.is_ok())?;
+            // Adopted files are hashed here, off the request path, without the journal's lock.
+            let (res, keys) = if has_pending(&batch) {
+                let (records, keys) = resolve_pending(c, &self.blobs, &batch);
+                (apply_records(c, &records), keys)
+            } else {
+                (apply_records(c, &batch), Vec::new())
+            };
+            {
+                let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                p.journal.batch_done(res.is_ok())?;
+            }
             res?;
+            // Out of the journal (or, written in place, applied): the pending names can go.
+            self.blobs.finish(keys.iter().map(String::as_str));
             if !retry {
                 break;
             }
@@ -945,6 +1008,11 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
             } => (h, format!("range of capture {capture}")),
             _ => continue,
         };
+        if let Record::Capture { id, .. } = r {
+            if blobs::is_pending(h) && capture_exists(&conn, *id) {
+                continue; // applied before a crash emptied the journal; its row has the hash
+            }
+        }
         {
             journal_blobs += 1;
             match blobs.verify(h) {
@@ -1027,6 +1095,110 @@ mod tests {
                 .contains("newer than this rewindfs supports"),
             "{err}"
         );
+    }
+
+    /// An `rm` adopted a file (a pending key in the journal) and the daemon died: the next
+    /// open hashes the file, and the database names it by its hash; the same holds for a batch
+    /// applied while the daemon runs. No pending file is left.
+    #[test]
+    fn adopted_files_are_named_by_their_hash_in_the_database() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("gone"), b"deleted content").unwrap();
+        std::fs::write(ws.join("also"), b"other content").unwrap();
+        let root = crate::sys::open_dir_path(&ws).unwrap();
+        let store_dir = d.path().join("store");
+        let s = Store::open(&store_dir, false).unwrap();
+        let k = s
+            .begin_checkpoint("44444444-4444-4444-8444-444444444444", None, "message")
+            .unwrap();
+        let capture = |s: &Store, name: &str| {
+            let a = s
+                .blobs
+                .adopt(std::os::fd::AsFd::as_fd(&root), Path::new(name))
+                .unwrap()
+                .unwrap();
+            let pre = PreImage {
+                kind: Kind::File,
+                blob: Some(a.hash.clone()),
+                mode: a.mode,
+                uid: a.uid,
+                gid: a.gid,
+                size: a.size,
+                target: None,
+                partial: false,
+            };
+            s.insert_capture(
+                k,
+                name.as_bytes(),
+                "checkpoint",
+                &pre,
+                Actor::Shell,
+                "unlink",
+            )
+            .unwrap();
+            std::fs::remove_file(ws.join(name)).unwrap();
+            s.blobs.settle(&a.hash);
+        };
+        capture(&s, "gone");
+        // The store as a crash right after this batch's commit, before its journal file was
+        // emptied, would leave it: a copy now, given the database and blobs of after.
+        let crashed = d.path().join("crashed");
+        assert!(
+            std::process::Command::new("cp")
+                .args(["-a", store_dir.to_str().unwrap(), crashed.to_str().unwrap()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let caps = s.captures_in(k).unwrap();
+        let h = blake3::hash(b"deleted content").to_hex().to_string();
+        assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
+        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
+        capture(&s, "also");
+        std::mem::forget(s);
+        let (problems, _) = fsck(&store_dir).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let s = Store::open(&store_dir, false).unwrap();
+        let caps = s.captures_in(k).unwrap();
+        let h2 = blake3::hash(b"other content").to_hex().to_string();
+        assert_eq!(caps[1].pre.blob.as_deref(), Some(h2.as_str()));
+        assert_eq!(s.blobs.read(&h2).unwrap(), b"other content");
+        assert_eq!(
+            std::fs::read_dir(store_dir.join("blobs/pending"))
+                .unwrap()
+                .count(),
+            0
+        );
+        let (problems, n) = fsck(&store_dir).unwrap();
+        assert!(problems.is_empty() && n == 2, "{problems:?} {n}");
+        drop(s);
+
+        // The batch was applied and its pending file removed, but its record is replayed.
+        for f in ["rewindfs.db", "rewindfs.db-wal", "rewindfs.db-shm"] {
+            let _ = std::fs::remove_file(crashed.join(f));
+            if store_dir.join(f).exists() {
+                std::fs::copy(store_dir.join(f), crashed.join(f)).unwrap();
+            }
+        }
+        for e in std::fs::read_dir(crashed.join("blobs/pending")).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        for h in [&h, &h2] {
+            let blob = Path::new(&h[..2]).join(&h[2..]);
+            std::fs::copy(
+                store_dir.join("blobs").join(&blob),
+                crashed.join("blobs").join(&blob),
+            )
+            .unwrap();
+        }
+        let (problems, _) = fsck(&crashed).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let s = Store::open(&crashed, false).unwrap();
+        let caps = s.captures_in(k).unwrap();
+        assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
+        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
     }
 
     #[test]
