@@ -411,7 +411,12 @@ pub struct Recorder {
     flush_wake: std::sync::Condvar,
     /// Held while a batch of the change log is written, so batches land in order.
     flushing: Mutex<()>,
+    /// A checkpoint dropped a large set of paths: the flusher returns the memory.
+    trim_wanted: std::sync::atomic::AtomicBool,
 }
+
+/// Paths a checkpoint's set must have held for its end to trim the heap.
+const TRIM_AFTER_PATHS: usize = 10_000;
 
 /// Change-log entries buffered before the flusher is woken.
 const LOG_FLUSH_AT: usize = 512;
@@ -448,6 +453,7 @@ impl Recorder {
             flush_wanted: Mutex::new(false),
             flush_wake: std::sync::Condvar::new(),
             flushing: Mutex::new(()),
+            trim_wanted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -934,6 +940,12 @@ impl Recorder {
                 }
             }
         }
+        if s.seen.len() >= TRIM_AFTER_PATHS {
+            // Dropping that many paths frees megabytes the allocator would keep; the flusher
+            // hands them back (off this thread: trimming a large heap takes milliseconds).
+            self.trim_wanted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         s.seen = HashMap::new();
         s.partial = HashMap::new();
         Ok(seq)
@@ -953,6 +965,14 @@ impl Recorder {
                 *wanted = false;
             }
             self.flush_log();
+            if self
+                .trim_wanted
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                let t = std::time::Instant::now();
+                sys::trim_heap();
+                tracing::debug!("heap trimmed in {:?}", t.elapsed());
+            }
             if stop.load(std::sync::atomic::Ordering::Acquire) {
                 return;
             }
