@@ -91,6 +91,31 @@ impl KernelCache for FuseKernel {
     }
 }
 
+/// Whether the daemon recorded in the store's pid file is exiting (or gone): its lock on the
+/// store is about to be released.
+fn holder_exiting(store: &std::path::Path) -> bool {
+    /// `PF_EXITING` in the flags of `/proc/<pid>/stat`.
+    const PF_EXITING: u64 = 0x4;
+    let Some(pid) = std::fs::read_to_string(store.join(files::PID))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    else {
+        return false;
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true; // gone; whoever holds the lock now is not a daemon of this store's mount
+    };
+    // After the command name (which may hold spaces): state, ppid, pgrp, session, tty_nr,
+    // tpgid, flags.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let state = fields.first().copied().unwrap_or("");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
 /// Files the daemon keeps in the store directory.
 pub mod files {
     pub const LOCK: &str = "lock";
@@ -289,14 +314,24 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         .write(true)
         .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
-    if let Err(e) = sys::try_lock(lock.as_fd()) {
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            bail!(
-                "store {} is in use by another rewindfs daemon",
-                cfg.store.display()
-            );
+    // A daemon that was killed holds the lock until its exit completes, which waits for the
+    // FUSE requests it had in flight to be cancelled (the unmount does that): a mount right
+    // after `kill -9` and `umount` waits for that exit, never for a live daemon.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sys::try_lock(lock.as_fd()) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                if !holder_exiting(&cfg.store) || std::time::Instant::now() > deadline {
+                    bail!(
+                        "store {} is in use by another rewindfs daemon",
+                        cfg.store.display()
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e).context(format!("locking {}", lock_path.display())),
         }
-        return Err(e).context(format!("locking {}", lock_path.display()));
     }
     let store_s = cfg
         .store
@@ -589,5 +624,34 @@ fn run_idle(what: &str) {
         ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
     ) {
         tracing::debug!("{what} stays an ordinary thread: {e:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mount waits for the store's lock only while the daemon that holds it is exiting: a
+    /// live one is reported at once, a zombie or a vanished one is waited for.
+    #[test]
+    fn only_an_exiting_daemon_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let pid_file = d.path().join(files::PID);
+        assert!(
+            !holder_exiting(d.path()),
+            "no pid file: not ours to wait for"
+        );
+        std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+        assert!(!holder_exiting(d.path()), "a live daemon");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        std::fs::write(&pid_file, format!("{}\n", child.id())).unwrap();
+        // Not reaped yet: a zombie once it has exited.
+        let zombie = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            holder_exiting(d.path())
+        });
+        assert!(zombie, "an exited, unreaped process");
+        child.wait().unwrap();
+        assert!(holder_exiting(d.path()), "a vanished process");
     }
 }

@@ -281,8 +281,12 @@ pub fn now_ms() -> i64 {
 /// The store.
 pub struct Store {
     /// The one connection (WAL mode). Held only for the duration of a statement or transaction.
-    /// Lock order: `conn` → `pending`.
+    /// Lock order: `applying` → `conn` → `pending`.
     conn: Mutex<Connection>,
+    /// Held by whoever applies the journal, so batches land one at a time and in order. Adopted
+    /// files are hashed under it, not under `conn`: a checkpoint boundary inserts its row
+    /// while it holds up every capture, and must not wait for reads from disk.
+    applying: Mutex<()>,
     /// Journalled writes not yet in the database, and the ids they allocate.
     pending: Mutex<Pending>,
     pub blobs: Blobs,
@@ -305,7 +309,7 @@ struct Pending {
 /// file); otherwise (a damaged store) it is logged and kept, and a rewind that needs it fails
 /// with "not found" rather than restoring something else.
 fn resolve_pending(
-    conn: &Connection,
+    conn: &Mutex<Connection>,
     blobs: &Blobs,
     records: &[Record],
 ) -> (Vec<Record>, Vec<String>) {
@@ -323,7 +327,9 @@ fn resolve_pending(
                 keys.push(b.clone());
                 match blobs.resolve(b) {
                     Ok(h) => *b = h,
-                    Err(_) if capture_exists(conn, *id) => {}
+                    Err(_)
+                        if capture_exists(&conn.lock().unwrap_or_else(|p| p.into_inner()), *id) => {
+                    }
                     Err(e) => tracing::error!(
                         "store: the pre-image of {} could not be hashed: {e}",
                         String::from_utf8_lossy(path)
@@ -478,7 +484,9 @@ impl Store {
         // (adopted files it names are hashed first); then no pending file is named any more.
         let left = journal::read(dir)?;
         if !left.records.is_empty() {
-            let (records, _) = resolve_pending(&conn, &blobs, &left.records);
+            let shared = Mutex::new(conn);
+            let (records, _) = resolve_pending(&shared, &blobs, &left.records);
+            conn = shared.into_inner().unwrap_or_else(|p| p.into_inner());
             apply_records(&mut conn, &records)?;
         }
         blobs.clear_pending()?;
@@ -499,6 +507,7 @@ impl Store {
         };
         Ok(Store {
             conn: Mutex::new(conn),
+            applying: Mutex::new(()),
             pending: Mutex::new(pending),
             blobs,
             dir: dir.to_owned(),
@@ -508,15 +517,22 @@ impl Store {
     /// Runs `f` on the connection, after the journal's pending records are applied (so every
     /// query sees every change recorded so far).
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
+        self.apply_pending()?;
+        self.conn_only(f)
+    }
+
+    /// Runs `f` on the connection without applying the journal first.
+    fn conn_only<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T> {
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        self.apply_pending(&mut c)?;
         Ok(f(&mut c)?)
     }
 
-    /// Applies the journal's pending records. The caller holds the connection, so batches are
-    /// applied one at a time and in order; `pending` is held only to take the batch and to
-    /// report it done, never across the SQLite transaction (changes append meanwhile).
-    fn apply_pending(&self, c: &mut Connection) -> Result<()> {
+    /// Applies the journal's pending records, one batch at a time and in order (under
+    /// `applying`). `pending` is held only to take the batch and to report it done, never
+    /// across the SQLite transaction (changes append meanwhile), and `conn` only for the
+    /// transaction itself (adopted files are hashed before it).
+    fn apply_pending(&self) -> Result<()> {
+        let _order = self.applying.lock().unwrap_or_else(|p| p.into_inner());
         // A batch a failed attempt left comes first; then what is pending now.
         for _ in 0..2 {
             let (batch, retry) = {
@@ -527,12 +543,13 @@ impl Store {
                     None => return Ok(()),
                 }
             };
-            // Adopted files are hashed here, off the request path, without the journal's lock.
+            // Adopted files are hashed here, off the request path, without the journal's lock
+            // or the connection.
             let (res, keys) = if has_pending(&batch) {
-                let (records, keys) = resolve_pending(c, &self.blobs, &batch);
-                (apply_records(c, &records), keys)
+                let (records, keys) = resolve_pending(&self.conn, &self.blobs, &batch);
+                (self.conn_only(|c| apply_records(c, &records)), keys)
             } else {
-                (apply_records(c, &batch), Vec::new())
+                (self.conn_only(|c| apply_records(c, &batch)), Vec::new())
             };
             {
                 let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -573,7 +590,9 @@ impl Store {
 
     /// Begins a checkpoint; returns its sequence number.
     pub fn begin_checkpoint(&self, uuid: &str, session: Option<&str>, kind: &str) -> Result<i64> {
-        self.with(|c| {
+        // Not after the journal is applied: the caller holds up every capture meanwhile, and
+        // the row needs nothing the journal holds (its captures name earlier checkpoints).
+        self.conn_only(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(s) = session {
                 tx.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?1, ?2)", params![s, now_ms()])?;
