@@ -84,6 +84,27 @@ pub struct Core {
     /// Where released files go to be closed, when the daemon runs a closer (see
     /// [`Core::closer`]).
     closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<OwnedFd>>,
+    /// Writable opens in progress, per node: counted before the backing open, so a removal
+    /// that adopts the file's inode into the store sees them (see [`Core::removal`]).
+    opening: std::sync::Mutex<HashMap<u64, usize>>,
+}
+
+/// A writable open in progress (see `Core::opening`); counted until dropped.
+struct Opening<'a> {
+    core: &'a Core,
+    ino: u64,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        let mut o = self.core.opening.lock().unwrap();
+        if let Some(n) = o.get_mut(&self.ino) {
+            *n -= 1;
+            if *n == 0 {
+                o.remove(&self.ino);
+            }
+        }
+    }
 }
 
 /// Released fds waiting for the closer; past this a release closes its fd itself.
@@ -117,6 +138,7 @@ impl Core {
             observer,
             as_root: sys::geteuid() == 0,
             closer: std::sync::OnceLock::new(),
+            opening: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -249,28 +271,49 @@ impl Core {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
             return false;
         }
-        let Some(ino) = self.inodes.ino_of(st) else {
-            return true; // the kernel holds no node for it, so no handle either
-        };
-        !self
-            .handles
-            .read()
-            .unwrap()
-            .values()
-            .any(|h| h.ino == ino && h.writable)
+        match self.inodes.ino_of(st) {
+            Some(ino) => !self.has_writer(ino),
+            None => true, // the kernel holds no node for it, so no handle either
+        }
+    }
+
+    /// Whether a handle has node `ino` open for writing, or such an open is in progress.
+    fn has_writer(&self, ino: u64) -> bool {
+        self.opening.lock().unwrap().contains_key(&ino)
+            || self
+                .handles
+                .read()
+                .unwrap()
+                .values()
+                .any(|h| h.ino == ino && h.writable)
+    }
+
+    /// Counts a writable open of node `ino` as in progress until the guard is dropped.
+    fn opening(&self, ino: u64) -> Opening<'_> {
+        *self.opening.lock().unwrap().entry(ino).or_insert(0) += 1;
+        Opening { core: self, ino }
     }
 
     /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
-    /// may take away a file's last name.
+    /// may take away a file's last name; `victim` is the node of the file losing it.
     fn removal<T>(
         &self,
         ctx: &Ctx,
         change: Change<'_>,
+        victim: Option<u64>,
         apply: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
         let _permit = self.observer.before(ctx.pid, &change)?;
         match apply() {
             Ok(v) => {
+                if change.last_name && victim.is_some_and(|i| self.has_writer(i)) {
+                    // A writable open raced the removal (it began after the check that let
+                    // the file be adopted, and before its name went): the file lives on for
+                    // that writer, so its pre-image gets a copy of its own, as if the removal
+                    // had failed. (Writes it makes before this point would still reach the
+                    // adopted file; the window is the few microseconds since the unlink.)
+                    self.observer.failed(&change);
+                }
                 self.observer.after(ctx.pid, &change);
                 Ok(v)
             }
@@ -554,7 +597,10 @@ impl Core {
             last_name: !is_dir && self.is_last_name(&st),
             range: None,
         };
-        self.removal(ctx, change, || sys::unlinkat(self.root(), &p, is_dir))?;
+        let victim = self.inodes.ino_of(&st);
+        self.removal(ctx, change, victim, || {
+            sys::unlinkat(self.root(), &p, is_dir)
+        })?;
         if let Some(ino) = self.inodes.ino_of(&st) {
             self.inodes.renamed(ino, (parent, name), None);
             if is_dir || st.st_nlink <= 1 {
@@ -592,7 +638,8 @@ impl Core {
                 && dst.as_ref().is_some_and(|d| self.is_last_name(d)),
             range: None,
         };
-        self.removal(ctx, change, || {
+        let victim = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
+        self.removal(ctx, change, victim, || {
             sys::renameat2(self.root(), &from, &to, flags)
         })?;
         let src_ino = self.inodes.ino_of(&src);
@@ -639,8 +686,11 @@ impl Core {
     }
 
     pub fn open(&self, ctx: &Ctx, ino: u64, flags: i32) -> io::Result<u64> {
-        let p = self.path(ino)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        // Counted before the path is resolved: a removal that has not yet taken the name sees
+        // this open; one that has, makes the path lookup fail.
+        let _opening = writable.then(|| self.opening(ino));
+        let p = self.path(ino)?;
         let _permit = if flags & libc::O_TRUNC != 0 && writable {
             self.before_node(ctx, Op::Truncate, ino, &p, None)?
         } else {
@@ -986,5 +1036,68 @@ impl Core {
             self.after(ctx, Op::Write, p, None);
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Mutex, OnceLock, Weak};
+
+    /// Records the observer calls a removal makes; with `race` set, a writable open of the
+    /// file being removed begins while its pre-image is taken.
+    #[derive(Default)]
+    struct Spy {
+        core: OnceLock<Weak<Core>>,
+        race: bool,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl Observer for Spy {
+        fn before(&self, _pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
+            if self.race && change.last_name {
+                let core = self.core.get().unwrap().upgrade().unwrap();
+                let st = sys::lstat_at(core.root(), change.path).unwrap();
+                let ino = core.inodes.ino_of(&st).unwrap();
+                core.opening.lock().unwrap().insert(ino, 1);
+            }
+            self.calls.lock().unwrap().push("before");
+            Ok(None)
+        }
+        fn after(&self, _pid: u32, _change: &Change<'_>) {
+            self.calls.lock().unwrap().push("after");
+        }
+        fn failed(&self, _change: &Change<'_>) {
+            self.calls.lock().unwrap().push("failed");
+        }
+    }
+
+    fn unlink_with(race: bool) -> Vec<&'static str> {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        let root = sys::open_dir_path(d.path()).unwrap();
+        let spy = Arc::new(Spy {
+            race,
+            ..Default::default()
+        });
+        let core = Arc::new(Core::new(root, spy.clone()).unwrap());
+        spy.core.set(Arc::downgrade(&core)).unwrap();
+        core.lookup(ROOT, OsStr::new("f")).unwrap();
+        let ctx = Ctx {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
+        core.unlink(&ctx, ROOT, OsStr::new("f")).unwrap();
+        assert!(!d.path().join("f").exists());
+        spy.calls.lock().unwrap().clone()
+    }
+
+    /// A writable open that began after the removal's check, before the name went, leaves the
+    /// file alive for a writer: the adopted pre-image is unshared (`failed`) before `after`.
+    #[test]
+    fn a_writable_open_racing_a_removal_unshares_the_pre_image() {
+        assert_eq!(unlink_with(false), ["before", "after"]);
+        assert_eq!(unlink_with(true), ["before", "failed", "after"]);
     }
 }
