@@ -233,19 +233,9 @@ fn snapshot_or_adopt(
     adopt: bool,
 ) -> io::Result<(PreImage, Option<String>)> {
     if adopt {
-        // The caller saw a regular file with one name here: open it directly.
+        // The caller saw a regular file with one name here: keep it by a link, unread.
         if let Some(a) = store.blobs.adopt(root, rel)? {
-            let pre = PreImage {
-                kind: Kind::File,
-                blob: Some(a.hash.clone()),
-                mode: a.mode,
-                uid: a.uid,
-                gid: a.gid,
-                size: a.size,
-                target: None,
-                partial: false,
-            };
-            return Ok((pre, a.linked.then_some(a.hash)));
+            return Ok((a.pre_image(), a.linked.then_some(a.hash)));
         }
     }
     let st = match sys::lstat_beneath(root, rel) {

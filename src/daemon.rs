@@ -323,8 +323,13 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
             Ok(()) => break,
             Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
                 if !holder_exiting(&cfg.store) || std::time::Instant::now() > deadline {
+                    let pid = std::fs::read_to_string(cfg.store.join(files::PID))
+                        .map(|s| format!(" (pid {})", s.trim()))
+                        .unwrap_or_default();
                     bail!(
-                        "store {} is in use by another rewindfs daemon",
+                        "store {} is in use by another rewindfs daemon{pid}: unmount its \
+                         directory first (`rewindfs umount DIR`), or give this mount its own \
+                         --store",
                         cfg.store.display()
                     );
                 }

@@ -88,6 +88,22 @@ pub struct Adopted {
     pub gid: u32,
 }
 
+impl Adopted {
+    /// The pre-image this adoption keeps: a regular file, with the file's mode and owner.
+    pub fn pre_image(&self) -> super::PreImage {
+        super::PreImage {
+            kind: super::Kind::File,
+            blob: Some(self.hash.clone()),
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            size: self.size,
+            target: None,
+            partial: false,
+        }
+    }
+}
+
 fn rel(hash: &str) -> PathBuf {
     if hash.contains('/') || hash.len() < 3 {
         return PathBuf::from(hash); // a pending key (or a damaged row: then "not found")

@@ -1138,16 +1138,7 @@ mod tests {
                 .adopt(std::os::fd::AsFd::as_fd(&root), Path::new(name))
                 .unwrap()
                 .unwrap();
-            let pre = PreImage {
-                kind: Kind::File,
-                blob: Some(a.hash.clone()),
-                mode: a.mode,
-                uid: a.uid,
-                gid: a.gid,
-                size: a.size,
-                target: None,
-                partial: false,
-            };
+            let pre = a.pre_image();
             s.insert_capture(
                 k,
                 name.as_bytes(),
