@@ -40,20 +40,27 @@ impl KernelCache for FuseKernel {
             return;
         }
         // syncfs starts writing back every dirty page, but the kernel does not wait for a
-        // FUSE daemon to have received them; fsync of each file open for writing does (it
-        // waits for the file's pending writes to be answered).
-        match File::open(&self.dir) {
+        // FUSE daemon to have received them; fsync of a file does (it waits for the file's
+        // pending writes to be answered). Only pages written through a shared mapping are
+        // dirty here (a write() reaches the daemon before it returns), and the kernel writes a
+        // file's pages back when it is closed: what is left are files still mapped for
+        // writing, found in the processes' maps, and synced through them.
+        let dev = match File::open(&self.dir) {
             Ok(f) => {
                 if let Err(e) = sys::syncfs(f.as_fd()) {
                     tracing::warn!("syncfs {}: {e}", self.dir.display());
                 }
+                sys::fstat(f.as_fd()).map(|st| st.st_dev).ok()
             }
-            Err(e) => tracing::warn!("open {}: {e}", self.dir.display()),
-        }
-        for p in self.core.writable_paths() {
-            if let Ok(f) = File::open(self.dir.join(&p)) {
+            Err(e) => {
+                tracing::warn!("open {}: {e}", self.dir.display());
+                None
+            }
+        };
+        for m in dev.map(sys::shared_writable_mappings).unwrap_or_default() {
+            if let Ok(f) = File::open(&m) {
                 if let Err(e) = f.sync_data() {
-                    tracing::warn!("flushing {}: {e}", p.display());
+                    tracing::warn!("flushing {}: {e}", m.display());
                 }
             }
         }

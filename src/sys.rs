@@ -274,6 +274,59 @@ pub fn lchownat(
     rustix::fs::chownat(dir, at_path(rel), uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
 }
 
+/// Where to reach, for each file on device `dev` that some process has mapped shared and
+/// writable, one such mapping: `/proc/PID/map_files/START-END` (opening it needs root). Read
+/// from every process's `/proc/PID/maps`; processes that go away meanwhile are skipped.
+pub fn shared_writable_mappings(dev: u64) -> Vec<PathBuf> {
+    let want = format!(
+        "{:02x}:{:02x}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in procs.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            // start-end perms offset dev inode [path]
+            let mut f = line.split_ascii_whitespace();
+            let (Some(range), Some(perms), Some(_), Some(d), Some(ino)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            let p = perms.as_bytes();
+            if d == want
+                && p.len() == 4
+                && p[1] == b'w'
+                && p[3] == b's'
+                && seen.insert(ino.to_owned())
+            {
+                out.push(PathBuf::from(format!("/proc/{pid}/map_files/{range}")));
+            }
+        }
+    }
+    out
+}
+
+pub fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    let uid = Some(rustix::fs::Uid::from_raw(uid));
+    let gid = Some(rustix::fs::Gid::from_raw(gid));
+    rustix::fs::fchown(fd, uid, gid).map_err(errno)
+}
+
 /// A time to set: `None` leaves it alone (`UTIME_OMIT`), `Some(None)` is `UTIME_NOW`.
 pub type SetTime = Option<Option<(i64, i64)>>;
 

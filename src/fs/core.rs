@@ -15,8 +15,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::{OFlags, Stat};
 
@@ -83,38 +83,74 @@ pub struct Core {
     as_root: bool,
     /// Where released files go to be closed, when the daemon runs a closer (see
     /// [`Core::closer`]).
-    closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<OwnedFd>>,
-    /// Writable opens in progress, per node: counted before the backing open, so a removal
-    /// that adopts the file's inode into the store sees them (see [`Core::removal`]).
-    opening: std::sync::Mutex<HashMap<u64, usize>>,
+    closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<OwnedFd>>>,
+    /// Backing fds of nodes, for the requests that come without a handle (see [`NodeFile`]).
+    /// Lock order: after `inodes` and `handles`, never held across I/O.
+    files: Mutex<HashMap<u64, Arc<NodeFile>>>,
+    /// Held while a node with no name left is changed (see [`Core::for_change`]).
+    nameless: Mutex<()>,
 }
 
-/// A writable open in progress (see `Core::opening`); counted until dropped.
-struct Opening<'a> {
-    core: &'a Core,
-    ino: u64,
+/// A backing fd held for a node. OPEN is declined (see `fs/mod.rs`), so the kernel reads and
+/// writes the files it opens by node, with no handle: the node's fd is opened at its first
+/// such request and kept until the kernel forgets the node, or the cache is full.
+#[derive(Debug)]
+struct NodeFile {
+    fd: OwnedFd,
+    /// Opened for reading and writing (else the backing file allowed reading only).
+    writable: bool,
+    /// The file lost its last name while the kernel held the node, which may still be open:
+    /// this fd is the only way to it, kept until the kernel forgets the node.
+    pinned: AtomicBool,
+    /// ...and its inode may be kept by the store as the pre-image of that removal (adopted by
+    /// a hard link): it is changed only after a copy has taken its place (see `for_change`).
+    adopted: AtomicBool,
+    /// Truncated through this fd: ext4 writes such a file's data out at the close, which is
+    /// left to the closer thread.
+    truncated: AtomicBool,
 }
 
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        let mut o = self.core.opening.lock().unwrap();
-        if let Some(n) = o.get_mut(&self.ino) {
-            *n -= 1;
-            if *n == 0 {
-                o.remove(&self.ino);
-            }
+/// The fd a request does its I/O with: a created file's handle, or the node's own.
+enum Io {
+    Handle(Arc<Handle>),
+    Node(Arc<NodeFile>),
+}
+
+impl Io {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Io::Handle(h) => h.fd.as_fd(),
+            Io::Node(f) => f.fd.as_fd(),
         }
     }
 }
 
-/// Released fds waiting for the closer; past this a release closes its fd itself.
+/// What a change to a file's content works on (see [`Core::for_change`]).
+struct Target<'a> {
+    io: Io,
+    /// The node's path; `None` when it has no name left.
+    path: Option<PathBuf>,
+    /// For a node with no name left: held until the change is done.
+    _nameless: Option<std::sync::MutexGuard<'a, ()>>,
+}
+
+/// Batches of fds waiting for the closer; past this a release closes its fd itself.
 const CLOSE_QUEUE: usize = 1024;
+
+/// Node fds kept at most (the open-file limit is 20,000, and cannot be raised: design.md §6).
+const NODE_FILES: usize = 4096;
+/// Node fds closed at once when the cache is full (in one batch, on the closer thread).
+const NODE_FILES_EVICT: usize = 256;
 
 /// The attribute the kernel reads before a write or chown may drop privileges.
 const CAPS: &[u8] = b"security.capability";
 
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
+}
+
+fn is_regular(st: &Stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
@@ -138,7 +174,8 @@ impl Core {
             observer,
             as_root: sys::geteuid() == 0,
             closer: std::sync::OnceLock::new(),
-            opening: std::sync::Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
+            nameless: Mutex::new(()),
         })
     }
 
@@ -148,13 +185,24 @@ impl Core {
     /// does not wait for RELEASE, but a ring thread is pinned to the caller's CPU, so closing
     /// there delays the caller's next request; a closer thread lets the other CPU do it.
     pub fn closer(&self) -> Option<impl FnOnce() + Send + 'static> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<OwnedFd>(CLOSE_QUEUE);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<OwnedFd>>(CLOSE_QUEUE);
         self.closer.set(tx).ok()?;
         Some(move || {
-            for fd in rx {
-                drop(fd);
+            for fds in rx {
+                drop(fds);
             }
         })
+    }
+
+    /// Closes `fds` on the closer thread when there is one (else here).
+    fn close_elsewhere(&self, fds: Vec<OwnedFd>) {
+        if fds.is_empty() {
+            return;
+        }
+        if let Some(tx) = self.closer.get() {
+            // A full queue or a stopped closer hands the fds back, and they close here.
+            let _ = tx.try_send(fds);
+        }
     }
 
     pub fn root(&self) -> BorrowedFd<'_> {
@@ -185,25 +233,187 @@ impl Core {
         fh
     }
 
-    /// Paths of files open for writing (whose data the kernel may still hold: mmap pages).
-    pub fn writable_paths(&self) -> Vec<PathBuf> {
-        let inos: Vec<u64> = self
-            .handles
-            .read()
-            .unwrap()
-            .values()
-            .filter(|h| h.writable)
-            .map(|h| h.ino)
-            .collect();
-        let mut paths: Vec<PathBuf> = inos.into_iter().filter_map(|i| self.path(i).ok()).collect();
-        paths.sort();
-        paths.dedup();
-        paths
+    /// The fd for I/O on node `ino`: the handle `fh` names if it is one of the node's (files
+    /// created through the mount have handles), else the node's own.
+    fn io(&self, ino: u64, fh: Option<u64>, write: bool) -> io::Result<Io> {
+        if let Some(h) = fh.filter(|&fh| fh != 0).and_then(|fh| self.handle(fh).ok()) {
+            if h.ino == ino {
+                return Ok(Io::Handle(h));
+            }
+        }
+        Ok(Io::Node(self.node_file(ino, write)?))
     }
 
-    /// Number of open handles (for `status`).
-    pub fn open_handles(&self) -> usize {
-        self.handles.read().unwrap().len()
+    /// Node `ino`'s fd, opened by path if it has none yet (or only a read-only one, for a
+    /// write). A node with no name left has only its pinned fd.
+    fn node_file(&self, ino: u64, write: bool) -> io::Result<Arc<NodeFile>> {
+        if let Some(f) = self.files.lock().unwrap().get(&ino) {
+            if f.writable || !write {
+                return Ok(f.clone());
+            }
+        }
+        let p = self.path(ino)?;
+        let f = Arc::new(self.open_node(ino, &p, write)?);
+        self.keep_file(ino, f.clone());
+        Ok(f)
+    }
+
+    /// Opens node `ino`'s file at `p` for reading and writing (the kernel checked the caller's
+    /// access: default_permissions), or for reading only where the backing file allows no
+    /// more and `write` is not needed.
+    fn open_node(&self, ino: u64, p: &Path, write: bool) -> io::Result<NodeFile> {
+        let (fd, writable) = match sys::open_beneath(self.root(), p, OFlags::RDWR, 0) {
+            Ok(fd) => (fd, true),
+            Err(e)
+                if !write
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
+                    ) =>
+            {
+                (sys::open_beneath(self.root(), p, OFlags::RDONLY, 0)?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let st = sys::fstat(fd.as_fd())?;
+        if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
+            return Err(err(libc::ESTALE));
+        }
+        Ok(NodeFile {
+            fd,
+            writable,
+            pinned: AtomicBool::new(false),
+            adopted: AtomicBool::new(false),
+            truncated: AtomicBool::new(false),
+        })
+    }
+
+    /// Keeps `f` as node `ino`'s fd; a full cache first closes a batch of unpinned ones.
+    fn keep_file(&self, ino: u64, f: Arc<NodeFile>) {
+        let mut evicted = Vec::new();
+        {
+            let mut files = self.files.lock().unwrap();
+            if files.len() >= NODE_FILES {
+                let victims: Vec<u64> = files
+                    .iter()
+                    .filter(|(_, f)| !f.pinned.load(Ordering::Relaxed))
+                    .map(|(&i, _)| i)
+                    .take(NODE_FILES_EVICT)
+                    .collect();
+                for i in victims {
+                    evicted.extend(files.remove(&i));
+                }
+            }
+            if let Some(old) = files.insert(ino, f) {
+                evicted.push(old);
+            }
+        }
+        // A request still using one keeps it open until it is done.
+        let fds = evicted
+            .into_iter()
+            .filter_map(|f| Arc::try_unwrap(f).ok())
+            .map(|f| f.fd)
+            .collect();
+        self.close_elsewhere(fds);
+    }
+
+    /// Before a change that may take away the last name of the file of node `ino` (at `p`):
+    /// the node's fd is pinned, so whoever has the file open can still reach it; `adopted`
+    /// when the store may keep that inode as the pre-image. Returns whether it was pinned.
+    fn pin(&self, ino: u64, p: &Path, adopted: bool) -> bool {
+        let f = match self.node_file(ino, false) {
+            Ok(f) if f.writable => f,
+            // Read-only (or none yet): writing to the file once it has no name needs more.
+            _ => match self.open_node(ino, p, false) {
+                Ok(f) => {
+                    let f = Arc::new(f);
+                    self.keep_file(ino, f.clone());
+                    f
+                }
+                Err(e) => {
+                    tracing::debug!("pinning {}: {e}", p.display());
+                    return false;
+                }
+            },
+        };
+        // Marked under the cache's lock, and kept in it: an eviction since the lookup above
+        // may have taken it out.
+        let mut files = self.files.lock().unwrap();
+        f.adopted.fetch_or(adopted, Ordering::Relaxed);
+        f.pinned.store(true, Ordering::Relaxed);
+        files.insert(ino, f);
+        true
+    }
+
+    /// The removal did not happen after all: node `ino`'s fd need not be kept.
+    fn unpin(&self, ino: u64) {
+        if let Some(f) = self.files.lock().unwrap().get(&ino) {
+            f.pinned.store(false, Ordering::Relaxed);
+            f.adopted.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// The fd, path and guard for a change to node `ino`'s content or attributes.
+    ///
+    /// A node with no name left is a file someone holds open after its last name went. If
+    /// the store adopted its inode as the pre-image of that removal, the store's copy must not
+    /// change: a copy of the file (unnamed, `O_TMPFILE`) takes the node's place before the
+    /// first change, and the writer works on that. Such changes are rare, and run one at a
+    /// time (the guard), so none can reach the inode the node had before.
+    fn for_change(&self, ino: u64, fh: Option<u64>) -> io::Result<Target<'_>> {
+        if let Ok(p) = self.path(ino) {
+            return Ok(Target {
+                io: self.io(ino, fh, true)?,
+                path: Some(p),
+                _nameless: None,
+            });
+        }
+        let guard = self.nameless.lock().unwrap();
+        let io = self.io(ino, fh, true)?;
+        let io = match io {
+            Io::Node(f)
+                if f.adopted.load(Ordering::Relaxed) && sys::fstat(f.fd.as_fd())?.st_nlink > 0 =>
+            {
+                let copy = Arc::new(NodeFile {
+                    fd: self.private_copy(f.fd.as_fd())?,
+                    writable: true,
+                    pinned: AtomicBool::new(true),
+                    adopted: AtomicBool::new(false),
+                    truncated: AtomicBool::new(false),
+                });
+                self.keep_file(ino, copy.clone());
+                Io::Node(copy)
+            }
+            io => io,
+        };
+        Ok(Target {
+            io,
+            path: None,
+            _nameless: Some(guard),
+        })
+    }
+
+    /// An unnamed copy of `src` (content, mode, owner and times), on the backing filesystem.
+    fn private_copy(&self, src: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+        let st = sys::fstat(src)?;
+        let fd = sys::openat(
+            self.root(),
+            Path::new("."),
+            OFlags::TMPFILE | OFlags::RDWR,
+            st.st_mode & 0o7777,
+        )?;
+        sys::copy_all(src, fd.as_fd(), st.st_size as u64)?;
+        if self.as_root {
+            sys::fchown(fd.as_fd(), st.st_uid, st.st_gid)?;
+            sys::fchmod(fd.as_fd(), st.st_mode & 0o7777)?;
+        }
+        let t = |s: i64, ns: u64| Some(Some((s, ns as i64)));
+        sys::futimens(
+            fd.as_fd(),
+            t(st.st_atime, st.st_atime_nsec),
+            t(st.st_mtime, st.st_mtime_nsec),
+        )?;
+        Ok(fd)
     }
 
     fn before(
@@ -267,6 +477,8 @@ impl Core {
 
     /// Whether `st` is a regular file with one name that no handle has open for writing: a
     /// change taking that name away may keep its content by hard-linking it into the store.
+    /// (A file the kernel opened itself has no handle; a change to it once its name is gone
+    /// goes to a copy: see [`Core::for_change`].)
     fn is_last_name(&self, st: &Stat) -> bool {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
             return false;
@@ -277,47 +489,48 @@ impl Core {
         }
     }
 
-    /// Whether a handle has node `ino` open for writing, or such an open is in progress.
+    /// Whether a handle has node `ino` open for writing.
     fn has_writer(&self, ino: u64) -> bool {
-        self.opening.lock().unwrap().contains_key(&ino)
-            || self
-                .handles
-                .read()
-                .unwrap()
-                .values()
-                .any(|h| h.ino == ino && h.writable)
-    }
-
-    /// Counts a writable open of node `ino` as in progress until the guard is dropped.
-    fn opening(&self, ino: u64) -> Opening<'_> {
-        *self.opening.lock().unwrap().entry(ino).or_insert(0) += 1;
-        Opening { core: self, ino }
+        self.handles
+            .read()
+            .unwrap()
+            .values()
+            .any(|h| h.ino == ino && h.writable)
     }
 
     /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
-    /// may take away a file's last name; `victim` is the node of the file losing it.
+    /// may take away a name of a file; `victim` is the node of that file, if the kernel holds
+    /// one, and `regular` whether it is a regular file: its fd is pinned first (see
+    /// [`Core::pin`]), as the kernel may have it open.
     fn removal<T>(
         &self,
         ctx: &Ctx,
         change: Change<'_>,
         victim: Option<u64>,
+        regular: bool,
         apply: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
         let _permit = self.observer.before(ctx.pid, &change)?;
+        let pinned = match (victim, regular) {
+            (Some(v), true) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
+            _ => false,
+        };
         match apply() {
             Ok(v) => {
                 if change.last_name && victim.is_some_and(|i| self.has_writer(i)) {
-                    // A writable open raced the removal (it began after the check that let
-                    // the file be adopted, and before its name went): the file lives on for
+                    // A file created through the mount, and still open, raced the removal
+                    // (created after the check that let the file be adopted): it lives on for
                     // that writer, so its pre-image gets a copy of its own, as if the removal
-                    // had failed. (Writes it makes before this point would still reach the
-                    // adopted file; the window is the few microseconds since the unlink.)
+                    // had failed.
                     self.observer.failed(&change);
                 }
                 self.observer.after(ctx.pid, &change);
                 Ok(v)
             }
             Err(e) => {
+                if pinned {
+                    self.unpin(victim.unwrap());
+                }
                 self.observer.failed(&change);
                 Err(e)
             }
@@ -342,18 +555,30 @@ impl Core {
 
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
+        if self.inodes.key(ino).is_none() {
+            // The node is gone, and its fd with it.
+            let f = self.files.lock().unwrap().remove(&ino);
+            if let Some(f) = f.and_then(|f| Arc::try_unwrap(f).ok()) {
+                // Closing frees an unlinked file, or writes out a truncated one: the closer's
+                // work. Any other fd closes here (waking the closer costs more).
+                if f.pinned.into_inner() || f.truncated.into_inner() {
+                    self.close_elsewhere(vec![f.fd]);
+                }
+            }
+        }
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> io::Result<Stat> {
-        if let Some(fh) = fh {
-            if let Ok(h) = self.handle(fh) {
-                return sys::fstat(h.fd.as_fd());
-            }
+        if let Some(h) = fh.filter(|&fh| fh != 0).and_then(|fh| self.handle(fh).ok()) {
+            return sys::fstat(h.fd.as_fd());
         }
         match self.stat_node(ino) {
             Ok((_, st)) => Ok(st),
             Err(e) => {
-                // An open file that was unlinked: any handle on it still answers.
+                // An open file whose last name went: its pinned fd, or a handle, answers.
+                if let Some(f) = self.files.lock().unwrap().get(&ino).cloned() {
+                    return sys::fstat(f.fd.as_fd());
+                }
                 let hs = self.handles.read().unwrap();
                 match hs.values().find(|h| h.ino == ino) {
                     Some(h) => sys::fstat(h.fd.as_fd()),
@@ -363,39 +588,31 @@ impl Core {
         }
     }
 
-    /// Finds an fd to operate on for a node: its handle if one was given, else by path.
-    fn node_fd(
-        &self,
-        ino: u64,
-        fh: Option<u64>,
-        flags: OFlags,
-    ) -> io::Result<(Option<PathBuf>, OwnedFd)> {
-        if let Some(fh) = fh {
-            if let Ok(h) = self.handle(fh) {
-                if h.ino == ino {
-                    let p = self.path(ino).ok();
-                    return Ok((p, h.fd.try_clone()?));
-                }
-            }
-        }
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, flags, 0)?;
-        Ok((Some(p), fd))
-    }
-
     pub fn setattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>, a: SetAttr) -> io::Result<Stat> {
-        let p = self.path(ino).ok();
         let kind = self.inodes.kind(ino).unwrap_or(0);
+        // A file's content or attributes change through its fd when it has no name left (and
+        // then perhaps a copy's: see `for_change`); otherwise by path, except a truncate.
+        let nameless = self.path(ino).is_err() && kind == libc::S_IFREG;
+        let target = if nameless || (a.size.is_some() && kind != libc::S_IFDIR) {
+            Some(self.for_change(ino, fh)?)
+        } else {
+            None
+        };
+        let p = match &target {
+            Some(t) => t.path.clone(),
+            None => self.path(ino).ok(),
+        };
+        let fd = target.as_ref().map(|t| t.io.fd());
+        let op = if a.size.is_some() {
+            Op::Truncate
+        } else if a.mode.is_some() {
+            Op::Chmod
+        } else if a.uid.is_some() || a.gid.is_some() {
+            Op::Chown
+        } else {
+            Op::Utimes
+        };
         let _permit = if let Some(p) = &p {
-            let op = if a.size.is_some() {
-                Op::Truncate
-            } else if a.mode.is_some() {
-                Op::Chmod
-            } else if a.uid.is_some() || a.gid.is_some() {
-                Op::Chown
-            } else {
-                Op::Utimes
-            };
             // A truncate overwrites what lies past the new size.
             let range = a.size.map(|n| (n, u64::MAX - n));
             self.before_node(ctx, op, ino, p, range)?
@@ -403,53 +620,51 @@ impl Core {
             None
         };
         if let Some(size) = a.size {
-            if kind == libc::S_IFDIR {
-                return Err(err(libc::EISDIR));
+            let fd = fd.ok_or_else(|| err(libc::EISDIR))?;
+            sys::ftruncate(fd, size)?;
+            if let Some(Io::Node(f)) = target.as_ref().map(|t| &t.io) {
+                f.truncated.store(true, Ordering::Relaxed);
             }
-            let (_, fd) = self.node_fd(ino, fh, OFlags::WRONLY)?;
-            sys::ftruncate(fd.as_fd(), size)?;
             // The kernel asks for this with FATTR_KILL_SUIDGID when the caller lacks CAP_FSETID;
             // fuser does not pass that bit on, and root is who has the capability.
             if ctx.uid != 0 {
-                Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
+                Self::kill_suid_sgid(fd, ctx.gid)?;
             }
         }
         if a.uid.is_some() || a.gid.is_some() {
-            let p = p.as_ref().ok_or_else(|| err(libc::ENOENT))?;
-            sys::lchownat(self.root(), p, a.uid, a.gid)?;
+            match (&p, fd) {
+                (Some(p), _) => sys::lchownat(self.root(), p, a.uid, a.gid)?,
+                (None, Some(fd)) => {
+                    let st = sys::fstat(fd)?;
+                    sys::fchown(fd, a.uid.unwrap_or(st.st_uid), a.gid.unwrap_or(st.st_gid))?
+                }
+                (None, None) => return Err(err(libc::ENOENT)),
+            }
         }
         if let Some(mode) = a.mode {
             if kind == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
-            // By path when the node has one (no fd to open); an unlinked open file by its handle.
-            match (&p, fh.and_then(|fh| self.handle(fh).ok())) {
+            match (&p, fd) {
                 (Some(p), _) => sys::chmodat(self.root(), p, mode & 0o7777)?,
-                (None, Some(h)) => sys::fchmod(h.fd.as_fd(), mode & 0o7777)?,
+                (None, Some(fd)) => sys::fchmod(fd, mode & 0o7777)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
-            match (&p, fh) {
+            match (&p, fd) {
                 (Some(p), _) => sys::lutimensat(self.root(), p, a.atime, a.mtime)?,
-                (None, Some(fh)) => {
-                    let h = self.handle(fh)?;
-                    sys::futimens(h.fd.as_fd(), a.atime, a.mtime)?;
-                }
+                (None, Some(fd)) => sys::futimens(fd, a.atime, a.mtime)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }
         }
         if let Some(p) = &p {
-            let op = if a.size.is_some() {
-                Op::Truncate
-            } else if a.mode.is_some() {
-                Op::Chmod
-            } else {
-                Op::Utimes
-            };
             self.after(ctx, op, p, None);
         }
-        self.getattr(ino, fh)
+        match fd {
+            Some(fd) => sys::fstat(fd),
+            None => self.getattr(ino, fh),
+        }
     }
 
     pub fn readlink(&self, ino: u64) -> io::Result<OsString> {
@@ -598,7 +813,7 @@ impl Core {
             range: None,
         };
         let victim = self.inodes.ino_of(&st);
-        self.removal(ctx, change, victim, || {
+        self.removal(ctx, change, victim, !is_dir && is_regular(&st), || {
             sys::unlinkat(self.root(), &p, is_dir)
         })?;
         if let Some(ino) = self.inodes.ino_of(&st) {
@@ -638,8 +853,12 @@ impl Core {
                 && dst.as_ref().is_some_and(|d| self.is_last_name(d)),
             range: None,
         };
-        let victim = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
-        self.removal(ctx, change, victim, || {
+        let victim = dst
+            .as_ref()
+            .filter(|_| !exchange && !same_file)
+            .and_then(|d| self.inodes.ino_of(d));
+        let regular = dst.as_ref().is_some_and(is_regular);
+        self.removal(ctx, change, victim, regular, || {
             sys::renameat2(self.root(), &from, &to, flags)
         })?;
         let src_ino = self.inodes.ino_of(&src);
@@ -683,34 +902,6 @@ impl Core {
             | libc::O_LARGEFILE
             | libc::O_DIRECTORY;
         OFlags::from_bits_retain((flags & keep) as u32)
-    }
-
-    pub fn open(&self, ctx: &Ctx, ino: u64, flags: i32) -> io::Result<u64> {
-        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        // Counted before the path is resolved: a removal that has not yet taken the name sees
-        // this open; one that has, makes the path lookup fail.
-        let _opening = writable.then(|| self.opening(ino));
-        let p = self.path(ino)?;
-        let _permit = if flags & libc::O_TRUNC != 0 && writable {
-            self.before_node(ctx, Op::Truncate, ino, &p, None)?
-        } else {
-            None
-        };
-        let fd = sys::open_beneath(self.root(), &p, Self::open_flags(flags), 0)?;
-        if flags & libc::O_TRUNC != 0 && writable {
-            // An O_TRUNC open truncates here (FUSE_ATOMIC_O_TRUNC): as for a truncate, an
-            // ordinary caller loses the set-user/group-ID bits (FUSE_OPEN_KILL_SUIDGID).
-            if ctx.uid != 0 {
-                Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
-            }
-            self.after(ctx, Op::Truncate, &p, None);
-        }
-        Ok(self.add_handle(Handle {
-            ino,
-            fd,
-            writable,
-            close_later: writable && flags & libc::O_TRUNC != 0,
-        }))
     }
 
     pub fn create(
@@ -766,9 +957,9 @@ impl Core {
     }
 
     /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
-    pub fn read(&self, fh: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let h = self.handle(fh)?;
-        sys::pread_full(h.fd.as_fd(), buf, off)
+    pub fn read(&self, ino: u64, fh: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let io = self.io(ino, Some(fh), false)?;
+        sys::pread_full(io.fd(), buf, off)
     }
 
     /// Writes `data` at `off`; `kill_suid_sgid` when the kernel says the writer may not keep
@@ -776,31 +967,29 @@ impl Core {
     pub fn write(
         &self,
         ctx: &Ctx,
+        ino: u64,
         fh: u64,
         off: u64,
         data: &[u8],
         kill_suid_sgid: bool,
     ) -> io::Result<usize> {
-        let h = self.handle(fh)?;
-        let p = self.path(h.ino).ok();
-        let _permit = match &p {
-            Some(p) => {
-                self.before_node(ctx, Op::Write, h.ino, p, Some((off, data.len() as u64)))?
-            }
+        let t = self.for_change(ino, Some(fh))?;
+        let _permit = match &t.path {
+            Some(p) => self.before_node(ctx, Op::Write, ino, p, Some((off, data.len() as u64)))?,
             None => None,
         };
         if kill_suid_sgid {
-            Self::kill_suid_sgid(h.fd.as_fd(), ctx.gid)?;
+            Self::kill_suid_sgid(t.io.fd(), ctx.gid)?;
         }
         let mut done = 0;
         while done < data.len() {
-            let n = sys::pwrite(h.fd.as_fd(), &data[done..], off + done as u64)?;
+            let n = sys::pwrite(t.io.fd(), &data[done..], off + done as u64)?;
             if n == 0 {
                 break;
             }
             done += n;
         }
-        if let Some(p) = &p {
+        if let Some(p) = &t.path {
             self.after(ctx, Op::Write, p, None);
         }
         Ok(done)
@@ -827,10 +1016,7 @@ impl Core {
         Ok(())
     }
 
-    pub fn flush(&self, _fh: u64) -> io::Result<()> {
-        Ok(())
-    }
-
+    /// Releases handle `fh` (of a created file; other files have none).
     pub fn release(&self, fh: u64) {
         let Some(h) = self.handles.write().unwrap().remove(&fh) else {
             return;
@@ -841,21 +1027,20 @@ impl Core {
         if !h.close_later {
             return;
         }
-        if let (Ok(h), Some(tx)) = (Arc::try_unwrap(h), self.closer.get()) {
-            // A full queue or a stopped closer hands the fd back, and it closes here.
-            let _ = tx.try_send(h.fd);
+        if let Ok(h) = Arc::try_unwrap(h) {
+            self.close_elsewhere(vec![h.fd]);
         }
     }
 
-    pub fn fsync(&self, ctx: &Ctx, fh: u64, datasync: bool) -> io::Result<()> {
-        let h = self.handle(fh)?;
+    pub fn fsync(&self, ctx: &Ctx, ino: u64, fh: u64, datasync: bool) -> io::Result<()> {
         if sys::is_own_thread(ctx.pid) {
             // The daemon's own fsync through the mount at a message boundary: it only makes
             // the kernel hand over the file's dirty (mmap) pages, which it has done before
             // sending this; syncing the disk is not asked for.
             return Ok(());
         }
-        sys::fsync(h.fd.as_fd(), datasync)
+        let io = self.io(ino, Some(fh), false)?;
+        sys::fsync(io.fd(), datasync)
     }
 
     /// Up to `max` entries of directory `ino` from position `offset` (0 or an entry's `next`).
@@ -976,10 +1161,17 @@ impl Core {
         sys::accessat(self.root(), &p, mask)
     }
 
-    pub fn fallocate(&self, ctx: &Ctx, fh: u64, off: u64, len: u64, mode: i32) -> io::Result<()> {
-        let h = self.handle(fh)?;
-        let p = self.path(h.ino).ok();
-        let _permit = match &p {
+    pub fn fallocate(
+        &self,
+        ctx: &Ctx,
+        ino: u64,
+        fh: u64,
+        off: u64,
+        len: u64,
+        mode: i32,
+    ) -> io::Result<()> {
+        let t = self.for_change(ino, Some(fh))?;
+        let _permit = match &t.path {
             Some(p) => {
                 // Punching or zeroing overwrites the range; shifting data (collapse, insert)
                 // moves everything after it; plain allocation overwrites nothing.
@@ -993,46 +1185,43 @@ impl Core {
                 } else {
                     Some((0, 0))
                 };
-                self.before_node(ctx, Op::Fallocate, h.ino, p, range)?
+                self.before_node(ctx, Op::Fallocate, ino, p, range)?
             }
             None => None,
         };
-        sys::fallocate(h.fd.as_fd(), mode, off, len)?;
-        if let Some(p) = &p {
+        sys::fallocate(t.io.fd(), mode, off, len)?;
+        if let Some(p) = &t.path {
             self.after(ctx, Op::Fallocate, p, None);
         }
         Ok(())
     }
 
-    pub fn lseek(&self, fh: u64, off: i64, whence: i32) -> io::Result<u64> {
-        let h = self.handle(fh)?;
-        sys::lseek(h.fd.as_fd(), off, whence)
+    pub fn lseek(&self, ino: u64, fh: u64, off: i64, whence: i32) -> io::Result<u64> {
+        let io = self.io(ino, Some(fh), false)?;
+        sys::lseek(io.fd(), off, whence)
     }
 
     pub fn copy_file_range(
         &self,
         ctx: &Ctx,
-        fh_in: u64,
-        off_in: u64,
-        fh_out: u64,
-        off_out: u64,
+        (ino_in, fh_in, off_in): (u64, u64, u64),
+        (ino_out, fh_out, off_out): (u64, u64, u64),
         len: u64,
     ) -> io::Result<usize> {
-        let hi = self.handle(fh_in)?;
-        let ho = self.handle(fh_out)?;
-        let p = self.path(ho.ino).ok();
-        let _permit = match &p {
-            Some(p) => self.before_node(ctx, Op::Write, ho.ino, p, Some((off_out, len)))?,
+        let src = self.io(ino_in, Some(fh_in), false)?;
+        let t = self.for_change(ino_out, Some(fh_out))?;
+        let _permit = match &t.path {
+            Some(p) => self.before_node(ctx, Op::Write, ino_out, p, Some((off_out, len)))?,
             None => None,
         };
         let n = sys::copy_file_range(
-            hi.fd.as_fd(),
+            src.fd(),
             off_in,
-            ho.fd.as_fd(),
+            t.io.fd(),
             off_out,
             len.min(1 << 30) as usize,
         )?;
-        if let Some(p) = &p {
+        if let Some(p) = &t.path {
             self.after(ctx, Op::Write, p, None);
         }
         Ok(n)
@@ -1042,62 +1231,99 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Mutex, OnceLock, Weak};
+    use std::path::PathBuf;
 
-    /// Records the observer calls a removal makes; with `race` set, a writable open of the
-    /// file being removed begins while its pre-image is taken.
-    #[derive(Default)]
-    struct Spy {
-        core: OnceLock<Weak<Core>>,
-        race: bool,
-        calls: Mutex<Vec<&'static str>>,
+    /// Keeps the content of a file losing its last name by a hard link into a "store"
+    /// directory, as the store adopts files (see `store/blobs.rs`).
+    struct Adopter {
+        root: PathBuf,
+        store: PathBuf,
     }
 
-    impl Observer for Spy {
+    impl Observer for Adopter {
         fn before(&self, _pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
-            if self.race && change.last_name {
-                let core = self.core.get().unwrap().upgrade().unwrap();
-                let st = sys::lstat_at(core.root(), change.path).unwrap();
-                let ino = core.inodes.ino_of(&st).unwrap();
-                core.opening.lock().unwrap().insert(ino, 1);
+            if change.last_name {
+                let p = change.path2.unwrap_or(change.path);
+                std::fs::hard_link(self.root.join(p), self.store.join(p))?;
             }
-            self.calls.lock().unwrap().push("before");
             Ok(None)
         }
-        fn after(&self, _pid: u32, _change: &Change<'_>) {
-            self.calls.lock().unwrap().push("after");
-        }
-        fn failed(&self, _change: &Change<'_>) {
-            self.calls.lock().unwrap().push("failed");
-        }
+        fn after(&self, _pid: u32, _change: &Change<'_>) {}
     }
 
-    fn unlink_with(race: bool) -> Vec<&'static str> {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("f"), b"x").unwrap();
-        let root = sys::open_dir_path(d.path()).unwrap();
-        let spy = Arc::new(Spy {
-            race,
-            ..Default::default()
-        });
-        let core = Arc::new(Core::new(root, spy.clone()).unwrap());
-        spy.core.set(Arc::downgrade(&core)).unwrap();
-        core.lookup(ROOT, OsStr::new("f")).unwrap();
-        let ctx = Ctx {
-            uid: 0,
-            gid: 0,
-            pid: 1,
-        };
-        core.unlink(&ctx, ROOT, OsStr::new("f")).unwrap();
-        assert!(!d.path().join("f").exists());
-        spy.calls.lock().unwrap().clone()
+    const CTX: Ctx = Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+
+    fn read_all(core: &Core, ino: u64) -> Vec<u8> {
+        let mut buf = vec![0; 64];
+        let n = core.read(ino, 0, 0, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
     }
 
-    /// A writable open that began after the removal's check, before the name went, leaves the
-    /// file alive for a writer: the adopted pre-image is unshared (`failed`) before `after`.
+    /// A file someone holds open (the kernel holds its node) after its last name went: it can
+    /// still be read and changed through the node, and a change goes to a copy, never to the
+    /// inode the store kept as the removal's pre-image. Without the copy the last assertion
+    /// fails; without the pinned fd the read fails.
     #[test]
-    fn a_writable_open_racing_a_removal_unshares_the_pre_image() {
-        assert_eq!(unlink_with(false), ["before", "after"]);
-        assert_eq!(unlink_with(true), ["before", "failed", "after"]);
+    fn a_change_to_a_file_whose_last_name_went_never_reaches_its_adopted_pre_image() {
+        for rename_over in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let (root, store) = (d.path().join("w"), d.path().join("s"));
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::create_dir_all(&store).unwrap();
+            std::fs::write(root.join("f"), b"old").unwrap();
+            std::fs::write(root.join("g"), b"new file").unwrap();
+            let obs = Arc::new(Adopter {
+                root: root.clone(),
+                store: store.clone(),
+            });
+            let core = Core::new(sys::open_dir_path(&root).unwrap(), obs).unwrap();
+            let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
+            core.lookup(ROOT, OsStr::new("g")).unwrap();
+            if rename_over {
+                let (g, f) = (OsStr::new("g"), OsStr::new("f"));
+                core.rename(&CTX, ROOT, g, ROOT, f, 0).unwrap();
+            } else {
+                core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
+            }
+            assert!(core.path(l.ino).is_err(), "the node has no name left");
+            assert_eq!(read_all(&core, l.ino), b"old");
+            assert_eq!(core.write(&CTX, l.ino, 0, 0, b"NEW!", false).unwrap(), 4);
+            core.setattr(
+                &CTX,
+                l.ino,
+                Some(0),
+                SetAttr {
+                    size: Some(5),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(read_all(&core, l.ino), b"NEW!\0");
+            assert_eq!(core.getattr(l.ino, None).unwrap().st_size, 5);
+            assert_eq!(std::fs::read(store.join("f")).unwrap(), b"old");
+        }
+    }
+
+    /// Without adoption (the file had another name, which the kernel never looked up), a
+    /// change through the node reaches the file itself: a hard link shares its content.
+    #[test]
+    fn a_change_to_a_file_still_named_elsewhere_reaches_that_name() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"old").unwrap();
+        std::fs::hard_link(d.path().join("f"), d.path().join("other")).unwrap();
+        let core = Core::new(
+            sys::open_dir_path(d.path()).unwrap(),
+            Arc::new(crate::capture::Passthrough),
+        )
+        .unwrap();
+        let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
+        core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
+        core.write(&CTX, l.ino, 0, 0, b"NEW", false).unwrap();
+        assert_eq!(std::fs::read(d.path().join("other")).unwrap(), b"NEW");
     }
 }

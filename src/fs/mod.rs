@@ -167,7 +167,6 @@ impl Filesystem for RewindFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // Each of these removes round trips or is needed for correctness (see design.md §6).
         for flag in [
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
@@ -359,17 +358,19 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.core.open(&ctx(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FILE_OPEN_FLAGS),
-            Err(e) => reply.error(errno_of(&e)),
-        }
+    /// Declined, as OPENDIR is: the kernel then opens files itself (every later open too),
+    /// sending neither OPEN nor RELEASE, and keeps their cached pages across opens. A warm
+    /// `grep -r` then sends nothing at all, where it sent two round trips per file. Reads and
+    /// writes come by node (see `Core::io`); a truncating open comes as a truncate (hence no
+    /// `FUSE_ATOMIC_O_TRUNC`, which would leave the truncate to an OPEN that is never sent).
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -378,13 +379,15 @@ impl Filesystem for RewindFs {
         reply: ReplyData,
     ) {
         // Over io_uring the data is read straight into the ring entry's buffer.
-        reply.data_with(size as usize, |buf| self.core.read(fh.0, offset, buf));
+        reply.data_with(size as usize, |buf| {
+            self.core.read(ino.0, fh.0, offset, buf)
+        });
     }
 
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -394,24 +397,23 @@ impl Filesystem for RewindFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.core.write(&ctx(req), fh.0, offset, data, kill) {
+        match self.core.write(&ctx(req), ino.0, fh.0, offset, data, kill) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
 
+    /// Declined: the kernel then never sends FLUSH again. It writes a file's dirty pages back
+    /// at each close itself (files it opens have no `FOPEN_NOFLUSH`), and locks are its own.
     fn flush(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.core.flush(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno_of(&e)),
-        }
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     fn release(
@@ -431,12 +433,12 @@ impl Filesystem for RewindFs {
     fn fsync(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.core.fsync(&ctx(req), fh.0, datasync) {
+        match self.core.fsync(&ctx(req), ino.0, fh.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -626,14 +628,17 @@ impl Filesystem for RewindFs {
     fn fallocate(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.core.fallocate(&ctx(req), fh.0, offset, length, mode) {
+        match self
+            .core
+            .fallocate(&ctx(req), ino.0, fh.0, offset, length, mode)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -642,13 +647,13 @@ impl Filesystem for RewindFs {
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.core.lseek(fh.0, offset, whence) {
+        match self.core.lseek(ino.0, fh.0, offset, whence) {
             Ok(off) => reply.offset(off as i64),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -657,20 +662,22 @@ impl Filesystem for RewindFs {
     fn copy_file_range(
         &self,
         req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match self
-            .core
-            .copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len)
-        {
+        match self.core.copy_file_range(
+            &ctx(req),
+            (ino_in.0, fh_in.0, offset_in),
+            (ino_out.0, fh_out.0, offset_out),
+            len,
+        ) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno_of(&e)),
         }

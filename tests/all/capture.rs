@@ -254,6 +254,50 @@ fn a_deleted_file_is_kept_by_a_link_and_a_failed_deletion_leaves_the_blob_a_copy
     assert_eq!(a.read("ro/stays.txt").as_deref(), Some("first\n"));
 }
 
+/// POSIX lets a process keep using a file it holds open after the file's last name went
+/// (the kernel opens files without telling the daemon): it reads and writes it as before,
+/// while the store keeps the deleted content by a link to that same inode. The first write
+/// gives the process a copy of its own, so the pre-image stays what was deleted.
+#[test]
+fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact() {
+    if !require_fuse() {
+        return;
+    }
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut a = Agent::new(|d| fs::write(d.join("held.txt"), "held content\n").unwrap());
+    let cp = a.turn();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.m.p("held.txt"))
+        .unwrap();
+    a.bash("rm held.txt");
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "held content\n");
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(b"CHANGED").unwrap();
+    f.set_len(20).unwrap();
+    let mut back = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"CHANGEDntent\n\0\0\0\0\0\0\0");
+    assert_eq!(f.metadata().unwrap().len(), 20);
+    assert_eq!(
+        captured(&a.m, &cp, "held.txt"),
+        file(b"held content\n", 0o644)
+    );
+    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "every blob hashes to its name: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    drop(f);
+    a.rewind(&cp, "all", false).unwrap();
+    assert_eq!(a.read("held.txt").as_deref(), Some("held content\n"));
+}
+
 #[test]
 fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     if !require_fuse() {
