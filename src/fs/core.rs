@@ -15,8 +15,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{OFlags, Stat};
 
@@ -42,20 +42,6 @@ pub struct DirEnt {
     pub next: u64,
 }
 
-/// An open file or directory.
-#[derive(Debug)]
-pub struct Handle {
-    /// The node this handle belongs to.
-    pub ino: u64,
-    /// The backing fd.
-    fd: OwnedFd,
-    /// Opened with write access.
-    pub writable: bool,
-    /// Opened with `O_TRUNC`: ext4 writes out a truncated-and-rewritten file's data at its last
-    /// close, so this handle's close is left to the closer thread (see [`Core::closer`]).
-    close_later: bool,
-}
-
 /// Attributes to change in a setattr.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SetAttr {
@@ -73,10 +59,6 @@ pub struct Core {
     root: OwnedFd,
     /// Node ids ↔ backing files and their names.
     pub inodes: Inodes,
-    /// Open handles by FUSE file handle. Lock order: after `inodes`, never held across I/O.
-    handles: RwLock<HashMap<u64, Arc<Handle>>>,
-    /// Next file handle.
-    next_fh: AtomicU64,
     /// Saves pre-images and logs changes.
     observer: Arc<dyn Observer>,
     /// Whether the daemon runs as root, so created files must be given to the caller.
@@ -84,16 +66,17 @@ pub struct Core {
     /// Where released files go to be closed, when the daemon runs a closer (see
     /// [`Core::closer`]).
     closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<OwnedFd>>>,
-    /// Backing fds of nodes, for the requests that come without a handle (see [`NodeFile`]).
-    /// Lock order: after `inodes` and `handles`, never held across I/O.
+    /// Backing fds of nodes, for reads and writes (see [`NodeFile`]). Lock order: after
+    /// `inodes`, never held across I/O.
     files: Mutex<HashMap<u64, Arc<NodeFile>>>,
     /// Held while a node with no name left is changed (see [`Core::for_change`]).
     nameless: Mutex<()>,
 }
 
-/// A backing fd held for a node. OPEN is declined (see `fs/mod.rs`), so the kernel reads and
-/// writes the files it opens by node, with no handle: the node's fd is opened at its first
-/// such request and kept until the kernel forgets the node, or the cache is full.
+/// A backing fd held for a node. OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel
+/// reads and writes the files it opens by node, with no handle: the node's fd is opened at its
+/// first such request (or its creation) and kept until the kernel forgets the node, or the
+/// cache is full.
 #[derive(Debug)]
 struct NodeFile {
     fd: OwnedFd,
@@ -110,24 +93,9 @@ struct NodeFile {
     truncated: AtomicBool,
 }
 
-/// The fd a request does its I/O with: a created file's handle, or the node's own.
-enum Io {
-    Handle(Arc<Handle>),
-    Node(Arc<NodeFile>),
-}
-
-impl Io {
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Io::Handle(h) => h.fd.as_fd(),
-            Io::Node(f) => f.fd.as_fd(),
-        }
-    }
-}
-
 /// What a change to a file's content works on (see [`Core::for_change`]).
 struct Target<'a> {
-    io: Io,
+    file: Arc<NodeFile>,
     /// The node's path; `None` when it has no name left.
     path: Option<PathBuf>,
     /// For a node with no name left: held until the change is done.
@@ -169,8 +137,6 @@ impl Core {
         Ok(Core {
             inodes: Inodes::new(&st),
             root,
-            handles: RwLock::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
             observer,
             as_root: sys::geteuid() == 0,
             closer: std::sync::OnceLock::new(),
@@ -216,32 +182,6 @@ impl Core {
     fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
         sys::validate_name(name)?;
         Ok(join(&self.path(parent)?, name))
-    }
-
-    fn handle(&self, fh: u64) -> io::Result<Arc<Handle>> {
-        self.handles
-            .read()
-            .unwrap()
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| err(libc::EBADF))
-    }
-
-    fn add_handle(&self, h: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.write().unwrap().insert(fh, Arc::new(h));
-        fh
-    }
-
-    /// The fd for I/O on node `ino`: the handle `fh` names if it is one of the node's (files
-    /// created through the mount have handles), else the node's own.
-    fn io(&self, ino: u64, fh: Option<u64>, write: bool) -> io::Result<Io> {
-        if let Some(h) = fh.filter(|&fh| fh != 0).and_then(|fh| self.handle(fh).ok()) {
-            if h.ino == ino {
-                return Ok(Io::Handle(h));
-            }
-        }
-        Ok(Io::Node(self.node_file(ino, write)?))
     }
 
     /// Node `ino`'s fd, opened by path if it has none yet (or only a read-only one, for a
@@ -360,34 +300,28 @@ impl Core {
     /// change: a copy of the file (unnamed, `O_TMPFILE`) takes the node's place before the
     /// first change, and the writer works on that. Such changes are rare, and run one at a
     /// time (the guard), so none can reach the inode the node had before.
-    fn for_change(&self, ino: u64, fh: Option<u64>) -> io::Result<Target<'_>> {
+    fn for_change(&self, ino: u64) -> io::Result<Target<'_>> {
         if let Ok(p) = self.path(ino) {
             return Ok(Target {
-                io: self.io(ino, fh, true)?,
+                file: self.node_file(ino, true)?,
                 path: Some(p),
                 _nameless: None,
             });
         }
         let guard = self.nameless.lock().unwrap();
-        let io = self.io(ino, fh, true)?;
-        let io = match io {
-            Io::Node(f)
-                if f.adopted.load(Ordering::Relaxed) && sys::fstat(f.fd.as_fd())?.st_nlink > 0 =>
-            {
-                let copy = Arc::new(NodeFile {
-                    fd: self.private_copy(f.fd.as_fd())?,
-                    writable: true,
-                    pinned: AtomicBool::new(true),
-                    adopted: AtomicBool::new(false),
-                    truncated: AtomicBool::new(false),
-                });
-                self.keep_file(ino, copy.clone());
-                Io::Node(copy)
-            }
-            io => io,
-        };
+        let mut file = self.node_file(ino, true)?;
+        if file.adopted.load(Ordering::Relaxed) && sys::fstat(file.fd.as_fd())?.st_nlink > 0 {
+            file = Arc::new(NodeFile {
+                fd: self.private_copy(file.fd.as_fd())?,
+                writable: true,
+                pinned: AtomicBool::new(true),
+                adopted: AtomicBool::new(false),
+                truncated: AtomicBool::new(false),
+            });
+            self.keep_file(ino, file.clone());
+        }
         Ok(Target {
-            io,
+            file,
             path: None,
             _nameless: Some(guard),
         })
@@ -475,55 +409,39 @@ impl Core {
         );
     }
 
-    /// Whether `st` is a regular file with one name that no handle has open for writing: a
-    /// change taking that name away may keep its content by hard-linking it into the store.
-    /// (A file the kernel opened itself has no handle; a change to it once its name is gone
-    /// goes to a copy: see [`Core::for_change`].)
-    fn is_last_name(&self, st: &Stat) -> bool {
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
-            return false;
-        }
-        match self.inodes.ino_of(st) {
-            Some(ino) => !self.has_writer(ino),
-            None => true, // the kernel holds no node for it, so no handle either
-        }
+    /// Whether `st` is a regular file with one name: a change taking that name away may keep
+    /// its content by hard-linking it into the store. (The file may still be open: a change to
+    /// it once its name is gone goes to a copy, see [`Core::for_change`].)
+    fn is_last_name(st: &Stat) -> bool {
+        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1
     }
 
-    /// Whether a handle has node `ino` open for writing.
-    fn has_writer(&self, ino: u64) -> bool {
-        self.handles
-            .read()
-            .unwrap()
-            .values()
-            .any(|h| h.ino == ino && h.writable)
+    /// The node of `st`, a file about to lose a name, if the kernel holds one and the file may
+    /// be left with no name it knows: a regular file with one name, or whose other names were
+    /// never looked up. Its fd is pinned before the name goes (see [`Core::pin`]), as the
+    /// kernel may have it open. (A file that keeps a known name is reached by that name: git
+    /// links each object to its final name and unlinks the temporary one.)
+    fn victim(&self, st: &Stat) -> Option<u64> {
+        let ino = self.inodes.ino_of(st)?;
+        (is_regular(st) && (st.st_nlink == 1 || self.inodes.aliases(ino).is_empty())).then_some(ino)
     }
 
     /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
-    /// may take away a name of a file; `victim` is the node of that file, if the kernel holds
-    /// one, and `regular` whether it is a regular file: its fd is pinned first (see
-    /// [`Core::pin`]), as the kernel may have it open.
+    /// may take away a name of a file; `victim` is its node to pin first (see `victim`).
     fn removal<T>(
         &self,
         ctx: &Ctx,
         change: Change<'_>,
         victim: Option<u64>,
-        regular: bool,
         apply: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
         let _permit = self.observer.before(ctx.pid, &change)?;
-        let pinned = match (victim, regular) {
-            (Some(v), true) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
-            _ => false,
+        let pinned = match victim {
+            Some(v) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
+            None => false,
         };
         match apply() {
             Ok(v) => {
-                if change.last_name && victim.is_some_and(|i| self.has_writer(i)) {
-                    // A file created through the mount, and still open, raced the removal
-                    // (created after the check that let the file be adopted): it lives on for
-                    // that writer, so its pre-image gets a copy of its own, as if the removal
-                    // had failed.
-                    self.observer.failed(&change);
-                }
                 self.observer.after(ctx.pid, &change);
                 Ok(v)
             }
@@ -568,33 +486,26 @@ impl Core {
         }
     }
 
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> io::Result<Stat> {
-        if let Some(h) = fh.filter(|&fh| fh != 0).and_then(|fh| self.handle(fh).ok()) {
-            return sys::fstat(h.fd.as_fd());
-        }
+    pub fn getattr(&self, ino: u64) -> io::Result<Stat> {
         match self.stat_node(ino) {
             Ok((_, st)) => Ok(st),
             Err(e) => {
-                // An open file whose last name went: its pinned fd, or a handle, answers.
-                if let Some(f) = self.files.lock().unwrap().get(&ino).cloned() {
-                    return sys::fstat(f.fd.as_fd());
-                }
-                let hs = self.handles.read().unwrap();
-                match hs.values().find(|h| h.ino == ino) {
-                    Some(h) => sys::fstat(h.fd.as_fd()),
+                // An open file whose last name went: its pinned fd answers.
+                match self.files.lock().unwrap().get(&ino).cloned() {
+                    Some(f) => sys::fstat(f.fd.as_fd()),
                     None => Err(e),
                 }
             }
         }
     }
 
-    pub fn setattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>, a: SetAttr) -> io::Result<Stat> {
+    pub fn setattr(&self, ctx: &Ctx, ino: u64, a: SetAttr) -> io::Result<Stat> {
         let kind = self.inodes.kind(ino).unwrap_or(0);
         // A file's content or attributes change through its fd when it has no name left (and
         // then perhaps a copy's: see `for_change`); otherwise by path, except a truncate.
         let nameless = self.path(ino).is_err() && kind == libc::S_IFREG;
         let target = if nameless || (a.size.is_some() && kind != libc::S_IFDIR) {
-            Some(self.for_change(ino, fh)?)
+            Some(self.for_change(ino)?)
         } else {
             None
         };
@@ -602,7 +513,7 @@ impl Core {
             Some(t) => t.path.clone(),
             None => self.path(ino).ok(),
         };
-        let fd = target.as_ref().map(|t| t.io.fd());
+        let fd = target.as_ref().map(|t| t.file.fd.as_fd());
         let op = if a.size.is_some() {
             Op::Truncate
         } else if a.mode.is_some() {
@@ -622,8 +533,8 @@ impl Core {
         if let Some(size) = a.size {
             let fd = fd.ok_or_else(|| err(libc::EISDIR))?;
             sys::ftruncate(fd, size)?;
-            if let Some(Io::Node(f)) = target.as_ref().map(|t| &t.io) {
-                f.truncated.store(true, Ordering::Relaxed);
+            if let Some(t) = &target {
+                t.file.truncated.store(true, Ordering::Relaxed);
             }
             // The kernel asks for this with FATTR_KILL_SUIDGID when the caller lacks CAP_FSETID;
             // fuser does not pass that bit on, and root is who has the capability.
@@ -663,7 +574,7 @@ impl Core {
         }
         match fd {
             Some(fd) => sys::fstat(fd),
-            None => self.getattr(ino, fh),
+            None => self.getattr(ino),
         }
     }
 
@@ -721,18 +632,32 @@ impl Core {
         let p = self.child_path(parent, name)?;
         let mode = mode & !(umask & 0o777);
         let _permit = self.before(ctx, Op::Create, &p, None)?;
-        if mode & libc::S_IFMT == libc::S_IFREG {
-            sys::openat(
-                self.root(),
-                &p,
-                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-                mode & 0o7777,
-            )?;
-        } else {
+        if mode & libc::S_IFMT != libc::S_IFREG {
             sys::mknodat(self.root(), &p, mode, rdev as u64)?;
+            self.own(ctx, &pp, &p, mode, false)?;
+            return self.created(ctx, parent, name, &p, Op::Create);
         }
+        // A regular file: CREATE is declined, so this is how open(O_CREAT) creates one, and its
+        // writes follow. The fd is kept as the node's, for them.
+        let fd = sys::openat(
+            self.root(),
+            &p,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR,
+            mode & 0o7777,
+        )?;
         self.own(ctx, &pp, &p, mode, false)?;
-        self.created(ctx, parent, name, &p, Op::Create)
+        let (looked, st) = self.created(ctx, parent, name, &p, Op::Create)?;
+        self.keep_file(
+            looked.ino,
+            Arc::new(NodeFile {
+                fd,
+                writable: true,
+                pinned: AtomicBool::new(false),
+                adopted: AtomicBool::new(false),
+                truncated: AtomicBool::new(false),
+            }),
+        );
+        Ok((looked, st))
     }
 
     pub fn mkdir(
@@ -809,11 +734,11 @@ impl Core {
             path: &p,
             path2: None,
             aliases: &[],
-            last_name: !is_dir && self.is_last_name(&st),
+            last_name: !is_dir && Self::is_last_name(&st),
             range: None,
         };
-        let victim = self.inodes.ino_of(&st);
-        self.removal(ctx, change, victim, !is_dir && is_regular(&st), || {
+        let victim = self.victim(&st);
+        self.removal(ctx, change, victim, || {
             sys::unlinkat(self.root(), &p, is_dir)
         })?;
         if let Some(ino) = self.inodes.ino_of(&st) {
@@ -850,15 +775,14 @@ impl Core {
             aliases: &[],
             last_name: !exchange
                 && !same_file
-                && dst.as_ref().is_some_and(|d| self.is_last_name(d)),
+                && dst.as_ref().is_some_and(|d| Self::is_last_name(d)),
             range: None,
         };
         let victim = dst
             .as_ref()
             .filter(|_| !exchange && !same_file)
-            .and_then(|d| self.inodes.ino_of(d));
-        let regular = dst.as_ref().is_some_and(is_regular);
-        self.removal(ctx, change, victim, regular, || {
+            .and_then(|d| self.victim(d));
+        self.removal(ctx, change, victim, || {
             sys::renameat2(self.root(), &from, &to, flags)
         })?;
         let src_ino = self.inodes.ino_of(&src);
@@ -888,78 +812,10 @@ impl Core {
         Ok(())
     }
 
-    fn open_flags(flags: i32) -> OFlags {
-        // Only flags that mean something for the backing open. The kernel sends internal bits
-        // too (`__FMODE_EXEC` on execve) that `openat2` rejects with EINVAL; creation is the
-        // kernel's business (create), and direct I/O would need aligned buffers.
-        let keep = libc::O_ACCMODE
-            | libc::O_APPEND
-            | libc::O_TRUNC
-            | libc::O_NONBLOCK
-            | libc::O_DSYNC
-            | libc::O_SYNC
-            | libc::O_NOATIME
-            | libc::O_LARGEFILE
-            | libc::O_DIRECTORY;
-        OFlags::from_bits_retain((flags & keep) as u32)
-    }
-
-    pub fn create(
-        &self,
-        ctx: &Ctx,
-        parent: u64,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> io::Result<(Looked, Stat, u64)> {
-        let pp = self.path(parent)?;
-        let p = self.child_path(parent, name)?;
-        let mode = mode & !(umask & 0o777) & 0o7777;
-        let existing = sys::lstat_opt(self.root(), &p)?;
-        if existing.is_some() && flags & libc::O_EXCL != 0 {
-            return Err(err(libc::EEXIST));
-        }
-        let op = if existing.is_some() {
-            Op::Truncate
-        } else {
-            Op::Create
-        };
-        let _permit = if existing.is_none() || flags & libc::O_TRUNC != 0 {
-            self.before(ctx, op, &p, None)?
-        } else {
-            None
-        };
-        let oflags = Self::open_flags(flags) | OFlags::CREATE;
-        let fd = sys::openat(self.root(), &p, oflags, mode)?;
-        if existing.is_none() {
-            self.own(ctx, &pp, &p, mode, false)?;
-        } else if flags & libc::O_TRUNC != 0 && ctx.uid != 0 {
-            Self::kill_suid_sgid(fd.as_fd(), ctx.gid)?;
-        }
-        if existing.is_none() || flags & libc::O_TRUNC != 0 {
-            self.after(ctx, op, &p, None);
-        }
-        let st = sys::fstat(fd.as_fd())?;
-        let looked = self.inodes.lookup(parent, name, &st);
-        if existing.is_none() {
-            // A new inode has no capabilities.
-            self.inodes.set_no_caps(looked.ino);
-        }
-        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.add_handle(Handle {
-            ino: looked.ino,
-            fd,
-            writable,
-            close_later: existing.is_some() && writable && flags & libc::O_TRUNC != 0,
-        });
-        Ok((looked, st, fh))
-    }
-
     /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
-    pub fn read(&self, ino: u64, fh: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let io = self.io(ino, Some(fh), false)?;
-        sys::pread_full(io.fd(), buf, off)
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let f = self.node_file(ino, false)?;
+        sys::pread_full(f.fd.as_fd(), buf, off)
     }
 
     /// Writes `data` at `off`; `kill_suid_sgid` when the kernel says the writer may not keep
@@ -968,22 +824,21 @@ impl Core {
         &self,
         ctx: &Ctx,
         ino: u64,
-        fh: u64,
         off: u64,
         data: &[u8],
         kill_suid_sgid: bool,
     ) -> io::Result<usize> {
-        let t = self.for_change(ino, Some(fh))?;
+        let t = self.for_change(ino)?;
         let _permit = match &t.path {
             Some(p) => self.before_node(ctx, Op::Write, ino, p, Some((off, data.len() as u64)))?,
             None => None,
         };
         if kill_suid_sgid {
-            Self::kill_suid_sgid(t.io.fd(), ctx.gid)?;
+            Self::kill_suid_sgid(t.file.fd.as_fd(), ctx.gid)?;
         }
         let mut done = 0;
         while done < data.len() {
-            let n = sys::pwrite(t.io.fd(), &data[done..], off + done as u64)?;
+            let n = sys::pwrite(t.file.fd.as_fd(), &data[done..], off + done as u64)?;
             if n == 0 {
                 break;
             }
@@ -1016,31 +871,15 @@ impl Core {
         Ok(())
     }
 
-    /// Releases handle `fh` (of a created file; other files have none).
-    pub fn release(&self, fh: u64) {
-        let Some(h) = self.handles.write().unwrap().remove(&fh) else {
-            return;
-        };
-        // The handle is gone at once (nothing reads or writes through it, and no check counts
-        // it as open); only a costly close happens on the closer thread. Waking it costs more
-        // than closing any other fd (grep -r: 1.6 -> 1.9 s when every close went there).
-        if !h.close_later {
-            return;
-        }
-        if let Ok(h) = Arc::try_unwrap(h) {
-            self.close_elsewhere(vec![h.fd]);
-        }
-    }
-
-    pub fn fsync(&self, ctx: &Ctx, ino: u64, fh: u64, datasync: bool) -> io::Result<()> {
+    pub fn fsync(&self, ctx: &Ctx, ino: u64, datasync: bool) -> io::Result<()> {
         if sys::is_own_thread(ctx.pid) {
             // The daemon's own fsync through the mount at a message boundary: it only makes
             // the kernel hand over the file's dirty (mmap) pages, which it has done before
             // sending this; syncing the disk is not asked for.
             return Ok(());
         }
-        let io = self.io(ino, Some(fh), false)?;
-        sys::fsync(io.fd(), datasync)
+        let f = self.node_file(ino, false)?;
+        sys::fsync(f.fd.as_fd(), datasync)
     }
 
     /// Up to `max` entries of directory `ino` from position `offset` (0 or an entry's `next`).
@@ -1161,16 +1000,8 @@ impl Core {
         sys::accessat(self.root(), &p, mask)
     }
 
-    pub fn fallocate(
-        &self,
-        ctx: &Ctx,
-        ino: u64,
-        fh: u64,
-        off: u64,
-        len: u64,
-        mode: i32,
-    ) -> io::Result<()> {
-        let t = self.for_change(ino, Some(fh))?;
+    pub fn fallocate(&self, ctx: &Ctx, ino: u64, off: u64, len: u64, mode: i32) -> io::Result<()> {
+        let t = self.for_change(ino)?;
         let _permit = match &t.path {
             Some(p) => {
                 // Punching or zeroing overwrites the range; shifting data (collapse, insert)
@@ -1189,35 +1020,35 @@ impl Core {
             }
             None => None,
         };
-        sys::fallocate(t.io.fd(), mode, off, len)?;
+        sys::fallocate(t.file.fd.as_fd(), mode, off, len)?;
         if let Some(p) = &t.path {
             self.after(ctx, Op::Fallocate, p, None);
         }
         Ok(())
     }
 
-    pub fn lseek(&self, ino: u64, fh: u64, off: i64, whence: i32) -> io::Result<u64> {
-        let io = self.io(ino, Some(fh), false)?;
-        sys::lseek(io.fd(), off, whence)
+    pub fn lseek(&self, ino: u64, off: i64, whence: i32) -> io::Result<u64> {
+        let f = self.node_file(ino, false)?;
+        sys::lseek(f.fd.as_fd(), off, whence)
     }
 
     pub fn copy_file_range(
         &self,
         ctx: &Ctx,
-        (ino_in, fh_in, off_in): (u64, u64, u64),
-        (ino_out, fh_out, off_out): (u64, u64, u64),
+        (ino_in, off_in): (u64, u64),
+        (ino_out, off_out): (u64, u64),
         len: u64,
     ) -> io::Result<usize> {
-        let src = self.io(ino_in, Some(fh_in), false)?;
-        let t = self.for_change(ino_out, Some(fh_out))?;
+        let src = self.node_file(ino_in, false)?;
+        let t = self.for_change(ino_out)?;
         let _permit = match &t.path {
             Some(p) => self.before_node(ctx, Op::Write, ino_out, p, Some((off_out, len)))?,
             None => None,
         };
         let n = sys::copy_file_range(
-            src.fd(),
+            src.fd.as_fd(),
             off_in,
-            t.io.fd(),
+            t.file.fd.as_fd(),
             off_out,
             len.min(1 << 30) as usize,
         )?;
@@ -1259,7 +1090,7 @@ mod tests {
 
     fn read_all(core: &Core, ino: u64) -> Vec<u8> {
         let mut buf = vec![0; 64];
-        let n = core.read(ino, 0, 0, &mut buf).unwrap();
+        let n = core.read(ino, 0, &mut buf).unwrap();
         buf.truncate(n);
         buf
     }
@@ -1292,11 +1123,10 @@ mod tests {
             }
             assert!(core.path(l.ino).is_err(), "the node has no name left");
             assert_eq!(read_all(&core, l.ino), b"old");
-            assert_eq!(core.write(&CTX, l.ino, 0, 0, b"NEW!", false).unwrap(), 4);
+            assert_eq!(core.write(&CTX, l.ino, 0, b"NEW!", false).unwrap(), 4);
             core.setattr(
                 &CTX,
                 l.ino,
-                Some(0),
                 SetAttr {
                     size: Some(5),
                     ..Default::default()
@@ -1304,7 +1134,7 @@ mod tests {
             )
             .unwrap();
             assert_eq!(read_all(&core, l.ino), b"NEW!\0");
-            assert_eq!(core.getattr(l.ino, None).unwrap().st_size, 5);
+            assert_eq!(core.getattr(l.ino).unwrap().st_size, 5);
             assert_eq!(std::fs::read(store.join("f")).unwrap(), b"old");
         }
     }
@@ -1323,7 +1153,7 @@ mod tests {
         .unwrap();
         let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
         core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
-        core.write(&CTX, l.ino, 0, 0, b"NEW", false).unwrap();
+        core.write(&CTX, l.ino, 0, b"NEW", false).unwrap();
         assert_eq!(std::fs::read(d.path().join("other")).unwrap(), b"NEW");
     }
 }

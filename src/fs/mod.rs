@@ -13,10 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rustix::fs::Stat;
 
@@ -32,11 +31,6 @@ pub fn errno_of(e: &io::Error) -> Errno {
         None => Errno::from_i32(libc::EIO),
     }
 }
-
-/// Open flags for files. Every change goes through the mount, so cached pages stay valid
-/// across opens (a rewind invalidates what it rewrites); `flush` does nothing here (locks are
-/// the kernel's), so the kernel need not send it on every close.
-const FILE_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
 /// Directory entries read per readdir request: more than a reply of the kernel's usual size
 /// holds (those that do not fit are read again by the next request).
@@ -204,8 +198,8 @@ impl Filesystem for RewindFs {
         self.core.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.core.getattr(ino.0, fh.map(|f| f.0)) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.core.getattr(ino.0) {
             Ok(st) => reply.attr(&self.cache.ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -222,7 +216,7 @@ impl Filesystem for RewindFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
+        _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -237,7 +231,7 @@ impl Filesystem for RewindFs {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        match self.core.setattr(&ctx(req), ino.0, fh.map(|f| f.0), a) {
+        match self.core.setattr(&ctx(req), ino.0, a) {
             Ok(st) => reply.attr(&self.cache.ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -361,8 +355,9 @@ impl Filesystem for RewindFs {
     /// Declined, as OPENDIR is: the kernel then opens files itself (every later open too),
     /// sending neither OPEN nor RELEASE, and keeps their cached pages across opens. A warm
     /// `grep -r` then sends nothing at all, where it sent two round trips per file. Reads and
-    /// writes come by node (see `Core::io`); a truncating open comes as a truncate (hence no
-    /// `FUSE_ATOMIC_O_TRUNC`, which would leave the truncate to an OPEN that is never sent).
+    /// writes come by node, with no handle (see `Core::node_file`); a truncating open comes as
+    /// a truncate (hence no `FUSE_ATOMIC_O_TRUNC`, which would leave the truncate to an OPEN
+    /// that is never sent).
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         reply.error(Errno::from_i32(libc::ENOSYS));
     }
@@ -371,7 +366,7 @@ impl Filesystem for RewindFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -379,16 +374,14 @@ impl Filesystem for RewindFs {
         reply: ReplyData,
     ) {
         // Over io_uring the data is read straight into the ring entry's buffer.
-        reply.data_with(size as usize, |buf| {
-            self.core.read(ino.0, fh.0, offset, buf)
-        });
+        reply.data_with(size as usize, |buf| self.core.read(ino.0, offset, buf));
     }
 
     fn write(
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -397,7 +390,7 @@ impl Filesystem for RewindFs {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.core.write(&ctx(req), ino.0, fh.0, offset, data, kill) {
+        match self.core.write(&ctx(req), ino.0, offset, data, kill) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -416,29 +409,15 @@ impl Filesystem for RewindFs {
         reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.core.release(fh.0);
-        reply.ok();
-    }
-
     fn fsync(
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.core.fsync(&ctx(req), ino.0, fh.0, datasync) {
+        match self.core.fsync(&ctx(req), ino.0, datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -486,7 +465,7 @@ impl Filesystem for RewindFs {
         for e in &ents {
             if e.name == "." || e.name == ".." {
                 // The kernel takes no lookup for these; attributes are not used.
-                let st = match self.core.getattr(ino.0, None) {
+                let st = match self.core.getattr(ino.0) {
                     Ok(st) => st,
                     Err(_) => continue,
                 };
@@ -600,45 +579,33 @@ impl Filesystem for RewindFs {
         }
     }
 
+    /// Declined: the kernel then creates a file with MKNOD and opens it itself (see `open`),
+    /// one round trip where CREATE took two (its RELEASE).
+    #[allow(clippy::too_many_arguments)]
     fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
-            .core
-            .create(&ctx(req), parent.0, name, mode, umask, flags)
-        {
-            Ok((l, st, fh)) => reply.created(
-                &self.cache.ttl,
-                &attr(l.ino, &st),
-                Generation(l.generation),
-                FileHandle(fh),
-                FILE_OPEN_FLAGS,
-            ),
-            Err(e) => reply.error(errno_of(&e)),
-        }
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     fn fallocate(
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self
-            .core
-            .fallocate(&ctx(req), ino.0, fh.0, offset, length, mode)
-        {
+        match self.core.fallocate(&ctx(req), ino.0, offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -648,12 +615,12 @@ impl Filesystem for RewindFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match self.core.lseek(ino.0, fh.0, offset, whence) {
+        match self.core.lseek(ino.0, offset, whence) {
             Ok(off) => reply.offset(off as i64),
             Err(e) => reply.error(errno_of(&e)),
         }
@@ -663,10 +630,10 @@ impl Filesystem for RewindFs {
         &self,
         req: &Request,
         ino_in: INodeNo,
-        fh_in: FileHandle,
+        _fh_in: FileHandle,
         offset_in: u64,
         ino_out: INodeNo,
-        fh_out: FileHandle,
+        _fh_out: FileHandle,
         offset_out: u64,
         len: u64,
         _flags: CopyFileRangeFlags,
@@ -674,8 +641,8 @@ impl Filesystem for RewindFs {
     ) {
         match self.core.copy_file_range(
             &ctx(req),
-            (ino_in.0, fh_in.0, offset_in),
-            (ino_out.0, fh_out.0, offset_out),
+            (ino_in.0, offset_in),
+            (ino_out.0, offset_out),
             len,
         ) {
             Ok(n) => reply.written(n as u32),
