@@ -6,8 +6,9 @@
 //! the mount. Every change calls the [`Observer`] *before* it is applied (so its pre-image is
 //! saved first) and again after it succeeded (for the change log).
 //!
-//! Open files and directories are the only fds held for long (one per open handle); nodes are
-//! re-resolved by path (see `inodes.rs`).
+//! Nodes are re-resolved by path (see `inodes.rs`). The only fds held for long are those of
+//! files being read or written, one per node in a bounded cache ([`NodeFile`]): the kernel
+//! opens files itself, so reads and writes come by node, with no handle.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -773,9 +774,7 @@ impl Core {
             path: &from,
             path2: Some(&to),
             aliases: &[],
-            last_name: !exchange
-                && !same_file
-                && dst.as_ref().is_some_and(|d| Self::is_last_name(d)),
+            last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
             range: None,
         };
         let victim = dst
