@@ -488,15 +488,12 @@ impl Core {
     }
 
     pub fn getattr(&self, ino: u64) -> io::Result<Stat> {
-        match self.stat_node(ino) {
-            Ok((_, st)) => Ok(st),
-            Err(e) => {
-                // An open file whose last name went: its pinned fd answers.
-                match self.files.lock().unwrap().get(&ino).cloned() {
-                    Some(f) => sys::fstat(f.fd.as_fd()),
-                    None => Err(e),
-                }
-            }
+        // A node with an fd (a file being read or written, after which the kernel asks again;
+        // or one whose last name went) is answered by it, without a path walk.
+        let f = self.files.lock().unwrap().get(&ino).cloned();
+        match f {
+            Some(f) => sys::fstat(f.fd.as_fd()),
+            None => self.stat_node(ino).map(|(_, st)| st),
         }
     }
 
@@ -647,7 +644,10 @@ impl Core {
             mode & 0o7777,
         )?;
         self.own(ctx, &pp, &p, mode, false)?;
-        let (looked, st) = self.created(ctx, parent, name, &p, Op::Create)?;
+        let st = sys::fstat(fd.as_fd())?;
+        self.after(ctx, Op::Create, &p, None);
+        let looked = self.inodes.lookup(parent, name, &st);
+        self.inodes.set_no_caps(looked.ino); // a new inode has no capabilities
         self.keep_file(
             looked.ino,
             Arc::new(NodeFile {
