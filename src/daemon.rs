@@ -57,13 +57,23 @@ impl KernelCache for FuseKernel {
                 None
             }
         };
-        for m in dev.map(sys::shared_writable_mappings).unwrap_or_default() {
-            if let Ok(f) = File::open(&m) {
+        // The maps name each file by its node (the inode number the kernel shows), reopened
+        // through the mount; one with no name left, through the mapping (root only).
+        for (node, mapping) in dev.map(sys::shared_writable_mappings).unwrap_or_default() {
+            let path = match self.core.inodes.path(node) {
+                Ok(p) => self.dir.join(p),
+                Err(_) => mapping,
+            };
+            if let Ok(f) = File::open(&path) {
                 if let Err(e) = f.sync_data() {
-                    tracing::warn!("flushing {}: {e}", m.display());
+                    tracing::warn!("flushing {}: {e}", path.display());
                 }
             }
         }
+    }
+
+    fn replaced(&self, paths: &[PathBuf]) {
+        self.core.replaced(paths);
     }
 
     fn invalidate(&self, paths: &[PathBuf]) {

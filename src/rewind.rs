@@ -157,6 +157,9 @@ pub struct Outcome {
 pub trait KernelCache: Send + Sync {
     /// Writes back dirty data (mmap pages) so it reaches the daemon now.
     fn flush(&self);
+    /// The files at these workspace-relative paths were replaced or removed (called before
+    /// changes resume): whatever still stands for the old files must not change them.
+    fn replaced(&self, _paths: &[PathBuf]) {}
     /// Drops the kernel's entries, attributes and pages for these workspace-relative paths.
     fn invalidate(&self, paths: &[PathBuf]);
 }
@@ -635,6 +638,7 @@ impl Engine {
                 .iter()
                 .map(|t| t.rel().to_path_buf())
                 .collect::<Vec<_>>();
+            self.kernel.replaced(&changed);
             out.rewind_id = Some(id);
             out
         };
@@ -700,6 +704,7 @@ impl Engine {
                 .iter()
                 .map(|t| t.rel().to_path_buf())
                 .collect::<Vec<_>>();
+            self.kernel.replaced(&changed);
             (out, changed)
         };
         self.kernel.invalidate(&changed);

@@ -274,10 +274,11 @@ pub fn lchownat(
     rustix::fs::chownat(dir, at_path(rel), uid, gid, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
 }
 
-/// Where to reach, for each file on device `dev` that some process has mapped shared and
-/// writable, one such mapping: `/proc/PID/map_files/START-END` (opening it needs root). Read
-/// from every process's `/proc/PID/maps`; processes that go away meanwhile are skipped.
-pub fn shared_writable_mappings(dev: u64) -> Vec<PathBuf> {
+/// The files on device `dev` that some process has mapped shared and writable: each file's
+/// inode number, and one such mapping, `/proc/PID/map_files/START-END` (opening that needs
+/// root). Read from every process's `/proc/PID/maps` that can be read; processes that go away
+/// meanwhile are skipped.
+pub fn shared_writable_mappings(dev: u64) -> Vec<(u64, PathBuf)> {
     let want = format!(
         "{:02x}:{:02x}",
         rustix::fs::major(dev),
@@ -308,13 +309,21 @@ pub fn shared_writable_mappings(dev: u64) -> Vec<PathBuf> {
                 continue;
             };
             let p = perms.as_bytes();
-            if d == want
-                && p.len() == 4
-                && p[1] == b'w'
-                && p[3] == b's'
-                && seen.insert(ino.to_owned())
-            {
-                out.push(PathBuf::from(format!("/proc/{pid}/map_files/{range}")));
+            if d != want || p.len() != 4 || p[1] != b'w' || p[3] != b's' {
+                continue;
+            }
+            // maps pads addresses to 8 digits; map_files names them without padding.
+            let (Ok(ino), Some((a, b))) = (ino.parse::<u64>(), range.split_once('-')) else {
+                continue;
+            };
+            let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+                continue;
+            };
+            if seen.insert(ino) {
+                out.push((
+                    ino,
+                    PathBuf::from(format!("/proc/{pid}/map_files/{a:x}-{b:x}")),
+                ));
             }
         }
     }

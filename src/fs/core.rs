@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use rustix::fs::{OFlags, Stat};
 
@@ -72,6 +72,10 @@ pub struct Core {
     files: Mutex<HashMap<u64, Arc<NodeFile>>>,
     /// Held while a node with no name left is changed (see [`Core::for_change`]).
     nameless: Mutex<()>,
+    /// Changes to a named file's content hold this shared, and a removal that may hand a
+    /// file's inode to the store holds it exclusive until the file's name is gone from the
+    /// table: no write that found the file by its name lands after the store took the inode.
+    removing: RwLock<()>,
 }
 
 /// A backing fd held for a node. OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel
@@ -101,6 +105,8 @@ struct Target<'a> {
     path: Option<PathBuf>,
     /// For a node with no name left: held until the change is done.
     _nameless: Option<std::sync::MutexGuard<'a, ()>>,
+    /// For a named one: held until the change is done (see `Core::removing`).
+    _named: Option<RwLockReadGuard<'a, ()>>,
 }
 
 /// Batches of fds waiting for the closer; past this a release closes its fd itself.
@@ -143,6 +149,7 @@ impl Core {
             closer: std::sync::OnceLock::new(),
             files: Mutex::new(HashMap::new()),
             nameless: Mutex::new(()),
+            removing: RwLock::new(()),
         })
     }
 
@@ -195,8 +202,7 @@ impl Core {
         }
         let p = self.path(ino)?;
         let f = Arc::new(self.open_node(ino, &p, write)?);
-        self.keep_file(ino, f.clone());
-        Ok(f)
+        Ok(self.keep_file(ino, f))
     }
 
     /// Opens node `ino`'s file at `p` for reading and writing (the kernel checked the caller's
@@ -229,15 +235,28 @@ impl Core {
         })
     }
 
-    /// Keeps `f` as node `ino`'s fd; a full cache first closes a batch of unpinned ones.
-    fn keep_file(&self, ino: u64, f: Arc<NodeFile>) {
+    /// Keeps `f` as node `ino`'s fd and returns it, unless the node has one as good already
+    /// (writable, or `f` is not), which is kept and returned instead: another request may have
+    /// opened one meanwhile, or a removal pinned one. A replaced fd's marks carry over. A full
+    /// cache first closes a batch of fds that can be opened again.
+    fn keep_file(&self, ino: u64, f: Arc<NodeFile>) -> Arc<NodeFile> {
         let mut evicted = Vec::new();
         {
             let mut files = self.files.lock().unwrap();
-            if files.len() >= NODE_FILES {
+            if let Some(old) = files.get(&ino) {
+                if old.writable || !f.writable {
+                    return old.clone();
+                }
+                f.pinned
+                    .fetch_or(old.pinned.load(Ordering::Relaxed), Ordering::Relaxed);
+                f.adopted
+                    .fetch_or(old.adopted.load(Ordering::Relaxed), Ordering::Relaxed);
+                f.truncated
+                    .fetch_or(old.truncated.load(Ordering::Relaxed), Ordering::Relaxed);
+            } else if files.len() >= NODE_FILES {
                 let victims: Vec<u64> = files
                     .iter()
-                    .filter(|(_, f)| !f.pinned.load(Ordering::Relaxed))
+                    .filter(|(_, f)| !f.pinned.load(Ordering::Relaxed) && self.reopenable(f))
                     .map(|(&i, _)| i)
                     .take(NODE_FILES_EVICT)
                     .collect();
@@ -245,7 +264,7 @@ impl Core {
                     evicted.extend(files.remove(&i));
                 }
             }
-            if let Some(old) = files.insert(ino, f) {
+            if let Some(old) = files.insert(ino, f.clone()) {
                 evicted.push(old);
             }
         }
@@ -256,33 +275,61 @@ impl Core {
             .map(|f| f.fd)
             .collect();
         self.close_elsewhere(fds);
+        f
+    }
+
+    /// Whether a cached fd can be given up: it can be opened again as it was. As root always;
+    /// otherwise not a writable fd of a file its owner may no longer write (created read-only,
+    /// or chmod'ed since), which the process that opened it may still write through.
+    fn reopenable(&self, f: &NodeFile) -> bool {
+        self.as_root
+            || !f.writable
+            || sys::fstat(f.fd.as_fd()).is_ok_and(|st| st.st_mode & libc::S_IWUSR != 0)
     }
 
     /// Before a change that may take away the last name of the file of node `ino` (at `p`):
     /// the node's fd is pinned, so whoever has the file open can still reach it; `adopted`
     /// when the store may keep that inode as the pre-image. Returns whether it was pinned.
     fn pin(&self, ino: u64, p: &Path, adopted: bool) -> bool {
-        let f = match self.node_file(ino, false) {
-            Ok(f) if f.writable => f,
-            // Read-only (or none yet): writing to the file once it has no name needs more.
-            _ => match self.open_node(ino, p, false) {
-                Ok(f) => {
-                    let f = Arc::new(f);
-                    self.keep_file(ino, f.clone());
-                    f
-                }
+        let have = self
+            .files
+            .lock()
+            .unwrap()
+            .get(&ino)
+            .is_some_and(|f| f.writable);
+        // Read-only (or none yet): writing to the file once it has no name needs more.
+        let fresh = if have {
+            None
+        } else {
+            match self.open_node(ino, p, false) {
+                Ok(f) => Some(Arc::new(f)),
                 Err(e) => {
                     tracing::debug!("pinning {}: {e}", p.display());
-                    return false;
+                    None
                 }
-            },
+            }
         };
-        // Marked under the cache's lock, and kept in it: an eviction since the lookup above
-        // may have taken it out.
+        // Marked under the cache's lock, in the entry the cache holds: no eviction can take
+        // it out in between.
         let mut files = self.files.lock().unwrap();
+        let f = match (files.get(&ino), fresh) {
+            (Some(old), Some(new)) if !old.writable && new.writable => {
+                new.pinned
+                    .fetch_or(old.pinned.load(Ordering::Relaxed), Ordering::Relaxed);
+                new.adopted
+                    .fetch_or(old.adopted.load(Ordering::Relaxed), Ordering::Relaxed);
+                files.insert(ino, new.clone());
+                new
+            }
+            (Some(old), _) => old.clone(),
+            (None, Some(new)) => {
+                files.insert(ino, new.clone());
+                new
+            }
+            (None, None) => return false,
+        };
         f.adopted.fetch_or(adopted, Ordering::Relaxed);
         f.pinned.store(true, Ordering::Relaxed);
-        files.insert(ino, f);
         true
     }
 
@@ -302,13 +349,16 @@ impl Core {
     /// first change, and the writer works on that. Such changes are rare, and run one at a
     /// time (the guard), so none can reach the inode the node had before.
     fn for_change(&self, ino: u64) -> io::Result<Target<'_>> {
+        let named = self.removing.read().unwrap();
         if let Ok(p) = self.path(ino) {
             return Ok(Target {
                 file: self.node_file(ino, true)?,
                 path: Some(p),
                 _nameless: None,
+                _named: Some(named),
             });
         }
+        drop(named);
         let guard = self.nameless.lock().unwrap();
         let mut file = self.node_file(ino, true)?;
         if file.adopted.load(Ordering::Relaxed) && sys::fstat(file.fd.as_fd())?.st_nlink > 0 {
@@ -319,12 +369,15 @@ impl Core {
                 adopted: AtomicBool::new(false),
                 truncated: AtomicBool::new(false),
             });
-            self.keep_file(ino, file.clone());
+            // In place of the adopted inode's fd, whatever the cache held.
+            let old = self.files.lock().unwrap().insert(ino, file.clone());
+            drop(old);
         }
         Ok(Target {
             file,
             path: None,
             _nameless: Some(guard),
+            _named: None,
         })
     }
 
@@ -483,6 +536,36 @@ impl Core {
                 if f.pinned.into_inner() || f.truncated.into_inner() {
                     self.close_elsewhere(vec![f.fd]);
                 }
+            }
+        }
+    }
+
+    /// After a rewind wrote the files at `rels` anew (beside them, renamed over them) or
+    /// removed them: a node still standing for a file that was there loses that name, and its
+    /// fd, if it has one, is marked as the store's (the old file may be a pre-image now), so a
+    /// process that still has it open reads it as it was and changes a copy (see
+    /// `for_change`). Called with changes held off (the rewind's gate).
+    pub fn replaced(&self, rels: &[PathBuf]) {
+        // All resolved first: a directory losing its name first would hide what is below it.
+        let found: Vec<(&Path, u64, u64)> = rels
+            .iter()
+            .filter_map(|rel| match self.inodes.resolve(rel) {
+                (Some(parent), Some(node)) => Some((rel.as_path(), parent, node)),
+                _ => None,
+            })
+            .collect();
+        for (rel, parent, node) in found {
+            let Some(name) = rel.file_name() else {
+                continue;
+            };
+            let now = sys::lstat_opt(self.root(), rel).ok().flatten();
+            if now.is_some_and(|st| self.inodes.key(node) == Some((st.st_dev, st.st_ino))) {
+                continue; // the same file
+            }
+            self.inodes.renamed(node, (parent, name), None);
+            if let Some(f) = self.files.lock().unwrap().get(&node) {
+                f.pinned.store(true, Ordering::Relaxed);
+                f.adopted.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -739,6 +822,8 @@ impl Core {
             range: None,
         };
         let victim = self.victim(&st);
+        // Until the name is gone from the table (see `Core::removing`).
+        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
         self.removal(ctx, change, victim, || {
             sys::unlinkat(self.root(), &p, is_dir)
         })?;
@@ -781,6 +866,8 @@ impl Core {
             .as_ref()
             .filter(|_| !exchange && !same_file)
             .and_then(|d| self.victim(d));
+        // Until the name is gone from the table (see `Core::removing`).
+        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
         self.removal(ctx, change, victim, || {
             sys::renameat2(self.root(), &from, &to, flags)
         })?;
@@ -1136,6 +1223,37 @@ mod tests {
             assert_eq!(core.getattr(l.ino).unwrap().st_size, 5);
             assert_eq!(std::fs::read(store.join("f")).unwrap(), b"old");
         }
+    }
+
+    /// A cache fill racing a removal (a read that opened the file just before its name went)
+    /// never replaces the fd the removal pinned, which carries the marks that keep changes off
+    /// the store's inode; a writable fd replacing a read-only one takes those marks over.
+    #[test]
+    fn a_cache_fill_never_replaces_a_pinned_fd() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        let obs = Arc::new(crate::capture::Passthrough);
+        let core = Core::new(sys::open_dir_path(d.path()).unwrap(), obs).unwrap();
+        let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
+        let f = Path::new("f");
+        assert!(core.pin(l.ino, f, true));
+        let racing = Arc::new(core.open_node(l.ino, f, false).unwrap());
+        let kept = core.keep_file(l.ino, racing.clone());
+        assert!(!Arc::ptr_eq(&kept, &racing), "the pinned fd stays");
+        assert!(kept.pinned.load(Ordering::Relaxed) && kept.adopted.load(Ordering::Relaxed));
+
+        let mut ro = core.open_node(l.ino, f, false).unwrap();
+        ro.writable = false;
+        ro.pinned.store(true, Ordering::Relaxed);
+        ro.adopted.store(true, Ordering::Relaxed);
+        core.files.lock().unwrap().insert(l.ino, Arc::new(ro));
+        let rw = Arc::new(core.open_node(l.ino, f, true).unwrap());
+        let kept = core.keep_file(l.ino, rw.clone());
+        assert!(
+            Arc::ptr_eq(&kept, &rw),
+            "a writable fd replaces a read-only one"
+        );
+        assert!(kept.pinned.load(Ordering::Relaxed) && kept.adopted.load(Ordering::Relaxed));
     }
 
     /// Without adoption (the file had another name, which the kernel never looked up), a

@@ -298,6 +298,46 @@ fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact()
     assert_eq!(a.read("held.txt").as_deref(), Some("held content\n"));
 }
 
+/// A rewind writes a file anew beside it and renames it over the old one, which becomes the
+/// rewind's own pre-image (for an undo). A process that had the old file open and writes to
+/// it afterwards changes a copy of its own, never that pre-image: the undo gives back the
+/// file as it was before the rewind.
+#[test]
+fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
+    if !require_fuse() {
+        return;
+    }
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let mut a = Agent::new(|d| fs::write(d.join("f"), "version one\n").unwrap());
+    let cp = a.turn();
+    a.bash("echo version two > f");
+    let mut held = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.m.p("f"))
+        .unwrap();
+    let mut s = String::new();
+    held.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "version two\n");
+    a.rewind(&cp, "all", false).unwrap();
+    assert_eq!(a.read("f").as_deref(), Some("version one\n"));
+    held.write_all_at(b"XXXXXXX", 0).unwrap();
+    let mut back = vec![0; 12];
+    held.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(back, b"XXXXXXX two\n", "the holder sees its own write");
+    assert_eq!(a.read("f").as_deref(), Some("version one\n"));
+    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "every blob hashes to its name: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    drop(held);
+    a.c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(a.read("f").as_deref(), Some("version two\n"));
+}
+
 #[test]
 fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     if !require_fuse() {
