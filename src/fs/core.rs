@@ -575,7 +575,14 @@ impl Core {
         // or one whose last name went) is answered by it, without a path walk.
         let f = self.files.lock().unwrap().get(&ino).cloned();
         match f {
-            Some(f) => sys::fstat(f.fd.as_fd()),
+            Some(f) => {
+                let mut st = sys::fstat(f.fd.as_fd())?;
+                if f.adopted.load(Ordering::Relaxed) && self.path(ino).is_err() {
+                    // Its links are the store's, not names of the file.
+                    st.st_nlink = 0;
+                }
+                Ok(st)
+            }
             None => self.stat_node(ino).map(|(_, st)| st),
         }
     }
