@@ -44,7 +44,7 @@ pub enum Command {
         threads: usize,
         /// Seconds the kernel may cache attributes and entries (every change goes through the
         /// mount, and a rewind invalidates what it restores).
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = 60.0)]
         ttl: f64,
         /// Serve FUSE requests over io_uring (Linux >= 6.14): `auto` uses it when the kernel
         /// offers it (as root, switching on fuse's `enable_uring` parameter), `on` fails without
