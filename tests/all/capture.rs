@@ -273,7 +273,11 @@ fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact()
         .unwrap();
     a.bash("rm held.txt");
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(f.metadata().unwrap().nlink(), 0, "a deleted file has no links");
+    assert_eq!(
+        f.metadata().unwrap().nlink(),
+        0,
+        "a deleted file has no links"
+    );
     let mut s = String::new();
     f.read_to_string(&mut s).unwrap();
     assert_eq!(s, "held content\n");
