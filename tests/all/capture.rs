@@ -70,6 +70,19 @@ fn count_captures(m: &Mounted, cp: &str, path: &str) -> i64 {
     .unwrap()
 }
 
+/// `rewindfs fsck` finds the store sound: the database intact, every blob present and hashing
+/// to its name.
+fn assert_fsck(m: &Mounted) {
+    let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "fsck of {}: {}{}",
+        m.store.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn file(content: &[u8], mode: u32) -> Option<Pre> {
     Some(("file".into(), Some(content.to_vec()), mode, None))
 }
@@ -237,12 +250,7 @@ fn a_deleted_file_is_kept_by_a_link_and_a_failed_deletion_leaves_the_blob_a_copy
         .and_then(|mut f| std::io::Write::write_all(&mut f, b"second\n"))
         .unwrap();
     assert_eq!(captured(&a.m, &cp, "ro/stays.txt"), file(b"first\n", 0o644));
-    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "every blob hashes to its name: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_fsck(&a.m);
     let fd = under.borrow().as_ref().unwrap().as_raw_fd();
     sh(
         std::path::Path::new("/"),
@@ -293,12 +301,7 @@ fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact()
         captured(&a.m, &cp, "held.txt"),
         file(b"held content\n", 0o644)
     );
-    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "every blob hashes to its name: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_fsck(&a.m);
     drop(f);
     a.rewind(&cp, "all", false).unwrap();
     assert_eq!(a.read("held.txt").as_deref(), Some("held content\n"));
@@ -333,12 +336,7 @@ fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
     held.read_exact_at(&mut back, 0).unwrap();
     assert_eq!(back, b"XXXXXXX two\n", "the holder sees its own write");
     assert_eq!(a.read("f").as_deref(), Some("version one\n"));
-    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "every blob hashes to its name: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_fsck(&a.m);
     drop(held);
     a.c.request("undo_rewind", json!({})).unwrap();
     assert_eq!(a.read("f").as_deref(), Some("version two\n"));
@@ -643,8 +641,7 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
         "crash: {rounds} rounds, {ops_total} operations, {} checkpoints, 0 failures",
         checkpoints.len()
     );
-    let out = rewindfs(&["fsck", "--store", m.store.to_str().unwrap()]);
-    assert!(out.status.success());
+    assert_fsck(&m);
 }
 
 #[test]
@@ -772,12 +769,7 @@ fn a_small_change_to_a_large_file_stores_only_the_bytes_it_overwrites() {
         &a.m.dir,
         "dd if=/dev/zero of=big.bin bs=1M count=2 seek=40 conv=notrunc status=none && rm big.bin",
     );
-    let out = rewindfs(&["fsck", "--store", a.m.store.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_fsck(&a.m);
     for (t, want, name) in [(&t3, &v3, "t3"), (&t2, &v2, "t2"), (&t1, &v1, "t1")] {
         let dry = a.rewind(t, "all", true).unwrap();
         assert_eq!(dry["filesChanged"], json!(["big.bin"]), "{name}");
