@@ -304,7 +304,13 @@ impl Core {
             match self.open_node(ino, p, false) {
                 Ok(f) => Some(Arc::new(f)),
                 Err(e) => {
-                    tracing::debug!("pinning {}: {e}", p.display());
+                    // The removal goes on; only a process that still has the file open loses it
+                    // (its reads and writes fail with ESTALE): said where it can be found.
+                    tracing::warn!(
+                        "{}: could not keep an fd of it before its last name goes ({e}); a \
+                         process that has it open can no longer use it",
+                        p.display()
+                    );
                     None
                 }
             }
