@@ -91,6 +91,12 @@ pub struct Change<'a> {
     /// length may run past the end of the file). `None`: the whole content, or for changes
     /// of metadata, none of it.
     pub range: Option<(u64, u64)>,
+    /// The file at `path`, open (the node's fd), for a change to its content: the pre-image is
+    /// read from it, with no lookup of the path and no fd of the file closed. (Closing any fd of
+    /// a file truncated and written again makes ext4 write its data out, and the next truncate
+    /// waits for that write: a capture that opened and closed the file put a disk write on
+    /// every truncating edit after a boundary.)
+    pub file: Option<BorrowedFd<'a>>,
 }
 
 /// Which bytes of a file's content a change is about to overwrite.
@@ -220,22 +226,45 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 /// # Errors
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
-    Ok(snapshot_or_adopt(root, rel, store, false)?.0)
+    Ok(snapshot_or_adopt(root, rel, store, false, None)?.0)
 }
 
 /// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
 /// where the store allows (the hash of such a blob is returned: it must be unshared if the
-/// change fails).
+/// change fails). `file`: the file at `rel`, open (see [`Change::file`]).
 fn snapshot_or_adopt(
     root: BorrowedFd<'_>,
     rel: &Path,
     store: &Store,
     adopt: bool,
+    file: Option<BorrowedFd<'_>>,
 ) -> io::Result<(PreImage, Option<String>)> {
     if adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
         if let Some(a) = store.blobs.adopt(root, rel)? {
             return Ok((a.pre_image(), a.linked.then_some(a.hash)));
+        }
+    }
+    if let Some(fd) = file {
+        let st = sys::fstat(fd)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            // Read without touching its access time, as through a fresh O_NOATIME fd.
+            if let Some(got) = sys::with_noatime(fd, || store.blobs.put_fd(fd)) {
+                let (hash, size) = got?;
+                return Ok((
+                    PreImage {
+                        kind: Kind::File,
+                        blob: Some(hash),
+                        mode: st.st_mode,
+                        uid: st.st_uid,
+                        gid: st.st_gid,
+                        size,
+                        target: None,
+                        partial: false,
+                    },
+                    None,
+                ));
+            }
         }
     }
     let st = match sys::lstat_beneath(root, rel) {
@@ -601,6 +630,7 @@ impl Recorder {
         op: Op,
         adopt: bool,
         need: Need,
+        file: Option<BorrowedFd<'_>>,
     ) -> io::Result<(i64, Option<i64>)> {
         loop {
             let (seq, bits, partial) = {
@@ -629,12 +659,12 @@ impl Recorder {
             }
             let rel = Path::new(OsStr::from_bytes(p));
             if need != Need::All && !adopt {
-                if let Some(id) = self.capture_partial(p, seq, actor, op, need)? {
+                if let Some(id) = self.capture_partial(p, seq, actor, op, need, file)? {
                     return Ok((seq, Some(id)));
                 }
             }
-            let (pre, linked) =
-                snapshot_or_adopt(self.root(), rel, &self.store, adopt).map_err(|e| {
+            let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file)
+                .map_err(|e| {
                     tracing::error!(
                         "refusing {} of {}: its pre-image could not be saved: {e}",
                         op.as_str(),
@@ -680,12 +710,13 @@ impl Recorder {
         actor: Actor,
         op: Op,
         need: Need,
+        file: Option<BorrowedFd<'_>>,
     ) -> io::Result<Option<i64>> {
         let rel = Path::new(OsStr::from_bytes(p));
         let min = self
             .range_capture_min
             .load(std::sync::atomic::Ordering::Relaxed);
-        let st = match sys::lstat_beneath(self.root(), rel) {
+        let st = match file.map_or_else(|| sys::lstat_beneath(self.root(), rel), sys::fstat) {
             Ok(st) => st,
             Err(_) => return Ok(None),
         };
@@ -850,8 +881,15 @@ impl Recorder {
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
     pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Write, false, Need::All)
-            .map(|_| ())
+        self.ensure_captured(
+            &path_key(p),
+            Actor::Rewind,
+            Op::Write,
+            false,
+            Need::All,
+            None,
+        )
+        .map(|_| ())
     }
 
     /// Captures `p`, which a rewind is about to replace by renaming a file over it: a regular
@@ -860,8 +898,15 @@ impl Recorder {
     pub fn capture_for_replace(&self, p: &Path) -> io::Result<()> {
         let adopt = sys::lstat_beneath(self.root(), p)
             .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1);
-        self.ensure_captured(&path_key(p), Actor::Rewind, Op::Rename, adopt, Need::All)
-            .map(|_| ())
+        self.ensure_captured(
+            &path_key(p),
+            Actor::Rewind,
+            Op::Rename,
+            adopt,
+            Need::All,
+            None,
+        )
+        .map(|_| ())
     }
 
     /// The file [`Recorder::capture_for_replace`] captured has lost its name.
@@ -882,6 +927,7 @@ impl Recorder {
             aliases: &[],
             last_name: true,
             range: None,
+            file: None,
         });
     }
 
@@ -1049,9 +1095,10 @@ impl Observer for Recorder {
         match op {
             Op::Rename | Op::Exchange => {
                 let dst = change.path2.map(path_key).unwrap_or_default();
-                let (seq, _) = self.ensure_captured(&primary, actor, op, false, Need::All)?;
+                let (seq, _) = self.ensure_captured(&primary, actor, op, false, Need::All, None)?;
                 let adopt = change.last_name && op == Op::Rename;
-                let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt, Need::All)?;
+                let (seq2, fresh) =
+                    self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
                 let src_is_dir = sys::lstat_at(self.root(), change.path)
                     .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
                 let dst_is_dir = change.path2.is_some_and(|d| {
@@ -1081,10 +1128,11 @@ impl Observer for Recorder {
             _ => {
                 let need = change.need();
                 for alias in change.aliases {
-                    self.ensure_captured(&path_key(alias), actor, op, false, need)?;
+                    self.ensure_captured(&path_key(alias), actor, op, false, need, None)?;
                 }
                 let adopt = change.last_name && op == Op::Unlink;
-                let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need)?;
+                let (seq, fresh) =
+                    self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
                 if actor == Actor::Tool && op != Op::Mkdir {
                     self.track(&primary, seq, fresh, op)?;
                 }

@@ -176,6 +176,21 @@ pub fn lstat_opt(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<Stat>> {
     }
 }
 
+/// Runs `f` with `O_NOATIME` set on `fd`'s open file, then puts its flags back: reads by `f`
+/// leave the file's access time alone. `None` (and `f` not run) when the flag cannot be set
+/// (only the file's owner or a holder of CAP_FOWNER may). The flag is the open file's, so a
+/// read through another clone of the fd meanwhile leaves the access time alone too.
+pub fn with_noatime<T>(fd: BorrowedFd<'_>, f: impl FnOnce() -> T) -> Option<T> {
+    let flags = rustix::fs::fcntl_getfl(fd).ok()?;
+    if flags.contains(OFlags::NOATIME) {
+        return Some(f());
+    }
+    rustix::fs::fcntl_setfl(fd, flags | OFlags::NOATIME).ok()?;
+    let out = f();
+    let _ = rustix::fs::fcntl_setfl(fd, flags);
+    Some(out)
+}
+
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
     rustix::fs::fstat(fd).map_err(errno)
 }

@@ -426,13 +426,15 @@ impl Core {
                 aliases: &[],
                 last_name: false,
                 range: None,
+                file: None,
             },
         )
     }
 
     /// Before a change to an existing file's content or attributes, which every hard link of
     /// it shows.
-    /// `range`: the bytes the change overwrites (see [`Change::range`]).
+    /// `range`: the bytes the change overwrites (see [`Change::range`]); `file`: the node's fd
+    /// (see [`Change::file`]).
     fn before_node(
         &self,
         ctx: &Ctx,
@@ -440,6 +442,7 @@ impl Core {
         ino: u64,
         path: &Path,
         range: Option<(u64, u64)>,
+        file: Option<BorrowedFd<'_>>,
     ) -> io::Result<Permit<'_>> {
         let aliases = self.inodes.aliases(ino);
         self.observer.before(
@@ -451,6 +454,7 @@ impl Core {
                 aliases: &aliases,
                 last_name: false,
                 range,
+                file,
             },
         )
     }
@@ -465,6 +469,7 @@ impl Core {
                 aliases: &[],
                 last_name: false,
                 range: None,
+                file: None,
             },
         );
     }
@@ -620,7 +625,7 @@ impl Core {
         let _permit = if let Some(p) = &p {
             // A truncate overwrites what lies past the new size.
             let range = a.size.map(|n| (n, u64::MAX - n));
-            self.before_node(ctx, op, ino, p, range)?
+            self.before_node(ctx, op, ino, p, range, fd)?
         } else {
             None
         };
@@ -833,6 +838,7 @@ impl Core {
             aliases: &[],
             last_name: !is_dir && Self::is_last_name(&st),
             range: None,
+            file: None,
         };
         let victim = self.victim(&st);
         // Until the name is gone from the table (see `Core::removing`).
@@ -874,6 +880,7 @@ impl Core {
             aliases: &[],
             last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
             range: None,
+            file: None,
         };
         let victim = dst
             .as_ref()
@@ -929,7 +936,10 @@ impl Core {
     ) -> io::Result<usize> {
         let t = self.for_change(ino)?;
         let _permit = match &t.path {
-            Some(p) => self.before_node(ctx, Op::Write, ino, p, Some((off, data.len() as u64)))?,
+            Some(p) => {
+                let range = Some((off, data.len() as u64));
+                self.before_node(ctx, Op::Write, ino, p, range, Some(t.file.fd.as_fd()))?
+            }
             None => None,
         };
         if kill_suid_sgid {
@@ -1115,7 +1125,7 @@ impl Core {
                 } else {
                     Some((0, 0))
                 };
-                self.before_node(ctx, Op::Fallocate, ino, p, range)?
+                self.before_node(ctx, Op::Fallocate, ino, p, range, Some(t.file.fd.as_fd()))?
             }
             None => None,
         };
@@ -1141,7 +1151,10 @@ impl Core {
         let src = self.node_file(ino_in, false)?;
         let t = self.for_change(ino_out)?;
         let _permit = match &t.path {
-            Some(p) => self.before_node(ctx, Op::Write, ino_out, p, Some((off_out, len)))?,
+            Some(p) => {
+                let range = Some((off_out, len));
+                self.before_node(ctx, Op::Write, ino_out, p, range, Some(t.file.fd.as_fd()))?
+            }
             None => None,
         };
         let n = sys::copy_file_range(

@@ -307,6 +307,38 @@ fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact()
     assert_eq!(a.read("held.txt").as_deref(), Some("held content\n"));
 }
 
+/// The pre-image of a change to a file's content is read through the fd the daemon keeps for
+/// it (no path lookup, no second fd closed), but as if through an `O_NOATIME` one: a capture is
+/// not a read by anyone, so the file's access time stays what it was.
+#[test]
+fn capturing_a_file_leaves_its_access_time_alone() {
+    if !require_fuse() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let mut a = Agent::new(|d| {
+        fs::write(d.join("t.txt"), "truncated later\n").unwrap();
+        fs::write(d.join("w.txt"), "appended later\n").unwrap();
+    });
+    // An access time older than the change time: relatime would update it on any read.
+    a.bash("touch -a -d @1000000000 t.txt w.txt");
+    let cp = a.turn();
+    a.bash("echo new > t.txt && echo more >> w.txt");
+    for (f, old) in [
+        ("t.txt", "truncated later\n"),
+        ("w.txt", "appended later\n"),
+    ] {
+        assert_eq!(captured(&a.m, &cp, f), file(old.as_bytes(), 0o644), "{f}");
+        assert_eq!(
+            fs::metadata(a.m.p(f)).unwrap().atime(),
+            1_000_000_000,
+            "{f}: the capture read it like an ordinary read"
+        );
+    }
+    assert_eq!(a.read("t.txt").as_deref(), Some("new\n"));
+    assert_eq!(a.read("w.txt").as_deref(), Some("appended later\nmore\n"));
+}
+
 /// A rewind writes a file anew beside it and renames it over the old one, which becomes the
 /// rewind's own pre-image (for an undo). A process that had the old file open and writes to
 /// it afterwards changes a copy of its own, never that pre-image: the undo gives back the
