@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/001_init.sql"),
     include_str!("../../schema/002_retention.sql"),
     include_str!("../../schema/003_ranges.sql"),
+    include_str!("../../schema/004_changes_index.sql"),
 ];
 
 /// Errors of the store.
