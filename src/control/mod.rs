@@ -246,9 +246,8 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
                 return Ok(json!({"checkpoint": uuid, "seq": seq}));
             }
             if e.store
-                .checkpoint(&user_message_id)
+                .checkpoint_began(&user_message_id)
                 .map_err(|x| x.to_string())?
-                .is_some()
             {
                 return Err(format!(
                     "checkpoint {user_message_id} already began; a message's checkpoint cannot begin twice"

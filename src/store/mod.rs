@@ -608,6 +608,19 @@ impl Store {
         })
     }
 
+    /// Whether a checkpoint `uuid` began. Checkpoint rows are written straight to the database
+    /// ([`Store::begin_checkpoint`]), never through the journal, so this does not apply the
+    /// journal first: a message boundary would otherwise commit the pending captures each time.
+    pub fn checkpoint_began(&self, uuid: &str) -> Result<bool> {
+        self.conn_only(|c| {
+            c.query_row("SELECT 1 FROM checkpoints WHERE uuid = ?1", [uuid], |_| {
+                Ok(())
+            })
+            .optional()
+            .map(|r| r.is_some())
+        })
+    }
+
     pub fn checkpoint(&self, uuid: &str) -> Result<Option<Checkpoint>> {
         self.with(|c| {
             c.query_row(

@@ -172,6 +172,43 @@ fn every_response_matches_the_protocol_schema() {
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
 }
 
+/// A message's checkpoint begins once: repeating the current message's `begin_message` is
+/// answered with the same checkpoint (a client retrying), and beginning an earlier message
+/// again is refused, naming it — also while the captures of the turn in between are still in
+/// the capture journal, not yet in the database.
+#[test]
+fn a_checkpoint_begins_once() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
+    let mut c = Raw::new(&a.m);
+    let (u1, u2) = (uuid(), uuid());
+    let begin = |c: &mut Raw, id: &str, u: &str| {
+        c.req(
+            id,
+            json!({"subtype": "begin_message", "session_id": "s", "user_message_id": u}),
+        )
+    };
+    let first = ok(&begin(&mut c, "1", &u1), "1", "response_begin_message");
+    let again = ok(&begin(&mut c, "2", &u1), "2", "response_begin_message");
+    assert_eq!(
+        again, first,
+        "a repeated begin_message is the same checkpoint"
+    );
+    a.bash("echo changed > a.txt");
+    ok(&begin(&mut c, "3", &u2), "3", "response_begin_message");
+    a.bash("echo again > a.txt && echo new > b.txt");
+    let e = err(&begin(&mut c, "4", &u1));
+    assert!(e.contains(&u1) && e.contains("already began"), "{e}");
+    // The refusal changed nothing: the turn of u2 goes on, and u1 still rewinds.
+    a.bash("echo more >> b.txt");
+    assert_eq!(a.read("b.txt").as_deref(), Some("new\nmore\n"));
+    a.rewind(&u1, "all", false).unwrap();
+    assert_eq!(a.read("a.txt").as_deref(), Some("a\n"));
+    assert_eq!(a.read("b.txt"), None);
+}
+
 #[test]
 fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
     if !require_fuse() {
