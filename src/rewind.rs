@@ -9,8 +9,9 @@
 //! **Applying.** Every target is first made self-contained (a pre-image with its content in a
 //! blob), journalled as the rewind's plan, and each path's current state is captured under the
 //! rewind's own checkpoint before it is overwritten — so a rewind can be undone, and a crash
-//! in the middle is finished at the next mount. Files are written beside and renamed over
-//! (atomic per file); writers through the mount are held off for the whole rewind.
+//! in the middle is finished at the next mount. Files are written beside and exchanged with
+//! the current ones (atomic per file); writers through the mount are held off for the whole
+//! rewind.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -1076,7 +1077,7 @@ fn depth(p: &[u8]) -> usize {
 }
 
 /// Sets every target path to its state: removals deepest first, then directories top-down,
-/// then files, links and special files (each written beside and renamed over), then directory
+/// then files, links and special files (each written beside and put in place), then directory
 /// modes deepest first (so a read-only directory is filled before it is closed).
 pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -> io::Result<()> {
     let root = rec.root();
@@ -1189,8 +1190,9 @@ fn remove_tree(rec: &Recorder, rel: &Path, is_dir: bool) -> io::Result<()> {
     }
 }
 
-/// Writes a file, symlink or special file to a temp name in the same directory, then renames
-/// it over `rel`: readers see the old or the new state, never a mix.
+/// Writes a file, symlink or special file to a temp name in the same directory, then puts it
+/// in place of `rel` (exchanged with what is there, or renamed if nothing is): readers see the
+/// old or the new state, never a mix.
 fn write_beside(
     root: BorrowedFd<'_>,
     store: &Store,
