@@ -98,6 +98,29 @@ struct NodeFile {
     truncated: AtomicBool,
 }
 
+impl NodeFile {
+    fn new(fd: OwnedFd, writable: bool) -> NodeFile {
+        NodeFile {
+            fd,
+            writable,
+            pinned: AtomicBool::new(false),
+            adopted: AtomicBool::new(false),
+            truncated: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes over the marks of `old`, the fd this one replaces for the same node.
+    fn take_marks(&self, old: &NodeFile) {
+        for (new, old) in [
+            (&self.pinned, &old.pinned),
+            (&self.adopted, &old.adopted),
+            (&self.truncated, &old.truncated),
+        ] {
+            new.fetch_or(old.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
 /// What a change to a file's content works on (see [`Core::for_change`]).
 struct Target<'a> {
     file: Arc<NodeFile>,
@@ -226,13 +249,7 @@ impl Core {
         if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
             return Err(err(libc::ESTALE));
         }
-        Ok(NodeFile {
-            fd,
-            writable,
-            pinned: AtomicBool::new(false),
-            adopted: AtomicBool::new(false),
-            truncated: AtomicBool::new(false),
-        })
+        Ok(NodeFile::new(fd, writable))
     }
 
     /// Keeps `f` as node `ino`'s fd and returns it, unless the node has one as good already
@@ -247,12 +264,7 @@ impl Core {
                 if old.writable || !f.writable {
                     return old.clone();
                 }
-                f.pinned
-                    .fetch_or(old.pinned.load(Ordering::Relaxed), Ordering::Relaxed);
-                f.adopted
-                    .fetch_or(old.adopted.load(Ordering::Relaxed), Ordering::Relaxed);
-                f.truncated
-                    .fetch_or(old.truncated.load(Ordering::Relaxed), Ordering::Relaxed);
+                f.take_marks(old);
             } else if files.len() >= NODE_FILES {
                 let victims: Vec<u64> = files
                     .iter()
@@ -320,10 +332,7 @@ impl Core {
         let mut files = self.files.lock().unwrap();
         let f = match (files.get(&ino), fresh) {
             (Some(old), Some(new)) if !old.writable && new.writable => {
-                new.pinned
-                    .fetch_or(old.pinned.load(Ordering::Relaxed), Ordering::Relaxed);
-                new.adopted
-                    .fetch_or(old.adopted.load(Ordering::Relaxed), Ordering::Relaxed);
+                new.take_marks(old);
                 files.insert(ino, new.clone());
                 new
             }
@@ -368,13 +377,9 @@ impl Core {
         let guard = self.nameless.lock().unwrap();
         let mut file = self.node_file(ino, true)?;
         if file.adopted.load(Ordering::Relaxed) && sys::fstat(file.fd.as_fd())?.st_nlink > 0 {
-            file = Arc::new(NodeFile {
-                fd: self.private_copy(file.fd.as_fd())?,
-                writable: true,
-                pinned: AtomicBool::new(true),
-                adopted: AtomicBool::new(false),
-                truncated: AtomicBool::new(false),
-            });
+            let copy = NodeFile::new(self.private_copy(file.fd.as_fd())?, true);
+            copy.pinned.store(true, Ordering::Relaxed);
+            file = Arc::new(copy);
             // In place of the adopted inode's fd, whatever the cache held.
             let old = self.files.lock().unwrap().insert(ino, file.clone());
             drop(old);
@@ -551,7 +556,7 @@ impl Core {
         }
     }
 
-    /// After a rewind wrote the files at `rels` anew (beside them, renamed over them) or
+    /// After a rewind wrote the files at `rels` anew (beside them, then exchanged) or
     /// removed them: a node still standing for a file that was there loses that name, and its
     /// fd, if it has one, is marked as the store's (the old file may be a pre-image now), so a
     /// process that still has it open reads it as it was and changes a copy (see
@@ -749,16 +754,7 @@ impl Core {
         self.after(ctx, Op::Create, &p, None);
         let looked = self.inodes.lookup(parent, name, &st);
         self.inodes.set_no_caps(looked.ino); // a new inode has no capabilities
-        self.keep_file(
-            looked.ino,
-            Arc::new(NodeFile {
-                fd,
-                writable: true,
-                pinned: AtomicBool::new(false),
-                adopted: AtomicBool::new(false),
-                truncated: AtomicBool::new(false),
-            }),
-        );
+        self.keep_file(looked.ino, Arc::new(NodeFile::new(fd, true)));
         Ok((looked, st))
     }
 

@@ -339,7 +339,7 @@ fn capturing_a_file_leaves_its_access_time_alone() {
     assert_eq!(a.read("w.txt").as_deref(), Some("appended later\nmore\n"));
 }
 
-/// A rewind writes a file anew beside it and renames it over the old one, which becomes the
+/// A rewind writes a file anew beside it and exchanges it with the old one, which becomes the
 /// rewind's own pre-image (for an undo). A process that had the old file open and writes to
 /// it afterwards changes a copy of its own, never that pre-image: the undo gives back the
 /// file as it was before the rewind.
