@@ -245,29 +245,7 @@ fn snapshot_or_adopt(
             return Ok((a.pre_image(), a.linked.then_some(a.hash)));
         }
     }
-    if let Some(fd) = file {
-        let st = sys::fstat(fd)?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            // Read without touching its access time, as through a fresh O_NOATIME fd.
-            if let Some(got) = sys::with_noatime(fd, || store.blobs.put_fd(fd)) {
-                let (hash, size) = got?;
-                return Ok((
-                    PreImage {
-                        kind: Kind::File,
-                        blob: Some(hash),
-                        mode: st.st_mode,
-                        uid: st.st_uid,
-                        gid: st.st_gid,
-                        size,
-                        target: None,
-                        partial: false,
-                    },
-                    None,
-                ));
-            }
-        }
-    }
-    let st = match sys::lstat_beneath(root, rel) {
+    let st = match file.map_or_else(|| sys::lstat_beneath(root, rel), sys::fstat) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok((PreImage::absent(), None));
@@ -287,14 +265,24 @@ fn snapshot_or_adopt(
     Ok((
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => {
-                let fd = sys::open_beneath(
-                    root,
-                    rel,
-                    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
-                    0,
-                )
-                .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
-                let (hash, size) = store.blobs.put_fd(fd.as_fd())?;
+                // Read without touching its access time: through `file` with O_NOATIME set
+                // for the read, or a fresh fd opened so.
+                let (hash, size) =
+                    match file.and_then(|fd| sys::with_noatime(fd, || store.blobs.put_fd(fd))) {
+                        Some(got) => got?,
+                        None => {
+                            let fd = sys::open_beneath(
+                                root,
+                                rel,
+                                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
+                                0,
+                            )
+                            .or_else(|_| {
+                                sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                            })?;
+                            store.blobs.put_fd(fd.as_fd())?
+                        }
+                    };
                 PreImage {
                     blob: Some(hash),
                     size,
