@@ -392,6 +392,22 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     gc_pass(&engine, &policy, true);
     let fs = RewindFs::new(core.clone(), CacheConfig { ttl: cfg.ttl });
 
+    // SIGTERM and SIGINT are taken over before the socket and the mount appear: a signal sent
+    // as soon as they are seen unmounts cleanly instead of killing the process (which left
+    // the mount dead until `rewindfs umount`).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _in_rt = rt.enter();
+        (
+            signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            signal(SignalKind::interrupt()).context("handling SIGINT")?,
+        )
+    };
     // The socket is up before the mount appears, so "mounted" implies "answers" (a stale
     // socket file of a killed daemon is replaced here, before anyone can see the new mount).
     let socket_path = cfg.store.join(files::SOCKET);
@@ -460,11 +476,6 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
             let _ = done_tx.send(r);
         })?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let dir = cfg.dir.clone();
     let daemon = Arc::new(Daemon {
         engine: engine.clone(),
@@ -503,8 +514,6 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(std_listener)?;
         tracing::info!("mounted {} (store {})", dir.display(), socket_path.display());
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut done_rx = done_rx;
         let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
         let server = tokio::spawn(crate::control::serve(listener, daemon, shutdown_tx.subscribe()));

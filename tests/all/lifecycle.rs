@@ -141,6 +141,49 @@ fn a_killed_daemons_mount_is_recognised_and_cleared() {
     assert_eq!(fs::read(m.p("f")).unwrap(), b"data");
 }
 
+/// A signal sent the moment the daemon's socket appears (before the mount may be up) still
+/// ends in a clean unmount and exit: the daemon takes SIGTERM over before it binds the socket.
+/// (It used to do so only once serving, so a signal in between killed it, mount left behind.)
+#[test]
+fn a_sigterm_right_at_startup_still_unmounts_cleanly() {
+    if !require_fuse() {
+        return;
+    }
+    for round in 0..10 {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        let store = tmp.path().join("s");
+        fs::create_dir(&dir).unwrap();
+        let mut child = Command::new(BIN)
+            .args([
+                "mount",
+                "--foreground",
+                dir.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(20, || store.join("control.sock").exists()),
+            "round {round}: the socket did not appear"
+        );
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        if !status.success() {
+            let _ = Command::new("umount").arg("-l").arg(&dir).status();
+        }
+        assert!(status.success(), "round {round}: exit status {status}");
+        assert!(!is_fuse(&dir), "round {round}: still mounted");
+    }
+}
+
 #[test]
 fn a_foreground_daemon_unmounts_and_exits_cleanly_on_sigterm() {
     if !require_fuse() {
