@@ -55,8 +55,12 @@ const IN_OUT_HEADER_SZ: usize = 128;
 const OP_IN_OUT_SZ: usize = 128;
 const IN_HEADER_LEN: usize = 40;
 const OUT_HEADER_LEN: usize = 16;
-/// Room before the payload for the in-header and first argument of a request.
-const FRONT: usize = IN_HEADER_LEN + OP_IN_OUT_SZ;
+/// Room before the payload for the in-header and first argument of a request: a whole page,
+/// so that the payload is page-aligned. The daemon copies a WRITE's payload into the page
+/// cache of the file below; a source 168 bytes off the destination's alignment made that copy
+/// (`rep movsb`) several times slower on AMD EPYC (1 GiB sequential write: 44% of two CPUs).
+const FRONT: usize = 4096;
+const _: () = assert!(FRONT >= IN_HEADER_LEN + OP_IN_OUT_SZ);
 /// The kernel's `FUSE_MIN_READ_BUFFER`: no payload buffer may be smaller.
 const MIN_PAYLOAD: usize = 8192;
 
@@ -235,7 +239,7 @@ impl UringReply {
 /// One registered ring entry: memory the kernel writes requests into and reads replies from.
 struct Entry {
     header: *mut ReqHeader,
-    /// `FRONT + payload` bytes, 8-aligned.
+    /// `FRONT + payload` bytes, page-aligned.
     buf: *mut u8,
     buf_layout: Layout,
     payload: usize,
