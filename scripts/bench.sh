@@ -52,8 +52,9 @@
 #   rm-rf         rm -rf of the tree (including .git)
 #   cargo-build   cargo build --offline of a generated dependency-free crate, with
 #                 CARGO_TARGET_DIR inside the measured directory (skipped if cargo is missing)
-#   stat-100k     find -printf of 100k empty files in 100 dirs (each stat'ed; the daemon then
-#                 holds 100k inodes: its RSS after it is reported; quick: 10k)
+#   stat-100k     find -printf of 100k empty files in 100 dirs, dentries and inodes dropped
+#                 first (each stat'ed; the daemon then holds 100k inodes: its RSS after it is
+#                 reported; quick: 10k)
 #   rewind-10k    restoring 10k files changed since a checkpoint: rewindfs rewind --scope all,
 #                 against native `rm -rf` + `cp -a` of a backup copy (quick: 1k)
 # A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
@@ -82,13 +83,16 @@
 # Timing: bash $EPOCHREALTIME differences around the command (python workloads time
 # themselves with perf_counter). `sync` runs before every timed phase; the page cache is
 # dropped (echo 3 > /proc/sys/vm/drop_caches) before seq-read and rand-read for every
-# target; the other workloads run on a warm cache, as an agent's repeated commands do. Each number is a single run unless --repeat is given: expect noise of ±10–20% on the short workloads, more
+# target; stat-100k runs with the kernel's dentries and inodes dropped (echo 2): the first look
+# at a tree, as after mounting over an existing project, while the files' blocks stay cached;
+# the other workloads run on a warm cache, as an agent's repeated commands do. Each number is a single run unless --repeat is given: expect noise of ±10–20% on the short workloads, more
 # in --quick mode and when the machine is busy.
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
   overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-10k)
 DROP_BEFORE=" seq-read rand-read "
+DROP_DENTRIES_BEFORE=" stat-100k "
 PEERS=(bindfs fuse-overlayfs)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -607,9 +611,9 @@ stop_boundary_loop() {
 }
 
 DROP_OK=1
-drop_caches() {
+drop_caches() { # [what]: 3 (default) page cache, dentries and inodes; 2 dentries and inodes
   sync
-  if [ "$DROP_OK" = 1 ] && ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+  if [ "$DROP_OK" = 1 ] && ! { echo "${1:-3}" >/proc/sys/vm/drop_caches; } 2>/dev/null; then
     DROP_OK=0
     warn "cannot write /proc/sys/vm/drop_caches; reads will run on a warm cache"
     NOTES+=("page cache could NOT be dropped: read workloads ran warm")
@@ -761,7 +765,9 @@ run_one() { # workload target repetition
     SAMPLES[$wl/$t]=error; FAILED+=("$wl/$t (prep)")
     warn "$wl on $t: preparation failed (log: $lf):"; tail -n 5 "$lf" >&2; return
   fi
-  if [[ $DROP_BEFORE == *" $wl "* ]]; then drop_caches; else sync; fi
+  if [[ $DROP_BEFORE == *" $wl "* ]]; then drop_caches
+  elif [[ $DROP_DENTRIES_BEFORE == *" $wl "* ]]; then drop_caches 2
+  else sync; fi
   if [ "$t" = rewindfs ]; then
     before=$(store_bytes)
     : >"$BFILE"

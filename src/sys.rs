@@ -595,11 +595,13 @@ pub fn read_dir_all(dir: OwnedFd) -> io::Result<Vec<(OsString, u64, u8)>> {
 /// stay valid while the directory changes (as `telldir`/`seekdir` require), so a listing read
 /// in several calls through fresh fds neither skips nor repeats an entry that stays.
 pub fn read_dir_from(
-    dir: OwnedFd,
+    dir: BorrowedFd<'_>,
     offset: i64,
     max: usize,
 ) -> io::Result<Vec<(OsString, u64, u8, i64)>> {
-    let mut d = rustix::fs::Dir::new(dir).map_err(errno)?;
+    // `Dir` owns its fd: it gets a duplicate, so the caller can go on using `dir` (to stat
+    // the entries relative to it).
+    let mut d = rustix::fs::Dir::new(rustix::io::dup(dir).map_err(errno)?).map_err(errno)?;
     if offset != 0 {
         d.seek(offset).map_err(errno)?;
     }

@@ -997,6 +997,55 @@ impl Core {
     pub fn readdir(&self, ino: u64, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
         let p = self.path(ino)?;
         let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        Self::entries(ino, fd.as_fd(), offset, max)
+    }
+
+    /// Like [`readdir`](Self::readdir), with each entry looked up (as LOOKUP would) and handed
+    /// to `add` with its node and attributes, until `add` says the reply is full (that entry's
+    /// lookup is then taken back). `.` and `..` come with the directory's own attributes and
+    /// are not looked up. An entry gone since the directory was read is skipped.
+    ///
+    /// Entries are stat'ed relative to the directory's fd: one path walk per request instead
+    /// of one per entry, and no path built per entry.
+    pub fn readdirplus(
+        &self,
+        ino: u64,
+        offset: u64,
+        max: usize,
+        mut add: impl FnMut(&DirEnt, &Stat, Option<Looked>) -> bool,
+    ) -> io::Result<()> {
+        let p = self.path(ino)?;
+        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        let ents = Self::entries(ino, fd.as_fd(), offset, max)?;
+        let mut own: Option<Stat> = None;
+        for e in &ents {
+            if e.name == "." || e.name == ".." {
+                let st = match own {
+                    Some(st) => st,
+                    None => *own.insert(sys::fstat(fd.as_fd())?),
+                };
+                if add(e, &st, None) {
+                    break;
+                }
+                continue;
+            }
+            if sys::validate_name(&e.name).is_err() {
+                continue;
+            }
+            let Ok(st) = sys::lstat_at(fd.as_fd(), Path::new(&e.name)) else {
+                continue;
+            };
+            let l = self.inodes.lookup(ino, &e.name, &st);
+            if add(e, &st, Some(l)) {
+                // Not sent: the kernel did not take this lookup.
+                self.forget(l.ino, 1);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn entries(ino: u64, fd: BorrowedFd<'_>, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
         let ents = sys::read_dir_from(fd, offset as i64, max)?;
         Ok(ents
             .into_iter()

@@ -754,3 +754,91 @@ fn a_directory_listed_while_it_changes_shows_every_staying_entry_once() {
     sh(&m.dir, "rm -rf big");
     assert!(!d.exists());
 }
+
+/// A listing returns each entry with its attributes (READDIRPLUS, always: the kernel then needs
+/// no LOOKUP per entry): what a stat then shows, without any other request, is exactly what the
+/// disk holds, for every kind of entry, across the many requests a large directory takes; two
+/// names of one file show one inode; and after a change through the mount, a new listing shows
+/// the new attributes.
+#[test]
+fn a_listing_gives_every_entry_the_attributes_on_disk() {
+    if !require_fuse() {
+        return;
+    }
+    use std::os::unix::fs::symlink;
+    let shown = |p: &Path| {
+        let m = fs::symlink_metadata(p).unwrap();
+        format!(
+            "{:o} ino={} nlink={} size={} mtime={}.{}",
+            m.mode(),
+            m.ino(),
+            m.nlink(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec()
+        )
+    };
+    let listed = |d: &Path| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name().into_string().unwrap(), shown(&e.path()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let mut m = Mounted::with(|root| {
+        let d = root.join("d");
+        fs::create_dir(&d).unwrap();
+        for i in 0..700u32 {
+            let f = d.join(format!("file{i:03}"));
+            fs::write(&f, vec![b'x'; (i * 7) as usize]).unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o600 + (i % 0o100))).unwrap();
+        }
+        fs::create_dir(d.join("sub")).unwrap();
+        symlink("file001", d.join("link")).unwrap();
+        fs::hard_link(d.join("file002"), d.join("file002-again")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            d.join("fifo").as_path(),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o640),
+            0,
+        )
+        .unwrap();
+    });
+    // The disk's view: the same directory, listed natively with the mount taken off (nothing
+    // has gone through the mount yet), then mounted again with nothing cached.
+    m.umount();
+    let want = listed(&m.p("d"));
+    m.mount(&[]);
+    assert_eq!(want.len(), 704);
+    let got = listed(&m.p("d"));
+    assert_eq!(
+        got, want,
+        "a listing through the mount differs from the disk"
+    );
+    let same = |a: &str, b: &str| {
+        let ino = |n: &str| got.iter().find(|(x, _)| x == n).unwrap().1.clone();
+        ino(a) == ino(b)
+    };
+    assert!(same("file002", "file002-again"));
+    assert_eq!(
+        fs::metadata(m.p("d/..")).unwrap().ino(),
+        fs::metadata(&m.dir).unwrap().ino(),
+        "`..` is the parent"
+    );
+    // A change through the mount shows in the next listing.
+    fs::write(m.p("d/file005"), b"longer than before, by a good margin").unwrap();
+    let again = listed(&m.p("d"));
+    let f5 = &again.iter().find(|(n, _)| n == "file005").unwrap().1;
+    assert!(f5.contains(" size=36 "), "{f5}");
+    m.umount();
+    assert_eq!(
+        shown(&m.p("d/file005")),
+        *f5,
+        "the mount showed what is on disk"
+    );
+}
