@@ -141,13 +141,7 @@ pub fn lstat_at(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
 /// such (`ENOTDIR`) instead of being looked up through the link. For paths that come from the
 /// store (rewinds, captures), not from the kernel's own resolution.
 pub fn lstat_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
-    rustix::fs::fstat(open_path_beneath(root, rel)?).map_err(errno)
-}
-
-/// An `O_PATH` fd of `rel`, resolved as [`lstat_beneath`] does: for stat'ing the file and then
-/// acting on that very file (see [`link_fd`]).
-pub fn open_path_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
-    rustix::fs::openat2(
+    let fd = rustix::fs::openat2(
         root,
         at_path(rel),
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -160,14 +154,8 @@ pub fn open_path_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd
         } else {
             errno(e)
         }
-    })
-}
-
-/// `linkat(fd, "", newdir, new, AT_EMPTY_PATH)`: a new name for the file `fd` is open on, not
-/// for whatever a path names by then. Needs `CAP_DAC_READ_SEARCH`, or (Linux >= 6.10) an fd
-/// the caller opened itself; `EPERM` otherwise.
-pub fn link_fd(fd: BorrowedFd<'_>, newdir: BorrowedFd<'_>, new: &Path) -> io::Result<()> {
-    rustix::fs::linkat(fd, "", newdir, new, AtFlags::EMPTY_PATH).map_err(errno)
+    })?;
+    rustix::fs::fstat(&fd).map_err(errno)
 }
 
 /// [`lstat_beneath`], `Ok(None)` when nothing is there (or a parent is not a directory).

@@ -318,10 +318,7 @@ impl Blobs {
             // A link is durable only once the directory is synced; --sync copies and fsyncs.
             return Ok(None);
         }
-        let Ok(file) = sys::open_path_beneath(root, path) else {
-            return Ok(None);
-        };
-        let Ok(before) = sys::fstat(file.as_fd()) else {
+        let Ok(before) = sys::lstat_beneath(root, path) else {
             return Ok(None);
         };
         if before.st_mode & libc::S_IFMT != libc::S_IFREG
@@ -345,22 +342,13 @@ impl Blobs {
         let key = format!("{PENDING}/{}", uuid::Uuid::new_v4().simple());
         // In flight before the link exists: no resolver may take the file for settled.
         self.in_flight.lock().unwrap().insert(key.clone());
-        // The pending file must be the file that was looked at, unchanged, with no other name
-        // than the one about to go. Linked through its fd it is that file by construction (no
-        // path walk either); by path (no right to link an fd), the name may have been replaced
-        // between the stat and the link, so the link is checked by its inode number too.
-        let key_path = Path::new(&key);
-        let linked = match sys::link_fd(file.as_fd(), d, key_path) {
-            Ok(()) => sys::fstat(file.as_fd()).ok(),
-            Err(_) if sys::linkat_between(root, path, d, key_path).is_ok() => {
-                sys::lstat_at(d, key_path).ok()
-            }
-            Err(_) => {
-                self.settle(&key);
-                return Ok(None);
-            }
-        };
-        let same = linked.is_some_and(|st| {
+        if sys::linkat_between(root, path, d, Path::new(&key)).is_err() {
+            self.settle(&key);
+            return Ok(None);
+        }
+        // The name may have been replaced between the stat and the link: the pending file must
+        // be the file that was looked at, with no other name than the one about to go.
+        let same = sys::lstat_at(d, Path::new(&key)).is_ok_and(|st| {
             (
                 st.st_ino,
                 st.st_nlink,
