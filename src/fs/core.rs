@@ -1020,9 +1020,10 @@ impl Core {
         let mut own: Option<Stat> = None;
         for e in &ents {
             if e.name == "." || e.name == ".." {
-                let st = match own {
-                    Some(st) => st,
-                    None => *own.insert(sys::fstat(fd.as_fd())?),
+                // Not an error for the whole reply: entries before it may be added already.
+                let st = match own.or_else(|| sys::fstat(fd.as_fd()).ok()) {
+                    Some(st) => *own.insert(st),
+                    None => continue,
                 };
                 if add(e, &st, None) {
                     break;
