@@ -76,6 +76,11 @@ pub struct Core {
     /// file's inode to the store holds it exclusive until the file's name is gone from the
     /// table: no write that found the file by its name lands after the store took the inode.
     removing: RwLock<()>,
+    /// Fault injection for tests only (`REWINDFS_TEST_HOLD_NAMED_WRITE_MS`): how long a write
+    /// that found its file by name waits, holding `removing` shared, before its capture and
+    /// write. It widens the window a removal must not use (see `removing`) to one a test can
+    /// hit every time.
+    hold_named_write: Option<std::time::Duration>,
 }
 
 /// A backing fd held for a node. OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel
@@ -173,6 +178,10 @@ impl Core {
             files: Mutex::new(HashMap::new()),
             nameless: Mutex::new(()),
             removing: RwLock::new(()),
+            hold_named_write: std::env::var("REWINDFS_TEST_HOLD_NAMED_WRITE_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis),
         })
     }
 
@@ -931,6 +940,9 @@ impl Core {
         kill_suid_sgid: bool,
     ) -> io::Result<usize> {
         let t = self.for_change(ino)?;
+        if let (Some(hold), Some(_)) = (self.hold_named_write, &t.path) {
+            std::thread::sleep(hold);
+        }
         let _permit = match &t.path {
             Some(p) => {
                 let range = Some((off, data.len() as u64));

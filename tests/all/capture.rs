@@ -819,3 +819,43 @@ fn a_small_change_to_a_large_file_stores_only_the_bytes_it_overwrites() {
     a.c.request("undo_rewind", json!({})).unwrap();
     assert!(fs::read(a.m.p("big.bin")).unwrap() == v2);
 }
+
+/// A write that found its file by name ends before a removal of that name hands the file's
+/// inode to the store (`Core::removing`). The daemon holds the write for 1.5 s after it
+/// resolved the name (its test-only fault injection). The write is the write-back of pages
+/// dirtied through a shared mapping, sent at close: unlike a write(2), it does not hold the
+/// inode's lock in the kernel, so the unlink sent meanwhile (the file's first change in the
+/// turn) reaches the daemon. It must wait there. Otherwise it adopts the inode as the turn's
+/// pre-image, the held write then lands in that pre-image, and a rewind gives it back instead
+/// of the content from before the turn.
+#[test]
+fn a_write_in_flight_lands_before_a_removal_adopts_its_file() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::with(|d| fs::write(d.join("f"), b"before").unwrap());
+    m.umount();
+    m.mount_with_env(&[], &[("REWINDFS_TEST_HOLD_NAMED_WRITE_MS", "1500")]);
+    let sock = m.socket();
+    let sock = sock.to_str().unwrap();
+    let turn = uuid();
+    rewindfs_ok(&["checkpoint", &turn, "--session", "s", "--socket", sock]);
+    let dir = m.dir.clone();
+    let writer = std::thread::spawn(move || {
+        sh(
+            &dir,
+            "python3 -c \"import mmap\nf=open('f','r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:6]=b'AFTER!'\nm.close()\nf.close()\"",
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!writer.is_finished(), "the write-back was not held");
+    fs::remove_file(m.p("f")).unwrap();
+    writer.join().unwrap();
+    assert!(!m.p("f").exists());
+    rewindfs_ok(&["rewind", &turn, "--scope", "all", "--socket", sock]);
+    assert_eq!(
+        fs::read(m.p("f")).unwrap(),
+        b"before",
+        "the held write reached the removal's pre-image"
+    );
+}

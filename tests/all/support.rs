@@ -82,6 +82,11 @@ impl Mounted {
     }
 
     pub fn mount(&mut self, extra: &[&str]) {
+        self.mount_with_env(extra, &[]);
+    }
+
+    /// [`mount`](Self::mount) with `env` set for the daemon (the tests' fault injection).
+    pub fn mount_with_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         let mut args = vec![
             "mount",
             self.dir.to_str().unwrap(),
@@ -89,7 +94,17 @@ impl Mounted {
             self.store.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        rewindfs_ok(&args);
+        let out = Command::new(BIN)
+            .args(&args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run rewindfs");
+        assert!(
+            out.status.success(),
+            "rewindfs {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         // The command returns only once the mount answers; check it really is one.
         assert!(
             is_fuse(&self.dir),
