@@ -1,11 +1,30 @@
 //! The daemon's life: detach, answer, unmount, refuse bad mounts, recover a killed daemon.
 
 use std::fs;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 use crate::support::{
     BIN, Mounted, is_fuse, require_fuse, rewindfs, rewindfs_ok, tree, wait_until,
 };
+
+/// `rewindfs mount --foreground DIR --store STORE`, its output discarded.
+fn foreground(dir: &Path, store: &Path) -> Child {
+    Command::new(BIN)
+        .args(["mount", "--foreground"])
+        .arg(dir)
+        .arg("--store")
+        .arg(store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sig)
+        .unwrap();
+}
 
 #[test]
 fn mount_detaches_and_umount_leaves_the_same_files() {
@@ -115,11 +134,7 @@ fn a_killed_daemons_mount_is_recognised_and_cleared() {
     let mut m = Mounted::with(|d| fs::write(d.join("f"), b"data").unwrap());
     let pid = m.daemon_pid();
     crate::support::sh(&m.dir, "true");
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    signal(pid, rustix::process::Signal::KILL);
     assert!(wait_until(10, || rustix::fs::statfs(&m.dir)
         .is_err_and(|e| e.raw_os_error() == libc::ENOTCONN)));
     let out = rewindfs(&[
@@ -154,27 +169,12 @@ fn a_sigterm_right_at_startup_still_unmounts_cleanly() {
         let dir = tmp.path().join("p");
         let store = tmp.path().join("s");
         fs::create_dir(&dir).unwrap();
-        let mut child = Command::new(BIN)
-            .args([
-                "mount",
-                "--foreground",
-                dir.to_str().unwrap(),
-                "--store",
-                store.to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = foreground(&dir, &store);
         assert!(
             wait_until(20, || store.join("control.sock").exists()),
             "round {round}: the socket did not appear"
         );
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
+        signal(child.id(), rustix::process::Signal::TERM);
         let status = child.wait().unwrap();
         if !status.success() {
             let _ = Command::new("umount").arg("-l").arg(&dir).status();
@@ -194,28 +194,13 @@ fn a_foreground_daemon_unmounts_and_exits_cleanly_on_sigterm() {
     let store = tmp.path().join("s");
     fs::create_dir(&dir).unwrap();
     fs::write(dir.join("keep"), b"k").unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "mount",
-            "--foreground",
-            dir.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = foreground(&dir, &store);
     assert!(
         wait_until(20, || is_fuse(&dir) && store.join("control.sock").exists()),
         "foreground mount did not come up"
     );
     fs::write(dir.join("new"), b"n").unwrap();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    signal(child.id(), rustix::process::Signal::TERM);
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status}");
     assert!(!is_fuse(&dir));
