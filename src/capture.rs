@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use rustix::fs::OFlags;
+use rustix::fs::{OFlags, Stat};
 
 use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Kind, LogEntry, PreImage, Store, now_ms};
@@ -226,18 +226,20 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 /// # Errors
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
-    Ok(snapshot_or_adopt(root, rel, store, false, None)?.0)
+    Ok(snapshot_or_adopt(root, rel, store, false, None, None)?.0)
 }
 
 /// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
 /// where the store allows (the hash of such a blob is returned: it must be unshared if the
-/// change fails). `file`: the file at `rel`, open (see [`Change::file`]).
+/// change fails). `file`: the file at `rel`, open (see [`Change::file`]); `known`: its stat,
+/// if the caller has just taken it (through `file` when given).
 fn snapshot_or_adopt(
     root: BorrowedFd<'_>,
     rel: &Path,
     store: &Store,
     adopt: bool,
     file: Option<BorrowedFd<'_>>,
+    known: Option<&Stat>,
 ) -> io::Result<(PreImage, Option<String>)> {
     if adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
@@ -245,7 +247,7 @@ fn snapshot_or_adopt(
             return Ok((a.pre_image(), a.linked.then_some(a.hash)));
         }
     }
-    let st = match file.map_or_else(|| sys::lstat_beneath(root, rel), sys::fstat) {
+    let st = match known.map_or_else(|| stat_of(root, rel, file), |st| Ok(*st)) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok((PreImage::absent(), None));
@@ -266,23 +268,26 @@ fn snapshot_or_adopt(
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => {
                 // Read without touching its access time: through `file` with O_NOATIME set
-                // for the read, or a fresh fd opened so.
-                let (hash, size) =
-                    match file.and_then(|fd| sys::with_noatime(fd, || store.blobs.put_fd(fd))) {
-                        Some(got) => got?,
-                        None => {
-                            let fd = sys::open_beneath(
-                                root,
-                                rel,
-                                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
-                                0,
-                            )
-                            .or_else(|_| {
-                                sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-                            })?;
-                            store.blobs.put_fd(fd.as_fd())?
-                        }
-                    };
+                // for the read, or a fresh fd opened so. Through `file` the size is the one
+                // just stat'ed; a fresh fd may have found another file by now.
+                let size = st.st_size as u64;
+                let (hash, size) = match file
+                    .and_then(|fd| sys::with_noatime(fd, || store.blobs.put_fd(fd, Some(size))))
+                {
+                    Some(got) => got?,
+                    None => {
+                        let fd = sys::open_beneath(
+                            root,
+                            rel,
+                            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
+                            0,
+                        )
+                        .or_else(|_| {
+                            sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                        })?;
+                        store.blobs.put_fd(fd.as_fd(), None)?
+                    }
+                };
                 PreImage {
                     blob: Some(hash),
                     size,
@@ -304,6 +309,11 @@ fn snapshot_or_adopt(
         },
         None,
     ))
+}
+
+/// The file at `rel` beneath `root`, stat'ed through `file` (its open fd) when given.
+fn stat_of(root: BorrowedFd<'_>, rel: &Path, file: Option<BorrowedFd<'_>>) -> io::Result<Stat> {
+    file.map_or_else(|| sys::lstat_beneath(root, rel), sys::fstat)
 }
 
 /// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
@@ -646,20 +656,27 @@ impl Recorder {
                 }
             }
             let rel = Path::new(OsStr::from_bytes(p));
-            if need != Need::All && !adopt {
-                if let Some(id) = self.capture_partial(p, seq, actor, op, need, file)? {
-                    return Ok((seq, Some(id)));
+            // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
+            let st = (!adopt)
+                .then(|| stat_of(self.root(), rel, file).ok())
+                .flatten();
+            if need != Need::All {
+                if let Some(st) = &st {
+                    if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
+                        return Ok((seq, Some(id)));
+                    }
                 }
             }
-            let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file)
-                .map_err(|e| {
-                    tracing::error!(
-                        "refusing {} of {}: its pre-image could not be saved: {e}",
-                        op.as_str(),
-                        rel.display()
-                    );
-                    e
-                })?;
+            let (pre, linked) =
+                snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st.as_ref())
+                    .map_err(|e| {
+                        tracing::error!(
+                            "refusing {} of {}: its pre-image could not be saved: {e}",
+                            op.as_str(),
+                            rel.display()
+                        );
+                        e
+                    })?;
             let id = self
                 .store
                 .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
@@ -698,16 +715,12 @@ impl Recorder {
         actor: Actor,
         op: Op,
         need: Need,
-        file: Option<BorrowedFd<'_>>,
+        st: &Stat,
     ) -> io::Result<Option<i64>> {
         let rel = Path::new(OsStr::from_bytes(p));
         let min = self
             .range_capture_min
             .load(std::sync::atomic::Ordering::Relaxed);
-        let st = match file.map_or_else(|| sys::lstat_beneath(self.root(), rel), sys::fstat) {
-            Ok(st) => st,
-            Err(_) => return Ok(None),
-        };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || (st.st_size as u64) <= min {
             return Ok(None);
         }

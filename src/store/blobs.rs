@@ -247,13 +247,24 @@ impl Blobs {
         Ok((hash, size))
     }
 
-    /// Stores the content of an open file (read from offset 0).
-    pub fn put_fd(&self, fd: BorrowedFd<'_>) -> io::Result<(String, u64)> {
-        let size = sys::fstat(fd)?.st_size as u64;
+    /// Stores the content of an open file (read from offset 0). `size`: its size if the caller
+    /// has just stat'ed it (the content read is stored either way, whatever its length).
+    pub fn put_fd(&self, fd: BorrowedFd<'_>, size: Option<u64>) -> io::Result<(String, u64)> {
+        let size = match size {
+            Some(n) => n,
+            None => sys::fstat(fd)?.st_size as u64,
+        };
         if size <= SMALL {
-            // One extra byte tells a file that grew meanwhile, which is streamed instead.
+            // One extra byte tells a file that grew meanwhile, which is streamed instead. A
+            // read that gives exactly `size` bytes found the end of the file: no second read.
             let mut buf = vec![0u8; size as usize + 1];
-            let n = sys::pread_full(fd, &mut buf, 0)?;
+            let mut n = match sys::pread(fd, &mut buf, 0) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                r => r?,
+            };
+            if n < size as usize {
+                n += sys::pread_full(fd, &mut buf[n..], n as u64)?;
+            }
             if n <= size as usize {
                 buf.truncate(n);
                 return self.put_bytes(&buf);
@@ -416,7 +427,7 @@ impl Blobs {
             // (After a crash this may also be a pending file already linked to its hash:
             // storing it again then writes nothing.)
             tracing::debug!("adopted blob {key} still has another name: copying it");
-            self.put_fd(fd.as_fd())?.0
+            self.put_fd(fd.as_fd(), Some(st.st_size as u64))?.0
         } else {
             let mut hasher = blake3::Hasher::new();
             let mut buf = vec![0u8; (st.st_size as usize).clamp(4096, 256 * 1024)];
