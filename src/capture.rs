@@ -97,6 +97,9 @@ pub struct Change<'a> {
     /// waits for that write: a capture that opened and closed the file put a disk write on
     /// every truncating edit after a boundary.)
     pub file: Option<BorrowedFd<'a>>,
+    /// For a rename or exchange: whether either name is a directory, when the caller has just
+    /// stat'ed both (`None`: the observer looks).
+    pub moves_dir: Option<bool>,
 }
 
 /// Which bytes of a file's content a change is about to overwrite.
@@ -231,15 +234,15 @@ pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<P
 
 /// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
 /// where the store allows (the hash of such a blob is returned: it must be unshared if the
-/// change fails). `file`: the file at `rel`, open (see [`Change::file`]); `known`: its stat,
-/// if the caller has just taken it (through `file` when given).
+/// change fails). `file`: the file at `rel`, open (see [`Change::file`]); `known`: what its
+/// stat gave, if the caller has just taken it (through `file` when given).
 fn snapshot_or_adopt(
     root: BorrowedFd<'_>,
     rel: &Path,
     store: &Store,
     adopt: bool,
     file: Option<BorrowedFd<'_>>,
-    known: Option<&Stat>,
+    known: Option<io::Result<Stat>>,
 ) -> io::Result<(PreImage, Option<String>)> {
     if adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
@@ -247,7 +250,7 @@ fn snapshot_or_adopt(
             return Ok((a.pre_image(), a.linked.then_some(a.hash)));
         }
     }
-    let st = match known.map_or_else(|| stat_of(root, rel, file), |st| Ok(*st)) {
+    let st = match known.unwrap_or_else(|| stat_of(root, rel, file)) {
         Ok(st) => st,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
             return Ok((PreImage::absent(), None));
@@ -657,26 +660,23 @@ impl Recorder {
             }
             let rel = Path::new(OsStr::from_bytes(p));
             // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
-            let st = (!adopt)
-                .then(|| stat_of(self.root(), rel, file).ok())
-                .flatten();
+            let st = (!adopt).then(|| stat_of(self.root(), rel, file));
             if need != Need::All {
-                if let Some(st) = &st {
+                if let Some(Ok(st)) = &st {
                     if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
                         return Ok((seq, Some(id)));
                     }
                 }
             }
-            let (pre, linked) =
-                snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st.as_ref())
-                    .map_err(|e| {
-                        tracing::error!(
-                            "refusing {} of {}: its pre-image could not be saved: {e}",
-                            op.as_str(),
-                            rel.display()
-                        );
-                        e
-                    })?;
+            let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st)
+                .map_err(|e| {
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be saved: {e}",
+                    op.as_str(),
+                    rel.display()
+                );
+                e
+            })?;
             let id = self
                 .store
                 .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
@@ -929,6 +929,7 @@ impl Recorder {
             last_name: true,
             range: None,
             file: None,
+            moves_dir: None,
         });
     }
 
@@ -1100,13 +1101,14 @@ impl Observer for Recorder {
                 let adopt = change.last_name && op == Op::Rename;
                 let (seq2, fresh) =
                     self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
-                let src_is_dir = sys::lstat_at(self.root(), change.path)
-                    .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
-                let dst_is_dir = change.path2.is_some_and(|d| {
-                    sys::lstat_at(self.root(), d)
+                let is_dir = |p: &Path| {
+                    sys::lstat_at(self.root(), p)
                         .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                });
-                if src_is_dir || dst_is_dir {
+                };
+                let moves_dir = change
+                    .moves_dir
+                    .unwrap_or_else(|| is_dir(change.path) || change.path2.is_some_and(is_dir));
+                if moves_dir {
                     // Written before the rename: a rewind maps paths beneath it through this.
                     self.store
                         .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;

@@ -156,6 +156,10 @@ fn is_regular(st: &Stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
+fn is_dir(st: &Stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
     if parent.as_os_str().is_empty() {
         PathBuf::from(name)
@@ -441,6 +445,7 @@ impl Core {
                 last_name: false,
                 range: None,
                 file: None,
+                moves_dir: None,
             },
         )
     }
@@ -469,6 +474,7 @@ impl Core {
                 last_name: false,
                 range,
                 file,
+                moves_dir: None,
             },
         )
     }
@@ -484,6 +490,7 @@ impl Core {
                 last_name: false,
                 range: None,
                 file: None,
+                moves_dir: None,
             },
         );
     }
@@ -844,6 +851,7 @@ impl Core {
             last_name: !is_dir && Self::is_last_name(&st),
             range: None,
             file: None,
+            moves_dir: None,
         };
         let victim = self.victim(&st);
         // Until the name is gone from the table (see `Core::removing`).
@@ -886,6 +894,7 @@ impl Core {
             last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
             range: None,
             file: None,
+            moves_dir: Some(is_dir(&src) || dst.as_ref().is_some_and(is_dir)),
         };
         let victim = dst
             .as_ref()
