@@ -100,6 +100,9 @@ pub struct Change<'a> {
     /// For a rename or exchange: whether either name is a directory, when the caller has just
     /// stat'ed both (`None`: the observer looks).
     pub moves_dir: Option<bool>,
+    /// With `last_name`: the stat the caller has just taken of the file that loses its name
+    /// (an adoption's link is checked against it; `None`: the store stats the file itself).
+    pub gone: Option<&'a Stat>,
 }
 
 /// Which bytes of a file's content a change is about to overwrite.
@@ -229,7 +232,7 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 /// # Errors
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
-    Ok(snapshot_or_adopt(root, rel, store, false, None, None)?.0)
+    Ok(snapshot_or_adopt(root, rel, store, Adopt::No, None, None)?.0)
 }
 
 /// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
@@ -240,13 +243,13 @@ fn snapshot_or_adopt(
     root: BorrowedFd<'_>,
     rel: &Path,
     store: &Store,
-    adopt: bool,
+    adopt: Adopt<'_>,
     file: Option<BorrowedFd<'_>>,
     known: Option<io::Result<Stat>>,
 ) -> io::Result<(PreImage, Option<String>)> {
-    if adopt {
+    if let Adopt::Yes(gone) = adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
-        if let Some(a) = store.blobs.adopt(root, rel)? {
+        if let Some(a) = store.blobs.adopt(root, rel, gone)? {
             return Ok((a.pre_image(), a.linked.then_some(a.hash)));
         }
     }
@@ -312,6 +315,14 @@ fn snapshot_or_adopt(
         },
         None,
     ))
+}
+
+/// Whether a capture may keep the file by a link (see [`Blobs::adopt`](crate::store::blobs::Blobs::adopt)):
+/// `Yes` with the file's stat when the caller has just taken it.
+#[derive(Debug, Clone, Copy)]
+enum Adopt<'a> {
+    No,
+    Yes(Option<&'a Stat>),
 }
 
 /// The file at `rel` beneath `root`, stat'ed through `file` (its open fd) when given.
@@ -629,7 +640,7 @@ impl Recorder {
         p: &[u8],
         actor: Actor,
         op: Op,
-        adopt: bool,
+        adopt: Adopt<'_>,
         need: Need,
         file: Option<BorrowedFd<'_>>,
     ) -> io::Result<(i64, Option<i64>)> {
@@ -660,7 +671,7 @@ impl Recorder {
             }
             let rel = Path::new(OsStr::from_bytes(p));
             // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
-            let st = (!adopt).then(|| stat_of(self.root(), rel, file));
+            let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
             if need != Need::All {
                 if let Some(Ok(st)) = &st {
                     if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
@@ -886,7 +897,7 @@ impl Recorder {
             &path_key(p),
             Actor::Rewind,
             Op::Write,
-            false,
+            Adopt::No,
             Need::All,
             None,
         )
@@ -897,8 +908,13 @@ impl Recorder {
     /// file with one name is adopted rather than copied. Call [`Recorder::replaced`] once the
     /// rename is done, or [`Recorder::not_replaced`] if it failed.
     pub fn capture_for_replace(&self, p: &Path) -> io::Result<()> {
-        let adopt = sys::lstat_beneath(self.root(), p)
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1);
+        let st = sys::lstat_beneath(self.root(), p).ok();
+        let adopt = match &st {
+            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1 => {
+                Adopt::Yes(Some(st))
+            }
+            _ => Adopt::No,
+        };
         self.ensure_captured(
             &path_key(p),
             Actor::Rewind,
@@ -930,6 +946,7 @@ impl Recorder {
             range: None,
             file: None,
             moves_dir: None,
+            gone: None,
         });
     }
 
@@ -1097,8 +1114,13 @@ impl Observer for Recorder {
         match op {
             Op::Rename | Op::Exchange => {
                 let dst = change.path2.map(path_key).unwrap_or_default();
-                let (seq, _) = self.ensure_captured(&primary, actor, op, false, Need::All, None)?;
-                let adopt = change.last_name && op == Op::Rename;
+                let (seq, _) =
+                    self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
+                let adopt = if change.last_name && op == Op::Rename {
+                    Adopt::Yes(change.gone)
+                } else {
+                    Adopt::No
+                };
                 let (seq2, fresh) =
                     self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
                 let is_dir = |p: &Path| {
@@ -1131,9 +1153,13 @@ impl Observer for Recorder {
             _ => {
                 let need = change.need();
                 for alias in change.aliases {
-                    self.ensure_captured(&path_key(alias), actor, op, false, need, None)?;
+                    self.ensure_captured(&path_key(alias), actor, op, Adopt::No, need, None)?;
                 }
-                let adopt = change.last_name && op == Op::Unlink;
+                let adopt = if change.last_name && op == Op::Unlink {
+                    Adopt::Yes(change.gone)
+                } else {
+                    Adopt::No
+                };
                 let (seq, fresh) =
                     self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
                 if actor == Actor::Tool && op != Op::Mkdir {

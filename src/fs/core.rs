@@ -446,6 +446,7 @@ impl Core {
                 range: None,
                 file: None,
                 moves_dir: None,
+                gone: None,
             },
         )
     }
@@ -475,6 +476,7 @@ impl Core {
                 range,
                 file,
                 moves_dir: None,
+                gone: None,
             },
         )
     }
@@ -491,6 +493,7 @@ impl Core {
                 range: None,
                 file: None,
                 moves_dir: None,
+                gone: None,
             },
         );
     }
@@ -852,6 +855,7 @@ impl Core {
             range: None,
             file: None,
             moves_dir: None,
+            gone: Some(&st),
         };
         let victim = self.victim(&st);
         // Until the name is gone from the table (see `Core::removing`).
@@ -895,6 +899,7 @@ impl Core {
             range: None,
             file: None,
             moves_dir: Some(is_dir(&src) || dst.as_ref().is_some_and(is_dir)),
+            gone: dst.as_ref(),
         };
         let victim = dst
             .as_ref()

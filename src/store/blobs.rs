@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use rustix::fs::OFlags;
+use rustix::fs::{OFlags, Stat};
 
 use crate::sys;
 
@@ -37,7 +37,8 @@ pub fn empty_hash() -> String {
     blake3::hash(b"").to_hex().to_string()
 }
 
-/// Where adopted files wait for their hash; their keys are `pending/<uuid>`.
+/// Where adopted files wait for their hash; their keys are `pending/<nonce>-<n>` (a nonce drawn
+/// when the store is opened, and a counter: no random draw per file).
 const PENDING: &str = "pending";
 
 /// Whether a blob key names an adopted file not yet resolved to its hash.
@@ -65,6 +66,8 @@ pub struct Blobs {
     sync: bool,
     /// Distinguishes temp files of concurrent writers.
     counter: AtomicU64,
+    /// Random, per opening of the store: keeps pending names of different runs apart.
+    nonce: String,
     /// Pending keys whose change is in flight: the pending file may still be the live file.
     in_flight: Mutex<HashSet<String>>,
     settled: Condvar,
@@ -140,6 +143,7 @@ impl Blobs {
             dev,
             sync,
             counter: AtomicU64::new(0),
+            nonce: uuid::Uuid::new_v4().simple().to_string(),
             in_flight: Mutex::default(),
             settled: Condvar::new(),
             resolved: Mutex::default(),
@@ -154,6 +158,7 @@ impl Blobs {
             dev: u64::MAX,
             sync: false,
             counter: AtomicU64::new(0),
+            nonce: uuid::Uuid::new_v4().simple().to_string(),
             in_flight: Mutex::default(),
             settled: Condvar::new(),
             resolved: Mutex::default(),
@@ -317,20 +322,31 @@ impl Blobs {
 
     /// Keeps the content of `rel` beneath `root` — a regular file with one name that is about to
     /// lose it (unlink, or replaced by a rename) — without copying or reading it: the file is
-    /// hard-linked to `pending/<uuid>`, and that key is returned as its blob. The key stays in
+    /// hard-linked to a name under `pending/`, and that key is returned as its blob. The key stays in
     /// flight until [`settle`](Self::settle) (the change happened, or failed and
     /// [`unshare`](Self::unshare) made a copy). `Ok(None)` when that cannot be done (another
     /// filesystem, several names, replaced meanwhile, `--sync`): the caller copies instead.
+    /// `known`: the file's stat if the caller has just taken it (the link is checked against it
+    /// either way).
     ///
     /// # Errors
     /// I/O errors other than those that only mean "copy instead".
-    pub fn adopt(&self, root: BorrowedFd<'_>, path: &Path) -> io::Result<Option<Adopted>> {
+    pub fn adopt(
+        &self,
+        root: BorrowedFd<'_>,
+        path: &Path,
+        known: Option<&Stat>,
+    ) -> io::Result<Option<Adopted>> {
         if self.sync || self.dirfd.is_none() {
             // A link is durable only once the directory is synced; --sync copies and fsyncs.
             return Ok(None);
         }
-        let Ok(before) = sys::lstat_beneath(root, path) else {
-            return Ok(None);
+        let before = match known {
+            Some(st) => *st,
+            None => match sys::lstat_beneath(root, path) {
+                Ok(st) => st,
+                Err(_) => return Ok(None),
+            },
         };
         if before.st_mode & libc::S_IFMT != libc::S_IFREG
             || before.st_nlink != 1
@@ -350,7 +366,8 @@ impl Blobs {
             return Ok(Some(adopted(empty_hash(), false)));
         }
         let d = self.dirfd()?;
-        let key = format!("{PENDING}/{}", uuid::Uuid::new_v4().simple());
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{PENDING}/{}-{n}", self.nonce);
         // In flight before the link exists: no resolver may take the file for settled.
         self.in_flight.lock().unwrap().insert(key.clone());
         if sys::linkat_between(root, path, d, Path::new(&key)).is_err() {
@@ -598,7 +615,10 @@ mod tests {
     fn an_adopted_file_becomes_its_hash_once_its_change_settles() {
         let (d, root, b) = setup(b"kept by a link");
         let orig = ino(&d.path().join("ws/f"));
-        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        let a = b
+            .adopt(root.as_fd(), Path::new("f"), None)
+            .unwrap()
+            .unwrap();
         assert!(is_pending(&a.hash) && a.linked && a.size == 14, "{a:?}");
         // The resolver waits for the change: it runs here while the unlink is still to come.
         let key = a.hash.clone();
@@ -632,7 +652,10 @@ mod tests {
     #[test]
     fn a_failed_change_leaves_the_pre_image_its_own_copy() {
         let (d, root, b) = setup(b"before");
-        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        let a = b
+            .adopt(root.as_fd(), Path::new("f"), None)
+            .unwrap()
+            .unwrap();
         b.unshare(&a.hash).unwrap();
         b.settle(&a.hash);
         fs::write(d.path().join("ws/f"), b"after, and longer").unwrap();
@@ -647,7 +670,10 @@ mod tests {
     #[test]
     fn a_pending_file_that_still_has_its_name_is_copied() {
         let (d, root, b) = setup(b"still here");
-        let a = b.adopt(root.as_fd(), Path::new("f")).unwrap().unwrap();
+        let a = b
+            .adopt(root.as_fd(), Path::new("f"), None)
+            .unwrap()
+            .unwrap();
         drop(b);
         let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
         let h = b.resolve(&a.hash).unwrap();
@@ -667,11 +693,22 @@ mod tests {
     fn only_regular_files_with_one_name_are_adopted() {
         let (d, root, b) = setup(b"x");
         fs::hard_link(d.path().join("ws/f"), d.path().join("ws/g")).unwrap();
-        assert!(b.adopt(root.as_fd(), Path::new("f")).unwrap().is_none());
+        assert!(
+            b.adopt(root.as_fd(), Path::new("f"), None)
+                .unwrap()
+                .is_none()
+        );
         fs::create_dir(d.path().join("ws/dir")).unwrap();
-        assert!(b.adopt(root.as_fd(), Path::new("dir")).unwrap().is_none());
+        assert!(
+            b.adopt(root.as_fd(), Path::new("dir"), None)
+                .unwrap()
+                .is_none()
+        );
         fs::write(d.path().join("ws/empty"), b"").unwrap();
-        let e = b.adopt(root.as_fd(), Path::new("empty")).unwrap().unwrap();
+        let e = b
+            .adopt(root.as_fd(), Path::new("empty"), None)
+            .unwrap()
+            .unwrap();
         assert_eq!((e.hash, e.linked), (empty_hash(), false));
         assert_eq!(
             fs::read_dir(d.path().join("blobs/pending"))
@@ -679,6 +716,49 @@ mod tests {
                 .count(),
             0
         );
+    }
+
+    /// The caller's stat is taken before the link: if the name has meanwhile been given another
+    /// file, or the file was written, the link is not that file and nothing is adopted (the
+    /// caller copies what is there).
+    #[test]
+    fn a_stat_that_no_longer_fits_adopts_nothing() {
+        let (d, root, b) = setup(b"first");
+        let old = sys::lstat_at(root.as_fd(), Path::new("f")).unwrap();
+        // Another file under the name.
+        fs::write(d.path().join("ws/g"), b"second").unwrap();
+        fs::rename(d.path().join("ws/g"), d.path().join("ws/f")).unwrap();
+        assert!(
+            b.adopt(root.as_fd(), Path::new("f"), Some(&old))
+                .unwrap()
+                .is_none()
+        );
+        // The same file, written since.
+        let old = sys::lstat_at(root.as_fd(), Path::new("f")).unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(d.path().join("ws/f"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b" and more"))
+            .unwrap();
+        assert!(
+            b.adopt(root.as_fd(), Path::new("f"), Some(&old))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            fs::read_dir(d.path().join("blobs/pending"))
+                .unwrap()
+                .count(),
+            0
+        );
+        // And a stat that fits adopts, under a key of its own.
+        let now = sys::lstat_at(root.as_fd(), Path::new("f")).unwrap();
+        let a = b
+            .adopt(root.as_fd(), Path::new("f"), Some(&now))
+            .unwrap()
+            .unwrap();
+        assert!(is_pending(&a.hash) && a.linked && a.size == 15, "{a:?}");
+        assert_eq!(ino(&b.path(&a.hash)), ino(&d.path().join("ws/f")));
     }
 
     fn walk(p: &Path) -> Vec<PathBuf> {

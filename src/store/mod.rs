@@ -1149,7 +1149,7 @@ mod tests {
         let capture = |s: &Store, name: &str| {
             let a = s
                 .blobs
-                .adopt(std::os::fd::AsFd::as_fd(&root), Path::new(name))
+                .adopt(std::os::fd::AsFd::as_fd(&root), Path::new(name), None)
                 .unwrap()
                 .unwrap();
             let pre = a.pre_image();
