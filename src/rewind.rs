@@ -228,56 +228,57 @@ enum Base {
     File(std::fs::File),
 }
 
-/// Reads a partial capture's content: `size` bytes, each from the range that saved it, else
-/// from the base, else zero.
-struct Patched<'a> {
-    store: &'a Store,
+/// One range pre-image in a chain of them (see [`Patched`]): the bytes it saved and the size
+/// the file had.
+struct Layer {
     ranges: Vec<crate::store::Range>,
-    base: Base,
     size: u64,
-    pos: u64,
     /// The range last read, with its bytes.
     loaded: Option<(usize, Vec<u8>)>,
 }
 
-impl io::Read for Patched<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos >= self.size || buf.is_empty() {
-            return Ok(0);
-        }
-        let want = (buf.len() as u64).min(self.size - self.pos) as usize;
-        // The range holding pos, or the first one after it.
-        let i = self
-            .ranges
-            .partition_point(|r| r.offset + r.length <= self.pos);
-        if let Some(r) = self.ranges.get(i).filter(|r| r.offset <= self.pos) {
-            if self.loaded.as_ref().map(|l| l.0) != Some(i) {
-                let data = match &r.content {
-                    crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
-                    crate::store::RangeContent::Inline(d) => d.clone(),
-                };
-                if data.len() as u64 != r.length {
-                    return Err(io::Error::other(format!(
-                        "a saved range at {} holds {} bytes, not {}",
-                        r.offset,
-                        data.len(),
-                        r.length
-                    )));
-                }
-                self.loaded = Some((i, data));
+/// Reads the content of the first of a chain of range pre-images of one file, earliest first,
+/// each taken before the next: a byte is the one the earliest layer saved; a layer that did
+/// not save it has it from the next layer, or as zero where that is past the next one's size
+/// (the file grew in between); after the last layer, from the base (zero past its end). So
+/// the chain costs one pass over the file, however many checkpoints it spans.
+struct Patched<'a> {
+    store: &'a Store,
+    layers: Vec<Layer>,
+    base: Base,
+    pos: u64,
+}
+
+impl Patched<'_> {
+    /// Copies what range `i` of layer `k` holds from `pos` on, up to `end`.
+    fn read_range(&mut self, k: usize, i: usize, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let layer = &mut self.layers[k];
+        let r = &layer.ranges[i];
+        if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
+            let data = match &r.content {
+                crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                crate::store::RangeContent::Inline(d) => d.clone(),
+            };
+            if data.len() as u64 != r.length {
+                return Err(io::Error::other(format!(
+                    "a saved range at {} holds {} bytes, not {}",
+                    r.offset,
+                    data.len(),
+                    r.length
+                )));
             }
-            let data = &self.loaded.as_ref().unwrap().1;
-            let at = (self.pos - r.offset) as usize;
-            let n = want.min(data.len() - at);
-            buf[..n].copy_from_slice(&data[at..at + n]);
-            self.pos += n as u64;
-            return Ok(n);
+            layer.loaded = Some((i, data));
         }
-        let until = self
-            .ranges
-            .get(i)
-            .map_or(self.size, |r| r.offset.min(self.size));
-        let n = want.min((until - self.pos) as usize);
+        let data = &layer.loaded.as_ref().unwrap().1;
+        let at = (self.pos - r.offset) as usize;
+        let n = ((end - self.pos) as usize).min(data.len() - at);
+        buf[..n].copy_from_slice(&data[at..at + n]);
+        Ok(n)
+    }
+
+    /// Reads from the base at `pos`, up to `end`; zero past its end.
+    fn read_base(&self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (end - self.pos) as usize;
         let got = match &self.base {
             Base::File(f) => {
                 use std::os::unix::fs::FileExt;
@@ -294,7 +295,49 @@ impl io::Read for Patched<'_> {
             }
             Base::None => 0,
         };
-        buf[got..n].fill(0); // past the base's end
+        buf[got..n].fill(0);
+        Ok(n)
+    }
+}
+
+impl io::Read for Patched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let size = self.layers.first().map_or(0, |l| l.size);
+        if self.pos >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        // This read stops before the first place where the layer that answers changes.
+        let mut end = self.pos + (buf.len() as u64).min(size - self.pos);
+        let mut answer = None; // Some(Some((layer, range))), or Some(None) for zeros
+        for k in 0..self.layers.len() {
+            let layer = &self.layers[k];
+            let pos = self.pos;
+            let i = layer.ranges.partition_point(|r| r.offset + r.length <= pos);
+            if let Some(r) = layer.ranges.get(i) {
+                if r.offset <= pos {
+                    end = end.min(r.offset + r.length);
+                    answer = Some(Some((k, i)));
+                    break;
+                }
+                end = end.min(r.offset);
+            }
+            if let Some(next) = self.layers.get(k + 1) {
+                if pos >= next.size {
+                    answer = Some(None);
+                    break;
+                }
+                end = end.min(next.size);
+            }
+        }
+        let n = match answer {
+            Some(Some((k, i))) => self.read_range(k, i, end, buf)?,
+            Some(None) => {
+                let n = (end - self.pos) as usize;
+                buf[..n].fill(0);
+                n
+            }
+            None => self.read_base(end, buf)?,
+        };
         self.pos += n as u64;
         Ok(n)
     }
@@ -808,31 +851,43 @@ impl Engine {
     /// The full pre-image of a range capture `c` of the file known as `at` when it was taken:
     /// the file's next recorded state (what the path's events after `c` say it was, or the
     /// file as it is now), cut or zero-extended to the size it had, with the saved old bytes
-    /// laid over it. Stored as a blob.
+    /// laid over it. Stored as a blob. A next state that is itself a range pre-image is
+    /// completed the same way: the chain is read in one pass (see [`Patched`]).
     fn materialize(&self, hist: &History, c: &Capture, at: &[u8]) -> Result<PreImage, RewindError> {
-        let base = match hist.lineage_from(at, (c.id, 0)) {
-            Lineage::Partial(next, next_at) => {
-                let full = self.materialize(hist, &next, &next_at)?;
-                self.blob_base(&full)?
-            }
-            Lineage::Pre(p) => self.blob_base(&p)?,
-            Lineage::Current(now) => {
-                let rel = Path::new(OsStr::from_bytes(&now));
-                match sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
-                    Ok(fd) if sys::fstat(fd.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFREG => {
-                        Base::File(std::fs::File::from(fd))
-                    }
-                    _ => Base::None,
+        let mut layers = Vec::new();
+        let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
+        let base = loop {
+            layers.push(Layer {
+                ranges: self.store.ranges(cur.id)?,
+                size: cur.pre.size,
+                loaded: None,
+            });
+            match hist.lineage_from(&cur_at, (cur.id, 0)) {
+                Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
+                Lineage::Pre(p) => break self.blob_base(&p)?,
+                Lineage::Current(now) => {
+                    let rel = Path::new(OsStr::from_bytes(&now));
+                    break match sys::open_beneath(
+                        self.root(),
+                        rel,
+                        OFlags::RDONLY | OFlags::NONBLOCK,
+                        0,
+                    ) {
+                        Ok(fd)
+                            if sys::fstat(fd.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFREG =>
+                        {
+                            Base::File(std::fs::File::from(fd))
+                        }
+                        _ => Base::None,
+                    };
                 }
             }
         };
         let reader = Patched {
             store: &self.store,
-            ranges: self.store.ranges(c.id)?,
+            layers,
             base,
-            size: c.pre.size,
             pos: 0,
-            loaded: None,
         };
         let (hash, size) = self.store.blobs.put_reader(reader)?;
         Ok(PreImage {
