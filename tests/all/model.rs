@@ -349,3 +349,65 @@ proptest! {
         if require_fuse() { check(steps, pick, "tool")?; }
     }
 }
+
+/// One file over the range-capture threshold, changed in place across many turns: each turn's
+/// capture saves only the bytes it overwrites, so the state at an early turn is a chain of range
+/// pre-images completed by each other and by the file as it is now.
+fn check_chain(steps: Vec<Step>, pick: usize) -> Result<(), TestCaseError> {
+    let start: Vec<u8> = (0..10_000u32).map(|i| b'A' + (i % 23) as u8).collect();
+    let mut run = Run {
+        a: Agent::with_args(
+            |d| std::fs::write(d.join(PATHS[0]), &start).unwrap(),
+            &["--range-capture-min", "4096"],
+        ),
+        turns: Vec::new(),
+        snapshots: Vec::new(),
+        tracked: BTreeMap::new(),
+    };
+    run.apply(&Step::Turn);
+    for s in &steps {
+        run.apply(s);
+    }
+    let t = pick % run.turns.len();
+    let now = tree_map(&run.a);
+    run.a
+        .rewind(&run.turns[t], "all", false)
+        .map_err(TestCaseError::fail)?;
+    let got = tree_map(&run.a);
+    prop_assert_eq!(
+        got.values().collect::<Vec<_>>(),
+        run.snapshots[t].values().collect::<Vec<_>>(),
+        "to turn {} of {}",
+        t,
+        run.turns.len()
+    );
+    run.a
+        .c
+        .request("undo_rewind", json!({}))
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let undone = tree_map(&run.a);
+    prop_assert_eq!(
+        undone.values().collect::<Vec<_>>(),
+        now.values().collect::<Vec<_>>(),
+        "undo"
+    );
+    Ok(())
+}
+
+fn chain_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => Just(Step::Turn),
+        4 => (any::<u16>(), any::<u8>()).prop_map(|(o, b)| Step::Patch(0, o % 16_000, b)),
+        1 => (4_000u16..16_000).prop_map(|n| Step::Cut(0, n)),
+        1 => Just(Step::Grow(0)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_file_changed_in_place_over_many_turns_rewinds_to_each(steps in prop::collection::vec(chain_step(), 1..40), pick in any::<usize>()) {
+        if require_fuse() { check_chain(steps, pick)?; }
+    }
+}
