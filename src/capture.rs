@@ -964,6 +964,16 @@ impl Recorder {
         Ok(self.store.gc(policy, seq, session.as_deref(), full)?)
     }
 
+    /// Removes the blob files among `hashes` that no capture names (see
+    /// [`Store::discard_unreferenced`]), under the capture lock.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn discard_unreferenced(&self, hashes: &[String]) -> io::Result<u64> {
+        let _g = self.capture.lock().unwrap();
+        Ok(self.store.discard_unreferenced(hashes)?)
+    }
+
     /// Takes the gate exclusively: no change runs until the guard is dropped.
     pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
         self.gate.write().unwrap_or_else(|p| p.into_inner())

@@ -633,6 +633,65 @@ impl Engine {
     /// [`RewindError::NoCheckpoint`] for an unknown uuid; `Failed` for anything else. A dry
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
+        let (uuid, cp, filter) = self.checked(req)?;
+        // Dry runs too: what a plan puts together is removed once it is done (see `discard`).
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        if req.dry_run {
+            // Data the kernel still holds counts as the present.
+            self.kernel.flush();
+            let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
+            self.discard(&out.targets);
+            return Ok(out);
+        }
+        let t0 = std::time::Instant::now();
+        self.kernel.flush();
+        let changed;
+        let (t1, t2, t3);
+        let outcome = {
+            let _gate = self.recorder.exclusive();
+            t1 = t0.elapsed();
+            let mut out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
+            t2 = t0.elapsed();
+            if !out.can_rewind {
+                self.discard(&out.targets);
+                return Err(RewindError::Failed(
+                    out.error.unwrap_or_else(|| "cannot rewind".into()),
+                ));
+            }
+            let id = uuid::Uuid::new_v4().to_string();
+            let applied = self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets);
+            if applied.is_ok() {
+                self.discard(&out.targets);
+            } // else the plan stays as it is, for the recovery at the next mount
+            applied?;
+            changed = out
+                .targets
+                .iter()
+                .map(|t| t.rel().to_path_buf())
+                .collect::<Vec<_>>();
+            self.kernel.replaced(&changed);
+            t3 = t0.elapsed();
+            out.rewind_id = Some(id);
+            out
+        };
+        self.kernel.invalidate(&changed);
+        tracing::info!(
+            "rewind to {uuid}: {} paths in {:?} (flush {t1:?}, plan {:?}, apply {:?}, invalidate {:?})",
+            changed.len(),
+            t0.elapsed(),
+            t2 - t1,
+            t3 - t2,
+            t0.elapsed() - t3
+        );
+        Ok(outcome)
+    }
+
+    /// The checkpoint a request names, checked (a UUID, known, not dropped, of the session
+    /// asked for), with its paths filter.
+    fn checked(
+        &self,
+        req: &Request,
+    ) -> Result<(String, crate::store::Checkpoint, Filter), RewindError> {
         let uuid = uuid::Uuid::parse_str(&req.user_message_id)
             .map_err(|_| {
                 RewindError::Failed(format!(
@@ -659,48 +718,18 @@ impl Engine {
             }
         }
         let filter = Filter::new(&req.paths)?;
-        if req.dry_run {
-            // Data the kernel still holds counts as the present.
-            self.kernel.flush();
-            return self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
+        Ok((uuid, cp, filter))
+    }
+
+    /// Removes the blob files a plan put together for `targets` (a chain of range pre-images
+    /// completed, a moved file's content) that no capture names: nothing needs them once the
+    /// rewind is applied, or the dry run or diff has read them (a crash before that leaves
+    /// them to the next gc's sweep). The caller holds `apply`.
+    fn discard(&self, targets: &[Target]) {
+        let hashes: Vec<String> = targets.iter().filter_map(|t| t.blob.clone()).collect();
+        if let Err(e) = self.recorder.discard_unreferenced(&hashes) {
+            tracing::warn!("removing a plan's transient blobs: {e}");
         }
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        let t0 = std::time::Instant::now();
-        self.kernel.flush();
-        let changed;
-        let (t1, t2, t3);
-        let outcome = {
-            let _gate = self.recorder.exclusive();
-            t1 = t0.elapsed();
-            let mut out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
-            t2 = t0.elapsed();
-            if !out.can_rewind {
-                return Err(RewindError::Failed(
-                    out.error.unwrap_or_else(|| "cannot rewind".into()),
-                ));
-            }
-            let id = uuid::Uuid::new_v4().to_string();
-            self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets)?;
-            changed = out
-                .targets
-                .iter()
-                .map(|t| t.rel().to_path_buf())
-                .collect::<Vec<_>>();
-            self.kernel.replaced(&changed);
-            t3 = t0.elapsed();
-            out.rewind_id = Some(id);
-            out
-        };
-        self.kernel.invalidate(&changed);
-        tracing::info!(
-            "rewind to {uuid}: {} paths in {:?} (flush {t1:?}, plan {:?}, apply {:?}, invalidate {:?})",
-            changed.len(),
-            t0.elapsed(),
-            t2 - t1,
-            t3 - t2,
-            t0.elapsed() - t3
-        );
-        Ok(outcome)
     }
 
     /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.
@@ -754,6 +783,7 @@ impl Engine {
             let mut out = self.plan(last.checkpoint, None, &req, &filter)?;
             let id = uuid::Uuid::new_v4().to_string();
             self.apply_targets(&id, &last.id, "undo", &out.targets)?;
+            self.discard(&out.targets);
             self.store.set_rewind_state(&last.id, "undone")?;
             out.rewind_id = Some(last.id.clone());
             let changed = out
@@ -783,9 +813,19 @@ impl Engine {
             paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
             session_id: None,
         };
-        let out = self.rewind(&req)?;
+        let (_, cp, filter) = self.checked(&req)?;
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        self.kernel.flush();
+        let out = self.plan(cp.seq, cp.session_id.as_deref(), &req, &filter)?;
+        let text = self.diff_text(&out.targets);
+        self.discard(&out.targets);
+        Ok((text?, out.files_changed))
+    }
+
+    /// The unified diff, current → target, of each target.
+    fn diff_text(&self, targets: &[Target]) -> Result<String, RewindError> {
         let mut text = String::new();
-        for t in &out.targets {
+        for t in targets {
             let rel = t.rel();
             let now = now_state(self.root(), rel)?;
             let old = now.content.unwrap_or_default();
@@ -823,7 +863,7 @@ impl Engine {
                 ));
             }
         }
-        Ok((text, out.files_changed))
+        Ok(text)
     }
 
     /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
@@ -1122,6 +1162,7 @@ impl Engine {
             );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
             self.store.set_rewind_state(&r.id, "done")?;
+            self.discard(&targets);
         }
         Ok(pending.len())
     }

@@ -239,6 +239,49 @@ impl Store {
         Ok(freed)
     }
 
+    /// Removes the blob files among `hashes` that no row names: content a rewind's plan, a dry
+    /// run or a diff put together (a chain of range pre-images completed, a moved file's
+    /// content), which nothing needs once the request is done. The caller holds the capture
+    /// lock, so no capture can be about to name one of them (captures that already did are
+    /// applied first, below), and is serialised with rewinds (whose plans name such files).
+    /// Returns the bytes removed.
+    ///
+    /// # Errors
+    /// Store errors (nothing is removed then).
+    pub fn discard_unreferenced(&self, hashes: &[String]) -> Result<u64> {
+        let empty = empty_hash();
+        let mut want: Vec<&String> = hashes
+            .iter()
+            .filter(|h| **h != empty && !super::blobs::is_pending(h))
+            .collect();
+        want.sort();
+        want.dedup();
+        if want.is_empty() {
+            return Ok(0);
+        }
+        let unnamed: Vec<String> = self.with(|c| {
+            let mut st = c.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
+            let mut out = Vec::new();
+            for h in want {
+                if st.query_row([h], |_| Ok(())).optional()?.is_none() {
+                    out.push(h.clone());
+                }
+            }
+            Ok(out)
+        })?;
+        let mut freed = 0;
+        for h in &unnamed {
+            let p = self.blobs.path(h);
+            let size = std::fs::symlink_metadata(&p).map_or(0, |m| m.len());
+            match std::fs::remove_file(&p) {
+                Ok(()) => freed += size,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("removing the transient blob {h}: {e}"),
+            }
+        }
+        Ok(freed)
+    }
+
     fn unlink_blobs(&self, hashes: &[String]) {
         let empty = empty_hash();
         for h in hashes.iter().filter(|h| **h != empty) {
