@@ -31,6 +31,12 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    if !matches!(
+        args.command,
+        Command::Mount { .. } | Command::Exec { .. } | Command::Hook { .. } | Command::Agent { .. }
+    ) {
+        rewindfs::sys::default_sigpipe();
+    }
     match args.command {
         Command::Mount {
             dir,
@@ -151,6 +157,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     "sessionId",
                     "currentCheckpoint",
                     "checkpoints",
+                    "checkpointsDropped",
                     "captures",
                     "bytesCaptured",
                     "agentPids",
@@ -432,11 +439,20 @@ fn workspace_rel_glob(client: &mut Client, p: &str) -> anyhow::Result<String> {
 }
 
 fn print_outcome(r: &Value, dry_run: bool) {
-    if let Some(e) = r["error"].as_str() {
-        println!("cannot rewind: {e}");
-    }
     let files = r["filesChanged"].as_array().cloned().unwrap_or_default();
-    let verb = if dry_run { "would change" } else { "changed" };
+    let conflicts = r["conflicts"].as_array().is_some_and(|c| !c.is_empty());
+    if let Some(e) = r["error"].as_str() {
+        eprintln!("rewindfs: cannot rewind: {e}");
+        if files.is_empty() && !conflicts {
+            return; // nothing to show but the reason (e.g. a checkpoint gc removed)
+        }
+    }
+    // A rewind refused changed nothing: what it lists is what it would have changed.
+    let verb = if dry_run || r["canRewind"] == json!(false) {
+        "would change"
+    } else {
+        "changed"
+    };
     println!(
         "{verb} {} file(s), +{} -{} lines",
         files.len(),

@@ -39,6 +39,18 @@ pub fn trim_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn trim_heap() {}
 
+/// Lets a closed stdout end the process as it ends `ls | head`: Rust ignores SIGPIPE, and a
+/// `println!` to a closed pipe then panics. Only for commands whose work is done when they
+/// print; the daemon and the hook keep ignoring it (their sockets report EPIPE instead).
+#[allow(unsafe_code)]
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no
+    // memory; it is done before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn errno(e: rustix::io::Errno) -> io::Error {
     io::Error::from_raw_os_error(e.raw_os_error())
 }

@@ -394,7 +394,8 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
         }
         Request::Status => {
             let (seq, uuid, session) = e.recorder.current();
-            let (checkpoints, captures, bytes) = e.store.counts().map_err(|x| x.to_string())?;
+            let (checkpoints, dropped, captures, bytes) =
+                e.store.counts().map_err(|x| x.to_string())?;
             Ok(json!({
                 "workspace": d.workspace,
                 "store": d.store_dir,
@@ -404,6 +405,7 @@ pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String>
                 "currentCheckpoint": uuid,
                 "currentSeq": seq,
                 "checkpoints": checkpoints,
+                "checkpointsDropped": dropped,
                 "captures": captures,
                 "bytesCaptured": bytes,
                 "agentPids": e.recorder.agents(),

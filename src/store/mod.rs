@@ -474,6 +474,9 @@ impl Store {
         let db = dir.join("rewindfs.db");
         let mut conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Room for every statement the journal's applier and gc run per row (the default 16
+        // would evict some of them each round).
+        conn.set_prepared_statement_cache_capacity(64);
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode: a committed row survives any crash of the daemon (it is in the
         // kernel's page cache); FULL adds an fsync per commit for power loss.
@@ -903,14 +906,17 @@ impl Store {
         })
     }
 
-    /// Counts for `status`: checkpoints, captures, bytes of captured content.
-    pub fn counts(&self) -> Result<(i64, i64, i64)> {
+    /// Counts for `status`: checkpoints kept, checkpoints gc dropped, captures, bytes of
+    /// captured content.
+    pub fn counts(&self) -> Result<(i64, i64, i64, i64)> {
         self.with(|c| {
             c.query_row(
-                "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM captures),
+                "SELECT (SELECT count(*) FROM checkpoints WHERE dropped_at IS NULL),
+                        (SELECT count(*) FROM checkpoints WHERE dropped_at IS NOT NULL),
+                        (SELECT count(*) FROM captures),
                         (SELECT coalesce(sum(size), 0) FROM blobs)",
                 [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
         })
     }

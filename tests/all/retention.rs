@@ -95,6 +95,28 @@ fn gc_drops_the_oldest_checkpoints_keeps_the_sessions_start_and_frees_their_blob
     assert!(listed.contains(&t1) && listed.contains(&t4), "{listed:?}");
     assert!(!listed.contains(&t2) && !listed.contains(&t3), "{listed:?}");
     assert_eq!(tree(&a.m.dir), now, "gc changes no file");
+    // `status` counts what `list` shows, and the dropped apart.
+    let st = a.c.request("status", json!({})).unwrap();
+    assert_eq!(st["checkpoints"], json!(listed.len()), "{st}");
+    assert_eq!(st["checkpointsDropped"], json!(3), "{st}");
+    // The command line says why on stderr, and shows no "would change 0 file(s)" beside it.
+    let sock = a.m.socket();
+    let out = rewindfs(&[
+        "rewind",
+        &t2,
+        "--scope",
+        "all",
+        "--dry-run",
+        "--socket",
+        sock.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot rewind") && err.contains("removed by gc"),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{err}");
 
     // The session's first message and the current one still rewind exactly.
     a.rewind(&t1, "all", false).unwrap();

@@ -358,3 +358,41 @@ fn a_restored_file_whose_directory_was_removed_is_seen_at_once() {
     assert_eq!(a.read("d/e/c.txt").as_deref(), Some("tool\n"));
     assert_eq!(tree(&a.m.dir).len(), 3, "{:?}", tree(&a.m.dir));
 }
+
+/// A command whose stdout is closed before it prints (`rewindfs undo | true`) ends as `ls | head`
+/// does, by SIGPIPE, after it has done its work; not with a panic and exit status 101, which
+/// reads as a failure of the undo itself.
+#[test]
+fn a_command_whose_stdout_is_closed_ends_by_sigpipe_after_its_work() {
+    if !require_fuse() {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut a = Agent::new(|d| fs::write(d.join("f.txt"), "one\n").unwrap());
+    let t1 = a.turn();
+    a.bash("echo two > f.txt");
+    a.rewind(&t1, "all", false).unwrap();
+    assert_eq!(a.read("f.txt").as_deref(), Some("one\n"));
+    let mut child = Command::new(crate::support::BIN)
+        .args(["undo", "--socket", a.m.socket().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // long before the undo is done and printed
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        a.read("f.txt").as_deref(),
+        Some("two\n"),
+        "the undo was done"
+    );
+}
