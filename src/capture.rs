@@ -97,9 +97,6 @@ pub struct Change<'a> {
     /// waits for that write: a capture that opened and closed the file put a disk write on
     /// every truncating edit after a boundary.)
     pub file: Option<BorrowedFd<'a>>,
-    /// For a rename or exchange: whether either name is a directory, when the caller has just
-    /// stat'ed both (`None`: the observer looks).
-    pub moves_dir: Option<bool>,
     /// With `last_name`: the stat the caller has just taken of the file that loses its name
     /// (an adoption's link is checked against it; `None`: the store stats the file itself).
     pub gone: Option<&'a Stat>,
@@ -945,7 +942,6 @@ impl Recorder {
             last_name: true,
             range: None,
             file: None,
-            moves_dir: None,
             gone: None,
         });
     }
@@ -970,6 +966,12 @@ impl Recorder {
     /// # Errors
     /// Store errors.
     pub fn discard_unreferenced(&self, hashes: &[String]) -> io::Result<u64> {
+        if hashes.is_empty() {
+            return Ok(0);
+        }
+        // Applied before the lock is taken (hashing what adoptions linked), so that changes
+        // wait only for what was journalled since.
+        self.store.flush_journal()?;
         let _g = self.capture.lock().unwrap();
         Ok(self.store.discard_unreferenced(hashes)?)
     }
@@ -1137,10 +1139,9 @@ impl Observer for Recorder {
                     sys::lstat_at(self.root(), p)
                         .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
                 };
-                let moves_dir = change
-                    .moves_dir
-                    .unwrap_or_else(|| is_dir(change.path) || change.path2.is_some_and(is_dir));
-                if moves_dir {
+                // Looked at here, under the gate: a rewind may have replaced either name since
+                // the caller's stat.
+                if is_dir(change.path) || change.path2.is_some_and(is_dir) {
                     // Written before the rename: a rewind maps paths beneath it through this.
                     self.store
                         .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;

@@ -180,6 +180,8 @@ pub struct Engine {
     pub kernel: Arc<dyn KernelCache>,
     /// One rewind at a time.
     apply: Mutex<()>,
+    /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
+    scratch: Mutex<Vec<String>>,
 }
 
 fn key(p: &Path) -> Vec<u8> {
@@ -273,6 +275,11 @@ impl Patched<'_> {
         let at = (self.pos - r.offset) as usize;
         let n = ((end - self.pos) as usize).min(data.len() - at);
         buf[..n].copy_from_slice(&data[at..at + n]);
+        if at + n == data.len() {
+            // Reads only go forward: a range read to its end is not needed again (a range
+            // can be 16 MiB, and a chain can have a layer per checkpoint).
+            layer.loaded = None;
+        }
         Ok(n)
     }
 
@@ -310,8 +317,16 @@ impl io::Read for Patched<'_> {
         let mut end = self.pos + (buf.len() as u64).min(size - self.pos);
         let mut answer = None; // Some(Some((layer, range))), or Some(None) for zeros
         for k in 0..self.layers.len() {
-            let layer = &self.layers[k];
             let pos = self.pos;
+            let layer = &mut self.layers[k];
+            // A range the position has passed (earlier layers answered its tail) is done.
+            if let Some((li, _)) = &layer.loaded {
+                let r = &layer.ranges[*li];
+                if r.offset + r.length <= pos {
+                    layer.loaded = None;
+                }
+            }
+            let layer = &self.layers[k];
             let i = layer.ranges.partition_point(|r| r.offset + r.length <= pos);
             if let Some(r) = layer.ranges.get(i) {
                 if r.offset <= pos {
@@ -620,6 +635,7 @@ impl Engine {
             store,
             kernel,
             apply: Mutex::new(()),
+            scratch: Mutex::default(),
         }
     }
 
@@ -633,15 +649,15 @@ impl Engine {
     /// [`RewindError::NoCheckpoint`] for an unknown uuid; `Failed` for anything else. A dry
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
-        let (uuid, cp, filter) = self.checked(req)?;
         // Dry runs too: what a plan puts together is removed once it is done (see `discard`).
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let (uuid, cp, filter) = self.checked(req)?;
         if req.dry_run {
             // Data the kernel still holds counts as the present.
             self.kernel.flush();
-            let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
-            self.discard(&out.targets);
-            return Ok(out);
+            let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
+            self.discard();
+            return out;
         }
         let t0 = std::time::Instant::now();
         self.kernel.flush();
@@ -650,19 +666,25 @@ impl Engine {
         let outcome = {
             let _gate = self.recorder.exclusive();
             t1 = t0.elapsed();
-            let mut out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter)?;
+            let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
             t2 = t0.elapsed();
-            if !out.can_rewind {
-                self.discard(&out.targets);
-                return Err(RewindError::Failed(
-                    out.error.unwrap_or_else(|| "cannot rewind".into()),
-                ));
-            }
+            let mut out = match planned {
+                Ok(out) if out.can_rewind => out,
+                Ok(out) => {
+                    self.discard();
+                    return Err(RewindError::Failed(
+                        out.error.unwrap_or_else(|| "cannot rewind".into()),
+                    ));
+                }
+                Err(e) => {
+                    self.discard();
+                    return Err(e);
+                }
+            };
             let id = uuid::Uuid::new_v4().to_string();
+            // A failed one stays 'applying', and `discard` keeps what its plan names.
             let applied = self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets);
-            if applied.is_ok() {
-                self.discard(&out.targets);
-            } // else the plan stays as it is, for the recovery at the next mount
+            self.discard();
             applied?;
             changed = out
                 .targets
@@ -721,12 +743,13 @@ impl Engine {
         Ok((uuid, cp, filter))
     }
 
-    /// Removes the blob files a plan put together for `targets` (a chain of range pre-images
-    /// completed, a moved file's content) that no capture names: nothing needs them once the
-    /// rewind is applied, or the dry run or diff has read them (a crash before that leaves
-    /// them to the next gc's sweep). The caller holds `apply`.
-    fn discard(&self, targets: &[Target]) {
-        let hashes: Vec<String> = targets.iter().filter_map(|t| t.blob.clone()).collect();
+    /// Removes the blob files the plans since the last call put together (a file completed
+    /// from a chain of range pre-images, a moved file's content) that no capture names and no
+    /// unfinished rewind's plan names: nothing needs them once the rewind is applied (or has
+    /// failed, leaving its plan for the next mount), or the dry run or diff has read them. A
+    /// crash before that leaves them to the next gc's sweep. The caller holds `apply`.
+    fn discard(&self) {
+        let hashes = std::mem::take(&mut *self.scratch.lock().unwrap());
         if let Err(e) = self.recorder.discard_unreferenced(&hashes) {
             tracing::warn!("removing a plan's transient blobs: {e}");
         }
@@ -747,6 +770,7 @@ impl Engine {
 
     /// Undoes the last rewind that has not been undone.
     pub fn undo(&self) -> Result<Outcome, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let Some(last) = self.store.last_done_rewind()? else {
             return Err(RewindError::Failed("nothing to undo".into()));
         };
@@ -776,14 +800,21 @@ impl Engine {
             prefixes: Vec::new(),
             exact: Some(touched),
         };
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         self.kernel.flush();
         let (out, changed) = {
             let _gate = self.recorder.exclusive();
-            let mut out = self.plan(last.checkpoint, None, &req, &filter)?;
+            let planned = self.plan(last.checkpoint, None, &req, &filter);
+            let mut out = match planned {
+                Ok(out) => out,
+                Err(e) => {
+                    self.discard();
+                    return Err(e);
+                }
+            };
             let id = uuid::Uuid::new_v4().to_string();
-            self.apply_targets(&id, &last.id, "undo", &out.targets)?;
-            self.discard(&out.targets);
+            let applied = self.apply_targets(&id, &last.id, "undo", &out.targets);
+            self.discard();
+            applied?;
             self.store.set_rewind_state(&last.id, "undone")?;
             out.rewind_id = Some(last.id.clone());
             let changed = out
@@ -813,13 +844,14 @@ impl Engine {
             paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
             session_id: None,
         };
-        let (_, cp, filter) = self.checked(&req)?;
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, cp, filter) = self.checked(&req)?;
         self.kernel.flush();
-        let out = self.plan(cp.seq, cp.session_id.as_deref(), &req, &filter)?;
-        let text = self.diff_text(&out.targets);
-        self.discard(&out.targets);
-        Ok((text?, out.files_changed))
+        let text = self
+            .plan(cp.seq, cp.session_id.as_deref(), &req, &filter)
+            .and_then(|out| Ok((self.diff_text(&out.targets)?, out.files_changed)));
+        self.discard();
+        text
     }
 
     /// The unified diff, current → target, of each target.
@@ -880,11 +912,11 @@ impl Engine {
             Lineage::Partial(c, at) => Some(self.materialize(hist, &c, &at)?),
             Lineage::Current(at) if at == q => None,
             // Moved elsewhere and unchanged since: its content is there.
-            Lineage::Current(at) => Some(snapshot(
-                self.root(),
-                Path::new(OsStr::from_bytes(&at)),
-                &self.store,
-            )?),
+            Lineage::Current(at) => {
+                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&at)), &self.store)?;
+                self.scratch.lock().unwrap().extend(pre.blob.clone());
+                Some(pre)
+            }
         })
     }
 
@@ -930,6 +962,7 @@ impl Engine {
             pos: 0,
         };
         let (hash, size) = self.store.blobs.put_reader(reader)?;
+        self.scratch.lock().unwrap().push(hash.clone());
         Ok(PreImage {
             blob: Some(hash),
             size,
@@ -1162,10 +1195,26 @@ impl Engine {
             );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
             self.store.set_rewind_state(&r.id, "done")?;
-            self.discard(&targets);
+            // What its plan named, unless another unfinished plan names it too.
+            self.scratch
+                .lock()
+                .unwrap()
+                .extend(targets.iter().filter_map(|t| t.blob.clone()));
+            self.discard();
         }
         Ok(pending.len())
     }
+}
+
+/// Fault injection for tests only (`REWINDFS_TEST_FAIL_REWIND_AFTER=N`): a rewind fails after
+/// writing N files, as one that runs out of space would, and stays 'applying'.
+fn fail_rewind_after() -> Option<usize> {
+    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("REWINDFS_TEST_FAIL_REWIND_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
 }
 
 fn depth(p: &[u8]) -> usize {
@@ -1212,10 +1261,16 @@ pub fn apply_plan(rec: &Recorder, store: &Store, targets: &[Target], id: &str) -
     }
     // 3. Files, symlinks, special files.
     let mut dirs = HashSet::new();
-    for t in order
+    for (i, t) in order
         .iter()
         .filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other))
+        .enumerate()
     {
+        if fail_rewind_after() == Some(i) {
+            return Err(io::Error::other(
+                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
+            ));
+        }
         let rel = t.rel();
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
             if dirs.insert(parent.to_path_buf()) {

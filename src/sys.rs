@@ -39,9 +39,25 @@ pub fn trim_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn trim_heap() {}
 
+/// Writes all of `buf` to a socket without raising SIGPIPE if the peer has gone (the command
+/// line lets SIGPIPE end it, see [`default_sigpipe`]; a daemon that hung up reports why on the
+/// socket, and the client reads that instead of dying).
+pub fn send_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::net::send(sock, buf, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Lets a closed stdout end the process as it ends `ls | head`: Rust ignores SIGPIPE, and a
 /// `println!` to a closed pipe then panics. Only for commands whose work is done when they
-/// print; the daemon and the hook keep ignoring it (their sockets report EPIPE instead).
+/// print; the daemon and the hook keep ignoring it, and the control client sends with
+/// MSG_NOSIGNAL ([`send_all`]).
 #[allow(unsafe_code)]
 pub fn default_sigpipe() {
     // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no

@@ -1,6 +1,6 @@
 //! A blocking client for the control socket (used by the CLI subcommands and `rewindfs hook`).
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -106,7 +106,7 @@ impl Client {
             serde_json::to_vec(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
         // If the daemon refused us it has already said why and hung up: read that first.
-        let written = self.writer.write_all(&bytes);
+        let written = crate::sys::send_all(std::os::fd::AsFd::as_fd(&self.writer), &bytes);
         let mut resp = String::new();
         let n = self
             .reader

@@ -172,7 +172,8 @@ async fn handle_connection(
         let sent = write_line(&mut wr, &reply).await?;
         if sent > TRIM_AFTER_REPLY_BYTES {
             drop(reply);
-            crate::sys::trim_heap();
+            // Milliseconds on a large heap: not on the runtime's threads.
+            tokio::task::spawn_blocking(crate::sys::trim_heap);
         }
     }
 }

@@ -156,10 +156,6 @@ fn is_regular(st: &Stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
-fn is_dir(st: &Stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFDIR
-}
-
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
     if parent.as_os_str().is_empty() {
         PathBuf::from(name)
@@ -445,7 +441,6 @@ impl Core {
                 last_name: false,
                 range: None,
                 file: None,
-                moves_dir: None,
                 gone: None,
             },
         )
@@ -475,7 +470,6 @@ impl Core {
                 last_name: false,
                 range,
                 file,
-                moves_dir: None,
                 gone: None,
             },
         )
@@ -492,7 +486,6 @@ impl Core {
                 last_name: false,
                 range: None,
                 file: None,
-                moves_dir: None,
                 gone: None,
             },
         );
@@ -854,7 +847,6 @@ impl Core {
             last_name: !is_dir && Self::is_last_name(&st),
             range: None,
             file: None,
-            moves_dir: None,
             gone: Some(&st),
         };
         let victim = self.victim(&st);
@@ -898,7 +890,6 @@ impl Core {
             last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
             range: None,
             file: None,
-            moves_dir: Some(is_dir(&src) || dst.as_ref().is_some_and(is_dir)),
             gone: dst.as_ref(),
         };
         let victim = dst

@@ -354,16 +354,25 @@ impl Blobs {
         {
             return Ok(None);
         }
-        let adopted = |hash: String, linked: bool| Adopted {
+        // The pre-image's metadata comes from a stat taken now, under the caller's locks: a
+        // `known` stat may predate a chmod or chown (which leave the checks below unchanged).
+        let adopted = |hash: String, linked: bool, st: &Stat| Adopted {
             hash,
-            size: before.st_size as u64,
+            size: st.st_size as u64,
             linked,
-            mode: before.st_mode,
-            uid: before.st_uid,
-            gid: before.st_gid,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
         };
         if before.st_size == 0 {
-            return Ok(Some(adopted(empty_hash(), false)));
+            let now = match known {
+                Some(_) => match sys::lstat_beneath(root, path) {
+                    Ok(st) if (st.st_ino, st.st_nlink, st.st_size) == (before.st_ino, 1, 0) => st,
+                    _ => return Ok(None),
+                },
+                None => before,
+            };
+            return Ok(Some(adopted(empty_hash(), false, &now)));
         }
         let d = self.dirfd()?;
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -376,7 +385,7 @@ impl Blobs {
         }
         // The name may have been replaced between the stat and the link: the pending file must
         // be the file that was looked at, with no other name than the one about to go.
-        let same = sys::lstat_at(d, Path::new(&key)).is_ok_and(|st| {
+        let linked = sys::lstat_at(d, Path::new(&key)).ok().filter(|st| {
             (
                 st.st_ino,
                 st.st_nlink,
@@ -391,11 +400,11 @@ impl Blobs {
                 before.st_mtime_nsec,
             )
         });
-        if !same {
+        let Some(linked) = linked else {
             self.discard(&key);
             return Ok(None);
-        }
-        Ok(Some(adopted(key, true)))
+        };
+        Ok(Some(adopted(key, true, &linked)))
     }
 
     /// The change an adoption was for has happened, or failed and the pending file was made a
@@ -576,6 +585,7 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn equal_contents_are_stored_once_and_read_back() {
@@ -751,14 +761,26 @@ mod tests {
                 .count(),
             0
         );
-        // And a stat that fits adopts, under a key of its own.
+        // A stat that fits adopts, under a key of its own; a chmod since that stat (which the
+        // checks cannot see) is in the pre-image's metadata.
         let now = sys::lstat_at(root.as_fd(), Path::new("f")).unwrap();
+        fs::set_permissions(d.path().join("ws/f"), fs::Permissions::from_mode(0o600)).unwrap();
         let a = b
             .adopt(root.as_fd(), Path::new("f"), Some(&now))
             .unwrap()
             .unwrap();
         assert!(is_pending(&a.hash) && a.linked && a.size == 15, "{a:?}");
+        assert_eq!(a.mode & 0o7777, 0o600, "{a:?}");
         assert_eq!(ino(&b.path(&a.hash)), ino(&d.path().join("ws/f")));
+        // The same for an empty file, which is not linked.
+        fs::write(d.path().join("ws/e"), b"").unwrap();
+        let then = sys::lstat_at(root.as_fd(), Path::new("e")).unwrap();
+        fs::set_permissions(d.path().join("ws/e"), fs::Permissions::from_mode(0o640)).unwrap();
+        let e = b
+            .adopt(root.as_fd(), Path::new("e"), Some(&then))
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.linked, e.mode & 0o7777), (false, 0o640), "{e:?}");
     }
 
     fn walk(p: &Path) -> Vec<PathBuf> {

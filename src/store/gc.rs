@@ -266,11 +266,12 @@ impl Store {
         if want.is_empty() {
             return Ok(0);
         }
+        let in_flight = self.plan_blobs_in_flight()?;
         let unnamed: Vec<String> = self.with(|c| {
             let mut st = c.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
             let mut out = Vec::new();
             for h in want {
-                if st.query_row([h], |_| Ok(())).optional()?.is_none() {
+                if !in_flight.contains(h) && st.query_row([h], |_| Ok(())).optional()?.is_none() {
                     out.push(h.clone());
                 }
             }
@@ -289,6 +290,21 @@ impl Store {
         Ok(freed)
     }
 
+    /// The blobs the plans of rewinds still 'applying' name (one that failed part-way, or was
+    /// cut short by a crash): the next mount finishes them from these files, which no row names.
+    fn plan_blobs_in_flight(&self) -> Result<HashSet<String>> {
+        let mut out = HashSet::new();
+        for r in self.unfinished_rewinds()? {
+            let plan: serde_json::Value = serde_json::from_str(&r.plan).unwrap_or_default();
+            for t in plan.as_array().into_iter().flatten() {
+                if let Some(h) = t["blob"].as_str() {
+                    out.insert(h.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn unlink_blobs(&self, hashes: &[String]) {
         let empty = empty_hash();
         for h in hashes.iter().filter(|h| **h != empty) {
@@ -305,11 +321,12 @@ impl Store {
     /// captures insert their row right after writing the file, under the same lock gc runs
     /// under. Returns the files and bytes removed.
     fn sweep_blob_files(&self) -> Result<(u64, u64)> {
-        let known: HashSet<String> = self.with(|c| {
+        let mut known: HashSet<String> = self.with(|c| {
             let mut st = c.prepare("SELECT hash FROM blobs")?;
             let rows = st.query_map([], |r| r.get(0))?;
             rows.collect()
         })?;
+        known.extend(self.plan_blobs_in_flight()?);
         let Ok(dirs) = std::fs::read_dir(self.blobs.dir()) else {
             return Ok((0, 0));
         };

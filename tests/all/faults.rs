@@ -191,3 +191,79 @@ fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount(
     let l = log(&m);
     assert!(!l.contains("panicked"), "{l}");
 }
+
+/// A rewind that fails part-way stays 'applying', and the next mount finishes it from its plan.
+/// The plan names blobs no row names (each file's state completed from its range pre-images):
+/// the dry runs, diffs and rewinds that remove such blobs once done must leave those alone,
+/// even when they put the same content together themselves.
+#[test]
+fn a_failed_rewinds_plan_keeps_its_blobs_until_the_next_mount_finishes_it() {
+    if !require_fuse() {
+        return;
+    }
+    let big = |seed: u32| -> Vec<u8> {
+        (0..100_000u32)
+            .map(|i| (i.wrapping_mul(seed) % 251) as u8)
+            .collect()
+    };
+    let mut m = Mounted::new();
+    m.umount();
+    fs::write(m.p("a.bin"), big(7)).unwrap();
+    fs::write(m.p("b.bin"), big(13)).unwrap();
+    m.mount_with_env(
+        &["--range-capture-min", "4096"],
+        &[("REWINDFS_TEST_FAIL_REWIND_AFTER", "1")],
+    );
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let t1 = uuid::Uuid::new_v4().to_string();
+    c.request(
+        "begin_message",
+        json!({"session_id": "faults", "user_message_id": t1}),
+    )
+    .unwrap();
+    for (i, f) in ["a.bin", "b.bin"].iter().enumerate() {
+        sh(
+            &m.dir,
+            &format!(
+                "printf x | dd of={f} bs=1 seek={} conv=notrunc status=none",
+                1000 + i
+            ),
+        );
+    }
+    boundary(&m);
+    for f in ["a.bin", "b.bin"] {
+        sh(
+            &m.dir,
+            &format!("printf y | dd of={f} bs=1 seek=90000 conv=notrunc status=none"),
+        );
+    }
+    let rewind = |c: &mut rewindfs::control::client::Client, dry: bool| {
+        c.request(
+            "rewind_files",
+            json!({"user_message_id": t1, "scope": "all", "dry_run": dry}),
+        )
+    };
+    let e = rewind(&mut c, false).unwrap_err().to_string();
+    assert!(e.contains("injected failure"), "{e}");
+    // The same plan again (for the file the failed one did not reach), as a dry run, a diff,
+    // and a rewind that succeeds: each removes what it put together once done.
+    assert_eq!(
+        rewind(&mut c, true).unwrap()["filesChanged"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    c.request("diff", json!({"user_message_id": t1})).unwrap();
+    rewind(&mut c, false).unwrap();
+    drop(c);
+    m.umount();
+    m.mount(&[]);
+    alive(&m, "recovered");
+    assert!(fs::read(m.p("a.bin")).unwrap() == big(7), "a.bin as at t1");
+    assert!(fs::read(m.p("b.bin")).unwrap() == big(13), "b.bin as at t1");
+    assert!(
+        log(&m).contains("finishing rewind"),
+        "the next mount finished the rewinds: {}",
+        log(&m)
+    );
+}
