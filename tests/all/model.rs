@@ -82,6 +82,22 @@ struct Run {
 }
 
 impl Run {
+    /// A mount of the workspace `setup` prepares, a first turn, then `steps`. A small
+    /// range-capture threshold, so files the steps grow get range pre-images.
+    fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
+        let mut run = Run {
+            a: Agent::with_args(setup, &["--range-capture-min", "4096"]),
+            turns: Vec::new(),
+            snapshots: Vec::new(),
+            tracked: BTreeMap::new(),
+        };
+        run.apply(&Step::Turn);
+        for s in steps {
+            run.apply(s);
+        }
+        run
+    }
+
     fn apply(&mut self, s: &Step) {
         let q = |i: usize| PATHS[i];
         match s {
@@ -212,17 +228,7 @@ impl Run {
 }
 
 fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
-    let mut run = Run {
-        // A small range-capture threshold, so files the steps grow get range pre-images.
-        a: Agent::with_args(|_| {}, &["--range-capture-min", "4096"]),
-        turns: Vec::new(),
-        snapshots: Vec::new(),
-        tracked: BTreeMap::new(),
-    };
-    run.apply(&Step::Turn);
-    for s in &steps {
-        run.apply(s);
-    }
+    let mut run = Run::play(|_| {}, &steps);
     let t = pick % run.turns.len();
     let now = tree_map(&run.a);
     let expected = match scope {
@@ -268,17 +274,7 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
 /// current one dropped), both still rewind to the model's tree with `scope`, and every dropped
 /// one answers the SDK's error with the cause.
 fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(), TestCaseError> {
-    let mut run = Run {
-        // A small range-capture threshold, so files the steps grow get range pre-images.
-        a: Agent::with_args(|_| {}, &["--range-capture-min", "4096"]),
-        turns: Vec::new(),
-        snapshots: Vec::new(),
-        tracked: BTreeMap::new(),
-    };
-    run.apply(&Step::Turn);
-    for s in &steps {
-        run.apply(s);
-    }
+    let mut run = Run::play(|_| {}, &steps);
     let g = run
         .a
         .c
@@ -355,19 +351,10 @@ proptest! {
 /// pre-images completed by each other and by the file as it is now.
 fn check_chain(steps: Vec<Step>, pick: usize) -> Result<(), TestCaseError> {
     let start: Vec<u8> = (0..10_000u32).map(|i| b'A' + (i % 23) as u8).collect();
-    let mut run = Run {
-        a: Agent::with_args(
-            |d| std::fs::write(d.join(PATHS[0]), &start).unwrap(),
-            &["--range-capture-min", "4096"],
-        ),
-        turns: Vec::new(),
-        snapshots: Vec::new(),
-        tracked: BTreeMap::new(),
-    };
-    run.apply(&Step::Turn);
-    for s in &steps {
-        run.apply(s);
-    }
+    let mut run = Run::play(
+        |d| std::fs::write(d.join(PATHS[0]), &start).unwrap(),
+        &steps,
+    );
     let t = pick % run.turns.len();
     let now = tree_map(&run.a);
     run.a
