@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::control::client::{Client, ClientError};
+use crate::control::cmd::{BeginMessage, Phase, RegisterAgent, Status, ToolUse};
 
 /// The uuid of the latest typed user prompt in a transcript (JSONL), if any.
 pub fn latest_prompt_uuid(transcript: &Path) -> Option<String> {
@@ -84,28 +85,21 @@ pub fn handle(
         .unwrap_or("default")
         .to_string();
     if let Some(pid) = agent_pid() {
-        if client
-            .request("register_agent", json!({"pid": pid}))
-            .is_ok()
-        {
+        if client.call(&RegisterAgent { pid }).is_ok() {
             report.agent = Some(pid);
         }
     }
     if let Some(t) = input["transcript_path"].as_str() {
         let transcript = Path::new(t);
-        let status = client.request("status", json!({}))?;
-        let current = status["currentCheckpoint"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+        let current = client.call(&Status {})?.current_checkpoint;
         let deadline = Instant::now() + wait;
         loop {
             match latest_prompt_uuid(transcript) {
                 Some(u) if u != current => {
-                    match client.request(
-                        "begin_message",
-                        json!({"session_id": session, "user_message_id": u}),
-                    ) {
+                    match client.call(&BeginMessage {
+                        session_id: session.clone(),
+                        user_message_id: u.clone(),
+                    }) {
                         Ok(_) => report.began = Some(u),
                         // Already begun earlier (e.g. by UserPromptSubmit): nothing to do.
                         Err(ClientError::Daemon(m)) if m.contains("already began") => {}
@@ -131,11 +125,18 @@ pub fn handle(
         let file = ti["file_path"]
             .as_str()
             .or_else(|| ti["notebook_path"].as_str());
-        let phase = if event == "PreToolUse" { "pre" } else { "post" };
-        client.request(
-            "tool_use",
-            json!({"phase": phase, "tool_name": tool, "tool_use_id": id, "file_path": file}),
-        )?;
+        let phase = if event == "PreToolUse" {
+            Phase::Pre
+        } else {
+            Phase::Post
+        };
+        client.call(&ToolUse {
+            phase,
+            tool_name: tool,
+            tool_use_id: id.clone(),
+            file_path: file.map(str::to_string),
+        })?;
+        let phase = if phase == Phase::Pre { "pre" } else { "post" };
         report.span = Some((phase.to_string(), id));
     }
     Ok(report)

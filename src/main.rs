@@ -1,15 +1,21 @@
-//! The CLI edge: parse, run, print errors with their causes, set the exit code.
-
-use std::process::ExitCode;
+//! The CLI edge: parse, run one command, print what it did (or the error with its causes),
+//! set the exit code. Every socket command sends a typed request and prints its typed reply.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use rewindfs::cli::{Args, Command, MountConfig, Retention, SocketArgs};
 use rewindfs::control::client::{Client, find_socket};
+use rewindfs::control::cmd::{
+    BeginMessage, CheckpointList, Diff, Gc, GcReply, ListCheckpoints, Log, LogReply, RegisterAgent,
+    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind,
+};
 use rewindfs::daemon;
-use serde_json::{Value, json};
+use rewindfs::rewind::Scope;
+use serde::Serialize;
+use serde_json::Value;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -70,47 +76,26 @@ fn run() -> anyhow::Result<ExitCode> {
             session,
             socket,
         } => {
-            let r = connect(&socket)?.request(
-                "begin_message",
-                json!({"session_id": session, "user_message_id": uuid}),
-            )?;
-            println!(
-                "checkpoint {} began (seq {})",
-                r["checkpoint"].as_str().unwrap_or(""),
-                r["seq"]
-            );
+            let r = connect(&socket)?.call(&BeginMessage {
+                session_id: session,
+                user_message_id: uuid,
+            })?;
+            println!("checkpoint {} began (seq {})", r.checkpoint, r.seq);
         }
         Command::List {
             session,
-            json: as_json,
+            json,
             socket,
         } => {
-            let r =
-                connect(&socket)?.request("list_checkpoints", json!({"session_id": session}))?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!(
-                    "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION",
-                    "UUID", "KIND", "BEGAN", "PATHS", "BYTES"
-                );
-                for c in r["checkpoints"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
-                        c["uuid"].as_str().unwrap_or(""),
-                        c["kind"].as_str().unwrap_or(""),
-                        c["beganAt"].as_str().unwrap_or(""),
-                        c["pathsChanged"].to_string(),
-                        c["bytesCaptured"].to_string(),
-                        c["sessionId"].as_str().unwrap_or("-")
-                    );
-                }
-            }
+            let r = connect(&socket)?.call(&ListCheckpoints {
+                session_id: session,
+            })?;
+            print_json_or(json, &r, print_checkpoints)?;
         }
         Command::Log {
             path,
             limit,
-            json: as_json,
+            json,
             socket,
         } => {
             let mut client = connect(&socket)?;
@@ -118,67 +103,19 @@ fn run() -> anyhow::Result<ExitCode> {
                 Some(p) => Some(workspace_rel(&mut client, &p)?),
                 None => None,
             };
-            let r = client.request("log", json!({"path": path, "limit": limit}))?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                for e in r["entries"].as_array().into_iter().flatten() {
-                    let p2 = e["path2"]
-                        .as_str()
-                        .map(|p| format!(" -> {p}"))
-                        .unwrap_or_default();
-                    println!(
-                        "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
-                        e["time"].as_str().unwrap_or(""),
-                        e["actor"].as_str().unwrap_or(""),
-                        e["op"].as_str().unwrap_or(""),
-                        e["path"].as_str().unwrap_or(""),
-                        p2,
-                        e["process"].as_str().unwrap_or(""),
-                        e["pid"],
-                        e["toolUseId"].as_str().unwrap_or(""),
-                        e["checkpoint"].as_str().unwrap_or("")
-                    );
-                }
-            }
+            let r = client.call(&Log { path, limit })?;
+            print_json_or(json, &r, print_log)?;
         }
-        Command::Status {
-            json: as_json,
-            socket,
-        } => {
-            let r = connect(&socket)?.request("status", json!({}))?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                for k in [
-                    "workspace",
-                    "store",
-                    "pid",
-                    "sessionId",
-                    "currentCheckpoint",
-                    "checkpoints",
-                    "checkpointsDropped",
-                    "captures",
-                    "bytesCaptured",
-                    "agentPids",
-                    "storeBytes",
-                ] {
-                    let v = &r[k];
-                    println!(
-                        "{k:<18} {}",
-                        v.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| v.to_string())
-                    );
-                }
-            }
+        Command::Status { json, socket } => {
+            let r = connect(&socket)?.call(&Status {})?;
+            print_json_or(json, &r, print_status)?;
         }
         Command::Rewind {
             uuid,
             dry_run,
             scope,
             force,
-            json: as_json,
+            json,
             paths,
             socket,
         } => {
@@ -187,30 +124,22 @@ fn run() -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|p| workspace_rel_glob(&mut client, p))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let r = client.request(
-                "rewind_files",
-                json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope, "force": force, "paths": paths}),
-            )?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print_outcome(&r, dry_run);
-            }
-            if r["canRewind"] == json!(false) {
+            let r = client.call(&RewindFiles {
+                user_message_id: uuid,
+                dry_run,
+                scope: parse_scope(&scope)?,
+                force,
+                paths,
+                session_id: None,
+            })?;
+            print_json_or(json, &r, |r| print_rewind(r, dry_run))?;
+            if !r.can_rewind {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Undo {
-            json: as_json,
-            socket,
-        } => {
-            let r = connect(&socket)?.request("undo_rewind", json!({}))?;
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!("undid rewind {}", r["undone"].as_str().unwrap_or(""));
-                print_outcome(&r, false);
-            }
+        Command::Undo { json, socket } => {
+            let r = connect(&socket)?.call(&UndoRewind {})?;
+            print_json_or(json, &r, print_undo)?;
         }
         Command::Diff {
             uuid,
@@ -223,112 +152,25 @@ fn run() -> anyhow::Result<ExitCode> {
                 Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
                 None => None,
             };
-            let r = client.request(
-                "diff",
-                json!({"user_message_id": uuid, "path": path, "scope": scope}),
-            )?;
-            print!("{}", r["diff"].as_str().unwrap_or(""));
+            let r = client.call(&Diff {
+                user_message_id: uuid,
+                path,
+                scope: parse_scope(&scope)?,
+            })?;
+            print!("{}", r.diff);
         }
         Command::Gc {
             store,
             max_store_bytes,
             max_age,
-            json: as_json,
+            json,
             socket,
         } => {
-            let d = Retention::default();
-            let retention = Retention {
-                max_bytes: match &max_store_bytes {
-                    Some(b) => rewindfs::cli::parse_size(b)?,
-                    None => d.max_bytes,
-                },
-                max_age: match &max_age {
-                    Some(a) => rewindfs::cli::parse_age(a)?,
-                    None => d.max_age,
-                },
-            };
-            let mut req = json!({});
-            if max_store_bytes.is_some() {
-                req["max_store_bytes"] = json!(retention.max_bytes.unwrap_or(0));
-            }
-            if max_age.is_some() {
-                req["max_age_seconds"] = json!(retention.max_age.map_or(0, |a| a.as_secs()));
-            }
-            let r = match store {
-                Some(store) => match daemon::gc_offline(&store, &retention.policy())? {
-                    Some(report) => rewindfs::control::gc_json(&report, &retention.policy()),
-                    None => {
-                        Client::connect(&store.join(daemon::files::SOCKET))?.request("gc", req)?
-                    }
-                },
-                None => connect(&socket)?.request("gc", req)?,
-            };
-            if as_json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                let b = |k: &str| rewindfs::store::gc::human_bytes(r[k].as_u64().unwrap_or(0));
-                println!(
-                    "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
-                    r["checkpointsDropped"],
-                    r["capturesDeleted"],
-                    r["blobsDeleted"],
-                    b("bytesFreed"),
-                    b("bytesBefore"),
-                    b("bytesAfter")
-                );
-                if r["overBudget"] == json!(true) {
-                    println!(
-                        "still over the budget: the current checkpoint and live sessions' first captures are kept"
-                    );
-                }
-            }
+            let r = gc(store, max_store_bytes, max_age, &socket)?;
+            print_json_or(json, &r, print_gc)?;
         }
-        Command::Fsck { store } => {
-            let store = match store {
-                Some(s) => s,
-                None => {
-                    let cwd = std::env::current_dir()?;
-                    daemon::store_of(&cwd).context("not inside a rewindfs mount; pass --store")?
-                }
-            };
-            let (problems, blobs) = rewindfs::store::fsck(&store)?;
-            if problems.is_empty() {
-                println!("{}: ok ({blobs} blobs verified)", store.display());
-            } else {
-                for p in &problems {
-                    println!("{}: {p}", store.display());
-                }
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-        Command::Hook { wait_ms, socket } => {
-            // Whatever happens, the agent's tool runs: problems are warnings on stderr.
-            let mut input = String::new();
-            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
-                eprintln!("rewindfs hook: reading stdin: {e}");
-                return Ok(ExitCode::SUCCESS);
-            }
-            let v: Value = match serde_json::from_str(&input) {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("rewindfs hook: the hook input is not JSON ({e}); ignoring");
-                    return Ok(ExitCode::SUCCESS);
-                }
-            };
-            if let Some(cwd) = v["cwd"].as_str() {
-                let _ = std::env::set_current_dir(cwd);
-            }
-            let r = find_socket(socket.socket.as_deref())
-                .and_then(|p| Client::connect(&p))
-                .and_then(|mut c| {
-                    rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
-                });
-            if let Err(e) = r {
-                eprintln!(
-                    "rewindfs hook: warning: {e}; the change will not be rewindable by message"
-                );
-            }
-        }
+        Command::Fsck { store } => return fsck(store),
+        Command::Hook { wait_ms, socket } => hook(wait_ms, &socket),
         Command::Exec {
             scope,
             dir,
@@ -336,10 +178,93 @@ fn run() -> anyhow::Result<ExitCode> {
             command,
         } => return exec(dir, store, scope, command),
         Command::Agent { pid, socket } => {
-            connect(&socket)?.request("register_agent", json!({"pid": pid}))?;
+            connect(&socket)?.call(&RegisterAgent { pid })?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_scope(s: &str) -> anyhow::Result<Scope> {
+    Scope::parse(s).with_context(|| format!("scope {s:?}: use tool, agent or all"))
+}
+
+/// `rewindfs gc`: through the daemon when one serves the store, else on the store directly.
+fn gc(
+    store: Option<PathBuf>,
+    max_store_bytes: Option<String>,
+    max_age: Option<String>,
+    socket: &SocketArgs,
+) -> anyhow::Result<GcReply> {
+    let d = Retention::default();
+    let retention = Retention {
+        max_bytes: match &max_store_bytes {
+            Some(b) => rewindfs::cli::parse_size(b)?,
+            None => d.max_bytes,
+        },
+        max_age: match &max_age {
+            Some(a) => rewindfs::cli::parse_age(a)?,
+            None => d.max_age,
+        },
+    };
+    // Limits not given are the daemon's own.
+    let req = Gc {
+        max_store_bytes: max_store_bytes.map(|_| retention.max_bytes.unwrap_or(0)),
+        max_age_seconds: max_age.map(|_| retention.max_age.map_or(0, |a| a.as_secs())),
+    };
+    Ok(match store {
+        Some(store) => match daemon::gc_offline(&store, &retention.policy())? {
+            Some(report) => GcReply::of(&report, &retention.policy()),
+            None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
+        },
+        None => connect(socket)?.call(&req)?,
+    })
+}
+
+/// `rewindfs fsck`: the store of the mount containing the current directory by default.
+fn fsck(store: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let store = match store {
+        Some(s) => s,
+        None => {
+            let cwd = std::env::current_dir()?;
+            daemon::store_of(&cwd).context("not inside a rewindfs mount; pass --store")?
+        }
+    };
+    let (problems, blobs) = rewindfs::store::fsck(&store)?;
+    if problems.is_empty() {
+        println!("{}: ok ({blobs} blobs verified)", store.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        println!("{}: {p}", store.display());
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// `rewindfs hook`: whatever happens, the agent's tool runs: problems are warnings on stderr.
+fn hook(wait_ms: u64, socket: &SocketArgs) {
+    let mut input = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+        eprintln!("rewindfs hook: reading stdin: {e}");
+        return;
+    }
+    let v: Value = match serde_json::from_str(&input) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("rewindfs hook: the hook input is not JSON ({e}); ignoring");
+            return;
+        }
+    };
+    if let Some(cwd) = v["cwd"].as_str() {
+        let _ = std::env::set_current_dir(cwd);
+    }
+    let r = find_socket(socket.socket.as_deref())
+        .and_then(|p| Client::connect(&p))
+        .and_then(|mut c| {
+            rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
+        });
+    if let Err(e) = r {
+        eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");
+    }
 }
 
 /// `rewindfs exec`: the child waits on a FIFO until its pid is registered as the agent, then
@@ -378,7 +303,7 @@ fn exec(
             .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
             .spawn()
             .with_context(|| format!("running {}", command[0]))?;
-        Client::connect(&sock)?.request("register_agent", json!({"pid": child.id()}))?;
+        Client::connect(&sock)?.call(&RegisterAgent { pid: child.id() })?;
         std::fs::write(&gate, b"go\n")?;
         Ok(child.wait()?)
     };
@@ -402,12 +327,7 @@ fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
 
 /// A path given on the command line, made relative to the workspace root.
 fn workspace_rel(client: &mut Client, p: &Path) -> anyhow::Result<String> {
-    let status = client.request("status", json!({}))?;
-    let ws = PathBuf::from(
-        status["workspace"]
-            .as_str()
-            .context("status without workspace")?,
-    );
+    let ws = client.call(&Status {})?.workspace;
     let abs = std::path::absolute(p)?;
     let mut norm = PathBuf::new();
     for c in abs.components() {
@@ -438,37 +358,130 @@ fn workspace_rel_glob(client: &mut Client, p: &str) -> anyhow::Result<String> {
     }
 }
 
-fn print_outcome(r: &Value, dry_run: bool) {
-    let files = r["filesChanged"].as_array().cloned().unwrap_or_default();
-    let conflicts = r["conflicts"].as_array().is_some_and(|c| !c.is_empty());
-    if let Some(e) = r["error"].as_str() {
+/// `--json` prints the socket's answer as is; otherwise `lines` prints it for people.
+fn print_json_or<R: Serialize>(json: bool, r: &R, lines: impl FnOnce(&R)) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        lines(r);
+    }
+    Ok(())
+}
+
+fn print_checkpoints(r: &CheckpointList) {
+    println!(
+        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION",
+        "UUID", "KIND", "BEGAN", "PATHS", "BYTES"
+    );
+    for c in &r.checkpoints {
+        println!(
+            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
+            c.uuid,
+            c.kind,
+            c.began_at,
+            c.paths_changed,
+            c.bytes_captured,
+            c.session_id.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+fn print_log(r: &LogReply) {
+    for e in &r.entries {
+        let p2 = e
+            .path2
+            .as_deref()
+            .map(|p| format!(" -> {p}"))
+            .unwrap_or_default();
+        println!(
+            "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
+            e.time,
+            e.actor,
+            e.op,
+            e.path,
+            p2,
+            e.process,
+            e.pid,
+            e.tool_use_id.as_deref().unwrap_or(""),
+            e.checkpoint.as_deref().unwrap_or("")
+        );
+    }
+}
+
+fn print_status(r: &StatusReply) {
+    let pids: Vec<String> = r.agent_pids.iter().map(u32::to_string).collect();
+    let rows = [
+        ("workspace", r.workspace.display().to_string()),
+        ("store", r.store.display().to_string()),
+        ("pid", r.pid.to_string()),
+        ("sessionId", r.session_id.clone().unwrap_or_default()),
+        ("currentCheckpoint", r.current_checkpoint.clone()),
+        ("checkpoints", r.checkpoints.to_string()),
+        ("checkpointsDropped", r.checkpoints_dropped.to_string()),
+        ("captures", r.captures.to_string()),
+        ("bytesCaptured", r.bytes_captured.to_string()),
+        ("agentPids", format!("[{}]", pids.join(","))),
+        ("storeBytes", r.store_bytes.to_string()),
+    ];
+    for (k, v) in rows {
+        println!("{k:<18} {v}");
+    }
+}
+
+fn print_gc(r: &GcReply) {
+    let b = rewindfs::store::gc::human_bytes;
+    println!(
+        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+        r.checkpoints_dropped,
+        r.captures_deleted,
+        r.blobs_deleted,
+        b(r.bytes_freed),
+        b(r.bytes_before),
+        b(r.bytes_after)
+    );
+    if r.over_budget {
+        println!(
+            "still over the budget: the current checkpoint and live sessions' first captures are kept"
+        );
+    }
+}
+
+fn print_undo(r: &UndoReply) {
+    println!("undid rewind {}", r.undone.as_deref().unwrap_or(""));
+    print_changes(&r.files_changed, r.insertions, r.deletions, "changed");
+}
+
+fn print_rewind(r: &RewindReply, dry_run: bool) {
+    if let Some(e) = &r.error {
         eprintln!("rewindfs: cannot rewind: {e}");
-        if files.is_empty() && !conflicts {
+        if r.files_changed.is_empty() && r.conflicts.is_empty() {
             return; // nothing to show but the reason (e.g. a checkpoint gc removed)
         }
     }
     // A rewind refused changed nothing: what it lists is what it would have changed.
-    let verb = if dry_run || r["canRewind"] == json!(false) {
+    let verb = if dry_run || !r.can_rewind {
         "would change"
     } else {
         "changed"
     };
-    println!(
-        "{verb} {} file(s), +{} -{} lines",
-        files.len(),
-        r["insertions"],
-        r["deletions"]
-    );
-    for f in &files {
-        println!("  {}", f.as_str().unwrap_or(""));
-    }
-    if let Some(c) = r["conflicts"].as_array().filter(|c| !c.is_empty()) {
+    print_changes(&r.files_changed, r.insertions, r.deletions, verb);
+    if !r.conflicts.is_empty() {
         println!("conflicts (also changed by other actors):");
-        for f in c {
-            println!("  {}", f.as_str().unwrap_or(""));
+        for f in &r.conflicts {
+            println!("  {f}");
         }
     }
-    if r["skippedLinks"].as_u64().unwrap_or(0) > 0 {
-        println!("skipped {} symlink(s)", r["skippedLinks"]);
+    if r.skipped_links > 0 {
+        println!("skipped {} symlink(s)", r.skipped_links);
+    }
+}
+
+fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str) {
+    println!(
+        "{verb} {} file(s), +{insertions} -{deletions} lines",
+        files.len()
+    );
+    for f in files {
+        println!("  {f}");
     }
 }

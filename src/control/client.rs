@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::cmd::Command;
+use super::protocol::{CONTROL_REQUEST, Response, ResponseFrame};
+
 /// Errors talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -85,7 +88,8 @@ impl Client {
         self.writer.set_read_timeout(Some(d))
     }
 
-    /// Sends one request and returns the success payload.
+    /// Sends one request, given as its subtype and fields, and returns the success payload
+    /// as it came (tests and raw use; the CLI sends typed requests with [`call`](Self::call)).
     ///
     /// # Errors
     /// [`ClientError::Daemon`] with the daemon's message for an `error` response.
@@ -97,7 +101,7 @@ impl Client {
         if let Value::Object(m) = fields {
             req.extend(m);
         }
-        let line = json!({"type": "control_request", "request_id": id, "request": req});
+        let line = json!({"type": CONTROL_REQUEST, "request_id": id, "request": req});
         let io_err = |source| ClientError::Io {
             path: self.path.display().to_string(),
             source,
@@ -121,15 +125,23 @@ impl Client {
                 "the daemon closed the connection".into(),
             ));
         }
-        let v: Value = serde_json::from_str(&resp)
+        let frame: ResponseFrame = serde_json::from_str(&resp)
             .map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;
-        let r = &v["response"];
-        match r["subtype"].as_str() {
-            Some("success") => Ok(r["response"].clone()),
-            Some("error") => Err(ClientError::Daemon(
-                r["error"].as_str().unwrap_or("unknown error").to_string(),
-            )),
-            _ => Err(ClientError::Protocol(resp)),
+        match frame.response {
+            Response::Success { response, .. } => Ok(response),
+            Response::Error { error, .. } => Err(ClientError::Daemon(error)),
         }
+    }
+
+    /// Sends a typed request and returns its typed reply.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request), and [`ClientError::Protocol`] for a reply of another
+    /// shape.
+    pub fn call<C: Command>(&mut self, cmd: &C) -> Result<C::Reply, ClientError> {
+        let fields = serde_json::to_value(cmd).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let v = self.request(C::SUBTYPE, fields)?;
+        serde_json::from_value(v.clone())
+            .map_err(|e| ClientError::Protocol(format!("{} reply {v}: {e}", C::SUBTYPE)))
     }
 }

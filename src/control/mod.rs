@@ -7,20 +7,21 @@
 //! refused. Requests run on the blocking pool (they touch SQLite and the disk).
 
 pub mod client;
+pub mod cmd;
+pub mod error;
 pub mod protocol;
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, broadcast};
 
-use self::protocol::{Phase, Request};
-use crate::rewind::{Engine, Outcome, RewindError};
-use crate::store::now_ms;
+use self::cmd::RewindReply;
+use crate::rewind::Engine;
 
 /// Most connections served at once; one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -34,6 +35,20 @@ pub struct Daemon {
     pub store_dir: PathBuf,
     /// The configured retention limits (`gc` requests default to them).
     pub retention: crate::store::gc::Policy,
+}
+
+impl Daemon {
+    /// `p` (absolute, or relative to the workspace) as a validated workspace-relative path;
+    /// `None` if it does not name anything inside the workspace.
+    pub fn rel_to_workspace(&self, p: &str) -> Option<PathBuf> {
+        let path = Path::new(p);
+        let rel = if path.is_absolute() {
+            path.strip_prefix(&self.workspace).ok()?.to_path_buf()
+        } else {
+            path.to_path_buf()
+        };
+        crate::sys::validate_rel(&rel).ok()
+    }
 }
 
 /// Serves `listener` until `shutdown` fires.
@@ -90,7 +105,7 @@ const TRIM_AFTER_REPLY_BYTES: usize = 4 << 20;
 /// Writes `v` as one line; returns its length.
 async fn write_line(
     stream: &mut (impl AsyncWriteExt + Unpin),
-    v: &Value,
+    v: &impl Serialize,
 ) -> std::io::Result<usize> {
     let mut s = serde_json::to_vec(v)?;
     s.push(b'\n');
@@ -104,13 +119,10 @@ async fn handle_connection(
     mut shutdown: broadcast::Receiver<()>,
     my_uid: u32,
 ) -> std::io::Result<()> {
-    let (peer_uid, peer_pid) = {
+    let peer_uid = {
         let cred = rustix::net::sockopt::socket_peercred(stream.as_fd())
             .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
-        (
-            cred.uid.as_raw(),
-            rustix::process::Pid::as_raw(Some(cred.pid)) as u32,
-        )
+        cred.uid.as_raw()
     };
     let (rd, mut wr) = stream.into_split();
     if peer_uid != my_uid && peer_uid != 0 {
@@ -158,13 +170,15 @@ async fn handle_connection(
             Ok((id, req)) => {
                 let d = daemon.clone();
                 let dry = req.is_dry_run();
-                match tokio::task::spawn_blocking(move || handle(&d, req, peer_pid)).await {
+                match tokio::task::spawn_blocking(move || req.apply(&d)).await {
                     Ok(Ok(v)) => protocol::success(&id, v),
+                    // The SDK's rule: a dry run always answers `success`.
                     Ok(Err(e)) if dry => protocol::success(
                         &id,
-                        json!({"canRewind": false, "error": e, "filesChanged": [], "insertions": 0, "deletions": 0}),
+                        serde_json::to_value(RewindReply::refused(e.to_string()))
+                            .unwrap_or_default(),
                     ),
-                    Ok(Err(e)) => protocol::error(&id, &e),
+                    Ok(Err(e)) => protocol::error(&id, &e.to_string()),
                     Err(e) => protocol::error(&id, &format!("internal error: {e}")),
                 }
             }
@@ -176,36 +190,6 @@ async fn handle_connection(
             tokio::task::spawn_blocking(crate::sys::trim_heap);
         }
     }
-}
-
-fn rel_to_workspace(daemon: &Daemon, p: &str) -> Option<PathBuf> {
-    let path = Path::new(p);
-    let rel = if path.is_absolute() {
-        path.strip_prefix(&daemon.workspace).ok()?.to_path_buf()
-    } else {
-        path.to_path_buf()
-    };
-    crate::sys::validate_rel(&rel).ok()
-}
-
-fn outcome_json(o: &Outcome, dry: bool) -> Value {
-    let mut v = json!({
-        "canRewind": o.can_rewind,
-        "filesChanged": o.files_changed,
-        "insertions": o.insertions,
-        "deletions": o.deletions,
-        "conflicts": o.conflicts,
-        "skippedLinks": o.skipped_links,
-    });
-    if let Some(e) = &o.error {
-        v["error"] = json!(e);
-    }
-    if !dry {
-        if let Some(id) = &o.rewind_id {
-            v["rewindId"] = json!(id);
-        }
-    }
-    v
 }
 
 /// Formats unix milliseconds as RFC 3339 UTC (`2026-11-22T14:03:51.123Z`).
@@ -230,204 +214,6 @@ pub fn rfc3339(ms: i64) -> String {
         sod % 60,
         ms.rem_euclid(1000)
     )
-}
-
-/// The `gc` response payload.
-pub fn gc_json(r: &crate::store::gc::Report, policy: &crate::store::gc::Policy) -> Value {
-    json!({
-        "checkpointsDropped": r.checkpoints_dropped,
-        "capturesDeleted": r.captures_deleted,
-        "blobsDeleted": r.blobs_deleted,
-        "bytesFreed": r.bytes_freed,
-        "bytesBefore": r.bytes_before,
-        "bytesAfter": r.bytes_after,
-        "overBudget": r.over_budget,
-        "maxStoreBytes": policy.max_bytes,
-        "maxAgeSeconds": policy.max_age_ms.map(|a| a / 1000),
-    })
-}
-
-/// Runs one request. `Err` is the message of an `error` response.
-pub fn handle(d: &Daemon, req: Request, _peer_pid: u32) -> Result<Value, String> {
-    let e = &d.engine;
-    match req {
-        Request::BeginMessage {
-            session_id,
-            user_message_id,
-        } => {
-            let (seq, uuid, _) = e.recorder.current();
-            if uuid == user_message_id {
-                return Ok(json!({"checkpoint": uuid, "seq": seq}));
-            }
-            if e.store
-                .checkpoint_began(&user_message_id)
-                .map_err(|x| x.to_string())?
-            {
-                return Err(format!(
-                    "checkpoint {user_message_id} already began; a message's checkpoint cannot begin twice"
-                ));
-            }
-            // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
-            e.kernel.flush();
-            let seq = e
-                .recorder
-                .begin(&user_message_id, Some(&session_id), "message")
-                .map_err(|x| x.to_string())?;
-            Ok(json!({"checkpoint": user_message_id, "seq": seq}))
-        }
-        Request::ToolUse {
-            phase,
-            tool_name,
-            tool_use_id,
-            file_path,
-        } => {
-            let rel = file_path.as_deref().and_then(|p| rel_to_workspace(d, p));
-            e.recorder
-                .tool_span(phase == Phase::Pre, &tool_name, &tool_use_id, rel);
-            Ok(json!({}))
-        }
-        Request::RegisterAgent { pid } => {
-            if !crate::sys::process_alive(pid) {
-                return Err(format!("no process with pid {pid}"));
-            }
-            e.recorder.register_agent(pid);
-            Ok(json!({}))
-        }
-        Request::RewindFiles {
-            user_message_id,
-            dry_run,
-            scope,
-            force,
-            paths,
-            session_id,
-        } => {
-            let r = crate::rewind::Request {
-                user_message_id,
-                dry_run,
-                scope,
-                force,
-                paths,
-                session_id,
-            };
-            match e.rewind(&r) {
-                Ok(o) => Ok(outcome_json(&o, dry_run)),
-                Err(RewindError::NoCheckpoint) => Err(RewindError::NoCheckpoint.to_string()),
-                Err(x) => Err(x.to_string()),
-            }
-        }
-        Request::UndoRewind => {
-            let o = e.undo().map_err(|x| x.to_string())?;
-            Ok(
-                json!({"canRewind": true, "filesChanged": o.files_changed, "insertions": o.insertions, "deletions": o.deletions, "undone": o.rewind_id}),
-            )
-        }
-        Request::ListCheckpoints { session_id } => {
-            let list = e
-                .store
-                .checkpoints(session_id.as_deref())
-                .map_err(|x| x.to_string())?;
-            let cps: Vec<Value> = list
-                .iter()
-                .map(|c| {
-                    json!({
-                        "uuid": c.checkpoint.uuid,
-                        "sessionId": c.checkpoint.session_id,
-                        "beganAt": rfc3339(c.checkpoint.began_at),
-                        "kind": c.checkpoint.kind,
-                        "pathsChanged": c.paths_changed,
-                        "bytesCaptured": c.bytes_captured,
-                    })
-                })
-                .collect();
-            Ok(json!({"checkpoints": cps}))
-        }
-        Request::Diff {
-            user_message_id,
-            path,
-            scope,
-        } => {
-            let (diff, files) = e
-                .diff(&user_message_id, path.as_deref(), scope)
-                .map_err(|x| x.to_string())?;
-            Ok(json!({"diff": diff, "filesChanged": files}))
-        }
-        Request::Log { path, limit } => {
-            e.recorder.flush_log();
-            let rel = match &path {
-                Some(p) => Some(
-                    rel_to_workspace(d, p)
-                        .ok_or_else(|| format!("{p}: not a path inside the workspace"))?,
-                ),
-                None => None,
-            };
-            let key = rel.as_ref().map(|r| crate::capture::path_key(r));
-            let entries = e
-                .store
-                .log(key.as_deref(), limit)
-                .map_err(|x| x.to_string())?;
-            let cps: std::collections::HashMap<i64, String> = e
-                .store
-                .checkpoints(None)
-                .map_err(|x| x.to_string())?
-                .into_iter()
-                .map(|c| (c.checkpoint.seq, c.checkpoint.uuid))
-                .collect();
-            let v: Vec<Value> = entries
-                .iter()
-                .map(|x| {
-                    json!({
-                        "seq": x.seq,
-                        "time": rfc3339(x.at),
-                        "op": x.op,
-                        "path": String::from_utf8_lossy(&x.path),
-                        "path2": x.path2.as_ref().map(|p| String::from_utf8_lossy(p).into_owned()),
-                        "actor": x.actor,
-                        "pid": x.pid,
-                        "process": x.process,
-                        "checkpoint": cps.get(&x.checkpoint),
-                        "toolUseId": x.tool_use_id,
-                    })
-                })
-                .collect();
-            Ok(json!({"entries": v}))
-        }
-        Request::Gc {
-            max_store_bytes,
-            max_age_seconds,
-        } => {
-            let mut policy = d.retention;
-            if let Some(b) = max_store_bytes {
-                policy.max_bytes = Some(b).filter(|b| *b > 0);
-            }
-            if let Some(a) = max_age_seconds {
-                policy.max_age_ms =
-                    Some(a.saturating_mul(1000).min(i64::MAX as u64) as i64).filter(|a| *a > 0);
-            }
-            let r = e.gc(&policy, true).map_err(|x| x.to_string())?;
-            Ok(gc_json(&r, &policy))
-        }
-        Request::Status => {
-            let (seq, uuid, session) = e.recorder.current();
-            let (checkpoints, dropped, captures, bytes) =
-                e.store.counts().map_err(|x| x.to_string())?;
-            Ok(json!({
-                "workspace": d.workspace,
-                "store": d.store_dir,
-                "pid": std::process::id(),
-                "version": env!("CARGO_PKG_VERSION"),
-                "sessionId": session,
-                "currentCheckpoint": uuid,
-                "currentSeq": seq,
-                "checkpoints": checkpoints,
-                "checkpointsDropped": dropped,
-                "captures": captures,
-                "bytesCaptured": bytes,
-                "agentPids": e.recorder.agents(),
-                "storeBytes": e.store.size_bytes().map_err(|x| x.to_string())?,
-                "time": rfc3339(now_ms()),
-            }))
-        }
-    }
 }
 
 #[cfg(test)]

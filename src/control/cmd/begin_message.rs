@@ -1,0 +1,57 @@
+//! `begin_message`: a user message begins; its uuid becomes the session's current checkpoint.
+
+use serde::{Deserialize, Serialize};
+
+use super::Command;
+use crate::control::Daemon;
+use crate::control::error::ControlError;
+
+/// Begins the checkpoint of a user message. Beginning the current checkpoint again is a
+/// no-op success; a uuid that already began earlier is refused (a checkpoint begins once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeginMessage {
+    pub session_id: String,
+    #[serde(deserialize_with = "super::message_id::deserialize")]
+    pub user_message_id: String,
+}
+
+/// The checkpoint that is now current.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeginMessageReply {
+    pub checkpoint: String,
+    pub seq: i64,
+}
+
+impl Command for BeginMessage {
+    const SUBTYPE: &'static str = "begin_message";
+    type Reply = BeginMessageReply;
+}
+
+impl BeginMessage {
+    pub(super) fn apply(self, d: &Daemon) -> Result<BeginMessageReply, ControlError> {
+        let e = &d.engine;
+        let (seq, uuid, _) = e.recorder.current();
+        if uuid == self.user_message_id {
+            return Ok(BeginMessageReply {
+                checkpoint: uuid,
+                seq,
+            });
+        }
+        if e.store.checkpoint_began(&self.user_message_id)? {
+            return Err(ControlError::AlreadyBegan(self.user_message_id));
+        }
+        // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
+        e.kernel.flush();
+        let seq = e
+            .recorder
+            .begin(&self.user_message_id, Some(&self.session_id), "message")
+            .map_err(|source| ControlError::Begin {
+                uuid: self.user_message_id.clone(),
+                source,
+            })?;
+        Ok(BeginMessageReply {
+            checkpoint: self.user_message_id,
+            seq,
+        })
+    }
+}

@@ -1,0 +1,37 @@
+//! `register_agent`: a process becomes the agent (its writes are `tool`, its descendants'
+//! `shell`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{Command, Empty};
+use crate::control::Daemon;
+use crate::control::error::ControlError;
+
+/// Registers `pid` as the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterAgent {
+    #[serde(deserialize_with = "positive_pid")]
+    pub pid: u32,
+}
+
+fn positive_pid<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("must be a positive integer")),
+        p => Ok(p),
+    }
+}
+
+impl Command for RegisterAgent {
+    const SUBTYPE: &'static str = "register_agent";
+    type Reply = Empty;
+}
+
+impl RegisterAgent {
+    pub(super) fn apply(self, d: &Daemon) -> Result<Empty, ControlError> {
+        if !crate::sys::process_alive(self.pid) {
+            return Err(ControlError::NoProcess(self.pid));
+        }
+        d.engine.recorder.register_agent(self.pid);
+        Ok(Empty {})
+    }
+}

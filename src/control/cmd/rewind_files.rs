@@ -1,0 +1,97 @@
+//! `rewind_files`: the SDK's own request (same subtype, same fields, same answers), with
+//! rewindfs's additions: `scope`, `force`, `paths`, `session_id`.
+
+use serde::{Deserialize, Serialize};
+
+use super::Command;
+use crate::control::Daemon;
+use crate::control::error::ControlError;
+use crate::rewind::{Outcome, Scope};
+
+/// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
+/// the checkpoint `user_message_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RewindFiles {
+    #[serde(deserialize_with = "super::message_id::deserialize")]
+    pub user_message_id: String,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default = "tool_scope")]
+    pub scope: Scope,
+    #[serde(default)]
+    pub force: bool,
+    /// Workspace-relative paths or globs; empty: every path in the scope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// If given, the checkpoint must belong to this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+fn tool_scope() -> Scope {
+    Scope::Tool
+}
+
+/// The SDK's answer: a dry run's `{canRewind, error?, filesChanged, insertions, deletions}`,
+/// a real rewind's `{canRewind, skippedLinks}`, and rewindfs's additions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindReply {
+    pub can_rewind: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub files_changed: Vec<String>,
+    pub insertions: u64,
+    pub deletions: u64,
+    #[serde(default)]
+    pub conflicts: Vec<String>,
+    #[serde(default)]
+    pub skipped_links: u64,
+    /// A real rewind's id (what `undo_rewind` undoes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind_id: Option<String>,
+}
+
+impl RewindReply {
+    /// A dry run that cannot rewind: still a `success`, as the SDK answers it.
+    pub fn refused(error: String) -> RewindReply {
+        RewindReply {
+            can_rewind: false,
+            error: Some(error),
+            ..RewindReply::default()
+        }
+    }
+
+    fn of(o: Outcome, dry_run: bool) -> RewindReply {
+        RewindReply {
+            can_rewind: o.can_rewind,
+            error: o.error,
+            files_changed: o.files_changed,
+            insertions: o.insertions,
+            deletions: o.deletions,
+            conflicts: o.conflicts,
+            skipped_links: o.skipped_links,
+            rewind_id: o.rewind_id.filter(|_| !dry_run),
+        }
+    }
+}
+
+impl Command for RewindFiles {
+    const SUBTYPE: &'static str = "rewind_files";
+    type Reply = RewindReply;
+}
+
+impl RewindFiles {
+    pub(super) fn apply(self, d: &Daemon) -> Result<RewindReply, ControlError> {
+        let dry_run = self.dry_run;
+        let r = crate::rewind::Request {
+            user_message_id: self.user_message_id,
+            dry_run,
+            scope: self.scope,
+            force: self.force,
+            paths: self.paths,
+            session_id: self.session_id,
+        };
+        Ok(RewindReply::of(d.engine.rewind(&r)?, dry_run))
+    }
+}

@@ -1,0 +1,48 @@
+//! `tool_use`: a tool span opens (`pre`) or closes (`post`): the agent's own file tools'
+//! writes inside a span are `tool` changes (design.md §3).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Command, Empty};
+use crate::control::Daemon;
+use crate::control::error::ControlError;
+
+/// Which end of a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Pre,
+    Post,
+}
+
+/// A PreToolUse / PostToolUse hook's report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolUse {
+    pub phase: Phase,
+    pub tool_name: String,
+    pub tool_use_id: String,
+    /// Absolute or workspace-relative; a path outside the workspace is ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_path: Option<String>,
+}
+
+impl Command for ToolUse {
+    const SUBTYPE: &'static str = "tool_use";
+    type Reply = Empty;
+}
+
+impl ToolUse {
+    pub(super) fn apply(self, d: &Daemon) -> Result<Empty, ControlError> {
+        let rel = self
+            .file_path
+            .as_deref()
+            .and_then(|p| d.rel_to_workspace(p));
+        d.engine.recorder.tool_span(
+            self.phase == Phase::Pre,
+            &self.tool_name,
+            &self.tool_use_id,
+            rel,
+        );
+        Ok(Empty {})
+    }
+}

@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Run a scripted Claude Agent SDK session against the fake Messages API, offline.
+
+Needs the venv made by ``install.sh`` (claude-agent-sdk, which bundles the CLI)::
+
+    $REWINDFS_CLIENTS_DIR/venv/bin/python tests/clients/run_session.py SCENARIO.json \\
+        --workspace /tmp/ws [--home DIR] [--log-dir DIR] [--hook-log] [--wire-log]
+
+It starts :mod:`fake_api` on a free port, starts ``ClaudeSDKClient`` with
+``enable_file_checkpointing=True`` and ``replay-user-messages`` in the workspace, runs
+the scenario's steps and prints one JSON object per line for each step (see below).
+
+Scenario (JSON)::
+
+    {
+      "settings": {...},            # optional: written to <ws>/.claude/settings.json
+      "options": {...},             # optional: extra ClaudeAgentOptions keyword arguments
+      "steps": [
+        {"shell": "printf 'x\\n' > f.txt"},          # bash -c in the workspace
+        {"prompt": "make a file", "name": "t1",        # a user turn; uuid: optional, chosen
+         "uuid": "…",                                  #   here if absent and sent with the
+         "responses": [[{"tool": "Write",              #   message (it becomes its uuid)
+                         "input": {"file_path": "{ws}/a.txt", "content": "a\\n"}}]]},
+        {"rewind": "t1", "dry_run": true},             # SDK rewind_files: by name, turn index,
+        {"rewind": "t1"},                              #   or a literal uuid
+        {"rewind_public": "t1"},                       # through ClaudeSDKClient.rewind_files()
+        {"control": {"subtype": "rewind_code", "user_message_id": "t1"}},  # any control request
+        {"tree": true},                                # list the workspace (type, mode, ino, hash)
+        {"restart": true}                              # close the CLI, start a new one with resume
+      ]
+    }
+
+``{ws}`` in any string is replaced by the workspace's absolute path; a ``user_message_id``
+in a ``control`` step may name a turn. ``"turns": [...]`` may stand for ``"steps"``.
+``"match"`` on a prompt step is passed to the fake API (see fake_api.py).
+
+Output lines: ``{"kind": "prompt", "name", "uuid", "echoed_uuid", "session_id",
+"messages": [...]}`` (``echoed_uuid``: the uuid of the UserMessage the CLI replayed),
+``{"kind": "rewind", "target", "uuid", "dry_run", "ok", "response" | "error"}``,
+``{"kind": "shell", "cmd", "rc", "out"}``, ``{"kind": "tree", "entries": {...}}``,
+``{"kind": "restart", "session_id"}``.
+
+For rewindfs: :class:`Session` takes ``before_prompt`` (an async callback called with the
+session, the uuid and the text before each prompt is sent: the place for
+``rw.begin_message``), ``options_hook`` (maps the ``ClaudeAgentOptions`` before the
+client starts: the place for ``with_rewindfs``), ``after_connect`` (called with the
+client: the place for ``register_cli``) and ``rewinder`` (an async callable
+``(uuid, dry_run) -> dict`` that replaces the SDK's own rewind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid as _uuid
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from fake_api import FakeAPI  # noqa: E402
+import hook_logger  # noqa: E402
+
+OFFLINE_ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-fake-offline",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    # bypassPermissions / --dangerously-skip-permissions are refused as root without it
+    "IS_SANDBOX": "1",
+}
+
+
+def offline_env(base_url: str, home: str) -> dict[str, str]:
+    """The environment that makes the CLI talk only to the fake API (see FINDINGS.md)."""
+    return {**OFFLINE_ENV, "ANTHROPIC_BASE_URL": base_url, "HOME": home}
+
+
+def subst(obj: Any, ws: str) -> Any:
+    if isinstance(obj, str):
+        return obj.replace("{ws}", ws)
+    if isinstance(obj, list):
+        return [subst(x, ws) for x in obj]
+    if isinstance(obj, dict):
+        return {k: subst(v, ws) for k, v in obj.items()}
+    return obj
+
+
+def tree(ws: str, skip: tuple[str, ...] = (".claude",)) -> dict[str, dict]:
+    """A listing of the workspace: per relative path its type, mode, inode, links, size, and
+    content (text up to 200 bytes) or sha256 prefix, or symlink target."""
+    out: dict[str, dict] = {}
+    for root, dirs, files in os.walk(ws):
+        dirs[:] = sorted(d for d in dirs if os.path.relpath(os.path.join(root, d), ws) not in skip)
+        for name in sorted(dirs + files):
+            p = os.path.join(root, name)
+            rel = os.path.relpath(p, ws)
+            st = os.lstat(p)
+            e: dict[str, Any] = {"mode": oct(stat.S_IMODE(st.st_mode)), "ino": st.st_ino, "nlink": st.st_nlink}
+            if stat.S_ISLNK(st.st_mode):
+                e["type"] = "symlink"
+                e["target"] = os.readlink(p)
+            elif stat.S_ISDIR(st.st_mode):
+                e["type"] = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                e["type"] = "file"
+                data = open(p, "rb").read()
+                e["size"] = len(data)
+                try:
+                    e["text" if len(data) <= 200 else "sha256"] = data.decode() if len(data) <= 200 else hashlib.sha256(data).hexdigest()[:16]
+                except UnicodeDecodeError:
+                    e["sha256"] = hashlib.sha256(data).hexdigest()[:16]
+            elif stat.S_ISFIFO(st.st_mode):
+                e["type"] = "fifo"
+            else:
+                e["type"] = "other"
+            out[rel] = e
+    return out
+
+
+def _msg_json(m: Any) -> Any:
+    try:
+        d = asdict(m) if is_dataclass(m) else dict(getattr(m, "__dict__", {}) or {"repr": repr(m)})
+    except Exception:  # noqa: BLE001
+        d = {"repr": repr(m)}
+    return {"type": type(m).__name__, **json.loads(json.dumps(d, default=repr))}
+
+
+def install_wire_log(path: str) -> None:
+    """Logs every line the SDK writes to the CLI's stdin and every message it reads back."""
+    from claude_agent_sdk._internal.transport import subprocess_cli as sc
+
+    cls = sc.SubprocessCLITransport
+    if getattr(cls, "_wire_logged", False):
+        return
+    orig_write, orig_read = cls.write, cls.read_messages
+
+    async def write(self: Any, data: str) -> None:
+        with open(path, "a") as f:
+            for line in data.splitlines():
+                if line.strip():
+                    f.write(json.dumps({"t": round(time.time(), 4), "dir": "sdk->cli", "msg": json.loads(line)}) + "\n")
+        await orig_write(self, data)
+
+    def read_messages(self: Any) -> Any:
+        async def gen() -> Any:
+            async for m in orig_read(self):
+                with open(path, "a") as f:
+                    f.write(json.dumps({"t": round(time.time(), 4), "dir": "cli->sdk", "msg": m}) + "\n")
+                yield m
+        return gen()
+
+    cls.write, cls.read_messages, cls._wire_logged = write, read_messages, True
+
+
+class Session:
+    """Runs one scenario. See the module doc for the callbacks."""
+
+    def __init__(self, scenario: dict, workspace: str, home: Optional[str] = None,
+                 log_dir: Optional[str] = None, hook_log: bool = False, wire_log: bool = False,
+                 cli_path: Optional[str] = None, emit: Callable[[dict], None] = lambda e: print(json.dumps(e), flush=True),
+                 before_prompt: Optional[Callable[["Session", str, str], Awaitable[None]]] = None,
+                 options_hook: Optional[Callable[[Any], Any]] = None,
+                 after_connect: Optional[Callable[[Any], Awaitable[None]]] = None,
+                 rewinder: Optional[Callable[[str, bool], Awaitable[dict]]] = None,
+                 stderr: Optional[Callable[[str], None]] = None):
+        self.ws = os.path.abspath(workspace)
+        os.makedirs(self.ws, exist_ok=True)
+        self.home = home or tempfile.mkdtemp(prefix="rewindfs-home-")
+        os.makedirs(self.home, exist_ok=True)
+        self.log_dir = os.path.abspath(log_dir or tempfile.mkdtemp(prefix="rewindfs-session-"))
+        os.makedirs(self.log_dir, exist_ok=True)
+        sc = subst(scenario, self.ws)
+        self.steps: list[dict] = sc.get("steps") or sc.get("turns") or []
+        self.settings: Optional[dict] = sc.get("settings")
+        self.extra_options: dict = sc.get("options") or {}
+        self.hook_log = hook_log
+        self.cli_path = cli_path
+        self.emit = emit
+        self.before_prompt = before_prompt
+        self.options_hook = options_hook
+        self.after_connect = after_connect
+        self.rewinder = rewinder
+        self.stderr = stderr
+        self.turns: dict[str, str] = {}      # name -> uuid
+        self.turn_list: list[str] = []       # uuid per prompt, in order
+        self.session_id: Optional[str] = None
+        self.client: Any = None
+        if wire_log:
+            install_wire_log(os.path.join(self.log_dir, "wire.jsonl"))
+        script = {"turns": [{"match": s.get("match"), "responses": s.get("responses", [])}
+                            for s in self.steps if "prompt" in s],
+                  "default_text": sc.get("default_text", "Done.")}
+        self.api = FakeAPI(script, log_path=os.path.join(self.log_dir, "api.jsonl"))
+
+    # ---- set-up ----------------------------------------------------------------------
+    def write_settings(self) -> None:
+        settings = dict(self.settings or {})
+        if self.hook_log:
+            logged = hook_logger.settings_for(os.path.join(self.log_dir, "hooks.jsonl"))
+            hooks = {k: list(v) for k, v in (settings.get("hooks") or {}).items()}
+            for ev, entries in logged["hooks"].items():
+                hooks.setdefault(ev, []).extend(entries)
+            settings["hooks"] = hooks
+        if settings:
+            os.makedirs(os.path.join(self.ws, ".claude"), exist_ok=True)
+            with open(os.path.join(self.ws, ".claude", "settings.json"), "w") as f:
+                json.dump(settings, f, indent=1)
+
+    def options(self, resume: Optional[str] = None) -> Any:
+        from claude_agent_sdk import ClaudeAgentOptions
+
+        kw: dict[str, Any] = dict(
+            cwd=self.ws,
+            permission_mode="bypassPermissions",
+            enable_file_checkpointing=True,
+            extra_args={"replay-user-messages": None},
+            setting_sources=["project"],
+            env=offline_env(self.api.base_url, self.home),
+        )
+        if self.cli_path:
+            kw["cli_path"] = self.cli_path
+        if self.stderr:
+            kw["stderr"] = self.stderr
+        if resume:
+            kw["resume"] = resume
+        kw.update(self.extra_options)
+        opts = ClaudeAgentOptions(**kw)
+        return self.options_hook(opts) if self.options_hook else opts
+
+    def resolve(self, target: Any) -> str:
+        if isinstance(target, int):
+            return self.turn_list[target]
+        return self.turns.get(target, target)
+
+    # ---- steps -----------------------------------------------------------------------
+    async def prompt(self, step: dict) -> dict:
+        from claude_agent_sdk.types import ResultMessage, SystemMessage, UserMessage
+
+        u = step.get("uuid") or str(_uuid.uuid4())
+        text = step["prompt"]
+        if self.before_prompt:
+            await self.before_prompt(self, u, text)
+        msg = {"type": "user", "message": {"role": "user", "content": text},
+               "parent_tool_use_id": None, "session_id": self.session_id or "default", "uuid": u}
+
+        async def one() -> Any:
+            yield msg
+
+        await self.client.query(one())
+        echoed = None
+        messages = []
+        async for m in self.client.receive_response():
+            if isinstance(m, SystemMessage) and m.subtype == "init":
+                self.session_id = m.data.get("session_id", self.session_id)
+            if isinstance(m, ResultMessage):
+                self.session_id = m.session_id
+            if isinstance(m, UserMessage) and isinstance(m.content, str) and echoed is None:
+                echoed = m.uuid
+            messages.append(_msg_json(m))
+        name = step.get("name") or f"t{len(self.turn_list)}"
+        self.turns[name] = u
+        self.turn_list.append(u)
+        return {"kind": "prompt", "name": name, "uuid": u, "echoed_uuid": echoed,
+                "session_id": self.session_id, "messages": messages}
+
+    async def control(self, request: dict) -> dict:
+        """Sends a raw control request; returns {"ok": True, "response": …} or {"ok": False, "error": …}."""
+        try:
+            r = await self.client._query._send_control_request(request)
+            return {"ok": True, "response": r}
+        except Exception as e:  # noqa: BLE001  (the SDK raises a bare Exception with the CLI's text)
+            return {"ok": False, "error": str(e)}
+
+    async def rewind(self, target: Any, dry_run: bool) -> dict:
+        u = self.resolve(target)
+        if self.rewinder:
+            try:
+                res: dict = {"ok": True, "response": await self.rewinder(u, dry_run)}
+            except Exception as e:  # noqa: BLE001
+                res = {"ok": False, "error": str(e)}
+        else:
+            req: dict[str, Any] = {"subtype": "rewind_files", "user_message_id": u}
+            if dry_run:
+                req["dry_run"] = True
+            res = await self.control(req)
+        return {"kind": "rewind", "target": target, "uuid": u, "dry_run": dry_run, **res}
+
+    async def rewind_public(self, target: Any) -> dict:
+        u = self.resolve(target)
+        try:
+            r = await self.client.rewind_files(u)
+            return {"kind": "rewind_public", "target": target, "uuid": u, "ok": True, "response": r}
+        except Exception as e:  # noqa: BLE001
+            return {"kind": "rewind_public", "target": target, "uuid": u, "ok": False, "error": str(e)}
+
+    async def connect(self, resume: Optional[str] = None) -> None:
+        from claude_agent_sdk import ClaudeSDKClient
+
+        self.client = ClaudeSDKClient(self.options(resume))
+        await self.client.connect()
+        if self.after_connect:
+            await self.after_connect(self.client)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.disconnect()
+            self.client = None
+
+    async def run(self) -> list[dict]:
+        results = []
+        self.api.start()
+        try:
+            self.write_settings()
+            await self.connect()
+            for step in self.steps:
+                t0 = time.time()
+                if "prompt" in step:
+                    r = await self.prompt(step)
+                elif "rewind" in step:
+                    r = await self.rewind(step["rewind"], bool(step.get("dry_run")))
+                elif "rewind_public" in step:
+                    r = await self.rewind_public(step["rewind_public"])
+                elif "control" in step:
+                    req = dict(step["control"])
+                    if "user_message_id" in req:
+                        req["user_message_id"] = self.resolve(req["user_message_id"])
+                    r = {"kind": "control", "request": req, **(await self.control(req))}
+                elif "shell" in step:
+                    p = subprocess.run(["bash", "-c", step["shell"]], cwd=self.ws, capture_output=True, text=True)
+                    r = {"kind": "shell", "cmd": step["shell"], "rc": p.returncode, "out": p.stdout + p.stderr}
+                elif "tree" in step:
+                    r = {"kind": "tree", "entries": tree(self.ws)}
+                elif "restart" in step:
+                    await self.close()
+                    await self.connect(resume=self.session_id)
+                    r = {"kind": "restart", "session_id": self.session_id}
+                else:
+                    raise ValueError(f"unknown step: {step}")
+                r["ms"] = round((time.time() - t0) * 1000)
+                results.append(r)
+                self.emit(r)
+        finally:
+            await self.close()
+            self.api.stop()
+        return results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description="Run a scripted Claude Agent SDK session offline.")
+    ap.add_argument("scenario", help="scenario JSON file ('-' for stdin)")
+    ap.add_argument("--workspace", required=True)
+    ap.add_argument("--home", help="HOME for the CLI (default: a new temp dir)")
+    ap.add_argument("--log-dir", help="where api.jsonl, hooks.jsonl, wire.jsonl go (default: temp dir)")
+    ap.add_argument("--hook-log", action="store_true", help="log every hook's stdin to LOG_DIR/hooks.jsonl")
+    ap.add_argument("--wire-log", action="store_true", help="log the SDK<->CLI stream-json to LOG_DIR/wire.jsonl")
+    ap.add_argument("--cli", help="path of the claude binary (default: the one bundled with the SDK)")
+    ap.add_argument("--brief", action="store_true", help="omit the messages of each turn")
+    ap.add_argument("--stderr", action="store_true", help="print the CLI's stderr to ours")
+    a = ap.parse_args(argv)
+    scenario = json.load(sys.stdin if a.scenario == "-" else open(a.scenario))
+
+    def emit(e: dict) -> None:
+        if a.brief:
+            e = {k: v for k, v in e.items() if k != "messages"}
+        print(json.dumps(e), flush=True)
+
+    s = Session(scenario, a.workspace, home=a.home, log_dir=a.log_dir, hook_log=a.hook_log,
+                wire_log=a.wire_log, cli_path=a.cli, emit=emit,
+                stderr=(lambda line: print(line, file=sys.stderr)) if a.stderr else None)
+    print(json.dumps({"kind": "start", "workspace": s.ws, "home": s.home, "log_dir": s.log_dir}), flush=True)
+    asyncio.run(s.run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
