@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use fuser::{MountOption, SessionACL};
 
 use crate::capture::{Observer, Recorder};
-use crate::cli::{IoUring, MountConfig};
+use crate::config::{IoUring, MountConfig};
 use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
 use crate::rewind::{Engine, KernelCache};

@@ -10,6 +10,7 @@
 
 pub mod capture;
 pub mod cli;
+pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fs;

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use rewindfs::cli::{Args, Command, MountConfig, Retention, SocketArgs};
+use rewindfs::cli::{Args, Command, SocketArgs};
+use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
     BeginMessage, CheckpointList, Diff, Gc, GcReply, ListCheckpoints, Log, LogReply, RegisterAgent,
@@ -63,7 +64,7 @@ fn run() -> anyhow::Result<ExitCode> {
             )?
             .with_retention(Retention::parse(&max_store_bytes, &max_age)?)
             .with_range_capture_min(&range_capture_min)?
-            .with_io_uring(io_uring);
+            .with_io_uring(io_uring.into());
             if cfg.foreground {
                 daemon::run(cfg)?;
             } else {
@@ -198,11 +199,11 @@ fn gc(
     let d = Retention::default();
     let retention = Retention {
         max_bytes: match &max_store_bytes {
-            Some(b) => rewindfs::cli::parse_size(b)?,
+            Some(b) => parse_size(b)?,
             None => d.max_bytes,
         },
         max_age: match &max_age {
-            Some(a) => rewindfs::cli::parse_age(a)?,
+            Some(a) => parse_age(a)?,
             None => d.max_age,
         },
     };

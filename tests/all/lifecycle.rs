@@ -108,22 +108,43 @@ fn bad_mount_requests_get_one_line_errors_and_fail() {
 }
 
 #[test]
-fn a_store_inside_the_workspace_is_refused() {
+fn a_store_inside_the_workspace_or_containing_it_is_refused_and_nothing_is_created() {
     if !require_fuse() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     fs::create_dir(&dir).unwrap();
-    let out = rewindfs(&[
-        "mount",
-        dir.to_str().unwrap(),
-        "--store",
-        dir.join(".rw").to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("inside the workspace"));
-    assert!(!is_fuse(&dir));
+    let cases = [
+        (dir.join(".rw/store"), "inside the workspace"),
+        (tmp.path().to_path_buf(), "is inside the store"),
+    ];
+    for (store, want) in cases {
+        let out = rewindfs(&[
+            "mount",
+            dir.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "--store {}: mounted",
+            store.display()
+        );
+        assert!(
+            err.contains(want),
+            "--store {}: {err:?} lacks {want:?}",
+            store.display()
+        );
+        assert!(!is_fuse(&dir));
+    }
+    // The refusal created nothing: neither the store nor its parent inside the workspace.
+    assert!(
+        !dir.join(".rw").exists(),
+        "a refused mount created its store"
+    );
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
 }
 
 #[test]

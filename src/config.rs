@@ -1,0 +1,339 @@
+//! The validated configuration the daemon runs with, and the parsing of the values it is made
+//! of (sizes, ages, the default store). No clap type appears here: `cli` parses the command
+//! line and builds these.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// Whether the FUSE session serves requests over io_uring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoUring {
+    /// When the kernel offers it (as root, switching on fuse's `enable_uring` parameter).
+    Auto,
+    /// Like `auto`, but fail to mount without it.
+    On,
+    /// Never: `/dev/fuse` only.
+    Off,
+}
+
+impl IoUring {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoUring::Auto => "auto",
+            IoUring::On => "on",
+            IoUring::Off => "off",
+        }
+    }
+}
+
+/// A validated mount configuration.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// The workspace, absolute.
+    pub dir: PathBuf,
+    /// The store directory, absolute, outside the workspace.
+    pub store: PathBuf,
+    pub foreground: bool,
+    pub detached: bool,
+    pub threads: usize,
+    pub ttl: Duration,
+    pub io_uring: IoUring,
+    pub agent_pid: Option<u32>,
+    pub sync: bool,
+    pub retention: Retention,
+    /// Files larger than this get range pre-images (`u64::MAX`: none do).
+    pub range_capture_min: u64,
+}
+
+/// The default size above which files get range pre-images.
+pub const DEFAULT_RANGE_CAPTURE_MIN: &str = "1M";
+
+/// The default store budget.
+pub const DEFAULT_MAX_STORE_BYTES: &str = "10G";
+/// The default age limit.
+pub const DEFAULT_MAX_AGE: &str = "30d";
+
+/// Store retention limits (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub max_bytes: Option<u64>,
+    pub max_age: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention::parse(DEFAULT_MAX_STORE_BYTES, DEFAULT_MAX_AGE).expect("valid defaults")
+    }
+}
+
+impl Retention {
+    /// Parses `--max-store-bytes` and `--max-age`.
+    ///
+    /// # Errors
+    /// A message naming the bad value.
+    pub fn parse(bytes: &str, age: &str) -> anyhow::Result<Retention> {
+        Ok(Retention {
+            max_bytes: parse_size(bytes)?,
+            max_age: parse_age(age)?,
+        })
+    }
+
+    pub fn policy(&self) -> crate::store::gc::Policy {
+        crate::store::gc::Policy {
+            max_bytes: self.max_bytes,
+            max_age_ms: self
+                .max_age
+                .map(|d| d.as_millis().min(i64::MAX as u128) as i64),
+        }
+    }
+}
+
+/// `1234`, `500K`, `500M`, `1.5G`, `2T` (powers of 1024); `0` or `none` is no limit.
+///
+/// # Errors
+/// A message naming the value.
+pub fn parse_size(s: &str) -> anyhow::Result<Option<u64>> {
+    let t = s.trim();
+    if t == "0" || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_uppercase();
+            let mult: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => bail!("size {s:?}: unknown unit (use K, M, G or T)"),
+            };
+            (&t[..i], mult)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("size {s:?} is not a number with an optional K/M/G/T"))?;
+    if !n.is_finite() || n < 0.0 {
+        bail!("size {s:?} must be a non-negative number");
+    }
+    Ok(Some((n * mult as f64) as u64).filter(|b| *b > 0))
+}
+
+/// `90s`, `30m`, `12h`, `30d`, `2w` (a bare number is seconds); `0` or `none` is no limit.
+///
+/// # Errors
+/// A message naming the value.
+pub fn parse_age(s: &str) -> anyhow::Result<Option<Duration>> {
+    let t = s.trim();
+    if t == "0" || t.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let (num, mult) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1),
+        Some('m') => (&t[..t.len() - 1], 60),
+        Some('h') => (&t[..t.len() - 1], 3600),
+        Some('d') => (&t[..t.len() - 1], 86_400),
+        Some('w') => (&t[..t.len() - 1], 7 * 86_400),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("age {s:?} is not a number with an optional s/m/h/d/w"))?;
+    if !n.is_finite() || n < 0.0 {
+        bail!("age {s:?} must be a non-negative number");
+    }
+    Ok(Some(Duration::from_secs_f64(n * mult as f64)).filter(|d| !d.is_zero()))
+}
+
+/// The default store of a workspace: `$XDG_STATE_HOME/rewindfs/<name>-<hash>`.
+pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let base = match std::env::var_os("XDG_STATE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => {
+            let home = std::env::var_os("HOME")
+                .context("neither XDG_STATE_HOME nor HOME is set; pass --store")?;
+            PathBuf::from(home).join(".local/state")
+        }
+    };
+    let hash = blake3::hash(crate::mounts::path_bytes(dir)).to_hex();
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    Ok(base
+        .join("rewindfs")
+        .join(format!("{name}-{}", &hash[..16])))
+}
+
+/// `p` with symlinks resolved as far as it exists, and the rest appended as it is: the path
+/// `p` will have once created, without creating it.
+fn resolve_uncreated(p: &std::path::Path) -> std::io::Result<PathBuf> {
+    let p = std::path::absolute(p)?;
+    let mut tail = Vec::new();
+    let mut base = p.as_path();
+    loop {
+        match base.canonicalize() {
+            Ok(real) => {
+                let mut out = real;
+                for c in tail.iter().rev() {
+                    out.push(c);
+                }
+                return Ok(out);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else {
+                    return Err(e);
+                };
+                tail.push(name.to_os_string());
+                base = parent;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl MountConfig {
+    /// Validates the mount arguments: the directory exists and is a directory, the store is
+    /// outside it.
+    ///
+    /// # Errors
+    /// A one-line reason naming the path.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dir: PathBuf,
+        store: Option<PathBuf>,
+        foreground: bool,
+        detached: bool,
+        threads: usize,
+        ttl: f64,
+        agent_pid: Option<u32>,
+        sync: bool,
+    ) -> anyhow::Result<MountConfig> {
+        let abs = crate::mounts::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
+        if crate::mounts::is_stale(&abs) {
+            bail!(
+                "{} has a rewindfs mount whose daemon is gone (Transport endpoint is not connected); run `rewindfs umount {}` first",
+                abs.display(),
+                abs.display()
+            );
+        }
+        let meta = std::fs::metadata(&abs).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                anyhow::anyhow!("cannot mount {}: no such directory", abs.display())
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                anyhow::anyhow!("cannot mount {}: permission denied", abs.display())
+            }
+            _ => anyhow::anyhow!("cannot mount {}: {e}", abs.display()),
+        })?;
+        if !meta.is_dir() {
+            bail!("cannot mount {}: not a directory", abs.display());
+        }
+        let dir = abs
+            .canonicalize()
+            .with_context(|| format!("resolving {}", abs.display()))?;
+        if let Some(m) = crate::mounts::mount_at(&dir)? {
+            if m.fstype == crate::mounts::FSTYPE {
+                bail!(
+                    "{} is already mounted by rewindfs (store {})",
+                    dir.display(),
+                    m.source.display()
+                );
+            }
+        }
+        let store = match store {
+            Some(s) => std::path::absolute(&s)?,
+            None => default_store(&dir)?,
+        };
+        // Checked before anything is created: a refused mount leaves nothing behind.
+        let store = resolve_uncreated(&store)
+            .with_context(|| format!("resolving store {}", store.display()))?;
+        if store.starts_with(&dir) {
+            bail!(
+                "store {} is inside the workspace {}: it must live outside it (it would be captured and could be rewound); pass --store with a directory elsewhere",
+                store.display(),
+                dir.display()
+            );
+        }
+        if dir.starts_with(&store) {
+            bail!(
+                "the workspace {} is inside the store {}: the store must live outside the workspace and apart from it; pass --store with a directory elsewhere",
+                dir.display(),
+                store.display()
+            );
+        }
+        if threads == 0 || threads > 64 {
+            bail!("--threads must be between 1 and 64");
+        }
+        if !(0.0..=86400.0).contains(&ttl) {
+            bail!("--ttl must be between 0 and 86400 seconds");
+        }
+        std::fs::create_dir_all(&store)
+            .with_context(|| format!("creating store {}", store.display()))?;
+        Ok(MountConfig {
+            dir,
+            store,
+            foreground,
+            detached,
+            threads,
+            ttl: Duration::from_secs_f64(ttl),
+            io_uring: IoUring::Auto,
+            agent_pid,
+            sync,
+            retention: Retention::default(),
+            range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
+        })
+    }
+
+    /// Sets the io_uring mode (`--io-uring`).
+    pub fn with_io_uring(mut self, mode: IoUring) -> MountConfig {
+        self.io_uring = mode;
+        self
+    }
+
+    /// Sets the size above which files get range pre-images (`--range-capture-min`).
+    ///
+    /// # Errors
+    /// A message naming the bad value.
+    pub fn with_range_capture_min(mut self, s: &str) -> anyhow::Result<MountConfig> {
+        self.range_capture_min = parse_size(s)?.unwrap_or(u64::MAX);
+        Ok(self)
+    }
+
+    /// Sets the retention limits.
+    pub fn with_retention(mut self, r: Retention) -> MountConfig {
+        self.retention = r;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ages_parse_with_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("10G").unwrap(), Some(10 << 30));
+        assert_eq!(parse_size("1.5M").unwrap(), Some(3 << 19));
+        assert_eq!(parse_size("500mib").unwrap(), Some(500 << 20));
+        assert_eq!(parse_size("4096").unwrap(), Some(4096));
+        assert_eq!(parse_size("0").unwrap(), None);
+        assert_eq!(parse_size("none").unwrap(), None);
+        assert!(parse_size("12Q").unwrap_err().to_string().contains("12Q"));
+        assert!(parse_size("-1G").is_err());
+        assert_eq!(
+            parse_age("30d").unwrap(),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(parse_age("90").unwrap(), Some(Duration::from_secs(90)));
+        assert_eq!(parse_age("1.5h").unwrap(), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_age("0").unwrap(), None);
+        assert!(parse_age("soon").unwrap_err().to_string().contains("soon"));
+    }
+}
