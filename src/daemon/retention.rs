@@ -1,0 +1,70 @@
+//! Retention as the daemon runs it: a full pass at mount, a pass every [`GC_EVERY`], and
+//! `rewindfs gc --store` on a store no daemon serves.
+//!
+//! Where the rest of retention lives: what may be dropped and the SQL that drops it
+//! (`store::gc`: never the current checkpoint, never the capture before a tool's first change
+//! of a path in a live session); the locks a pass takes (`Engine::gc`: no rewind at once, then
+//! `Recorder::gc`: the journal applied and no capture at once); the limits
+//! (`config::Retention`, from `--max-store-bytes` / `--max-age`); the reply of a `gc` request
+//! (`control::cmd::gc`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::lock::StoreLock;
+use crate::rewind::Engine;
+use crate::store::Store;
+use crate::store::gc::{Policy, Report};
+
+/// How often the daemon checks the store against its retention limits.
+pub(super) const GC_EVERY: Duration = Duration::from_secs(60);
+
+/// One automatic retention pass; what it freed (or why it failed) goes to the log.
+pub(super) fn gc_pass(engine: &Engine, policy: &Policy, full: bool) {
+    use crate::store::gc::human_bytes;
+    match engine.gc(policy, full) {
+        Ok(r) if r.checkpoints_dropped > 0 || r.blobs_deleted > 0 => tracing::info!(
+            "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+            r.checkpoints_dropped,
+            r.captures_deleted,
+            r.blobs_deleted,
+            human_bytes(r.bytes_freed),
+            human_bytes(r.bytes_before),
+            human_bytes(r.bytes_after)
+        ),
+        Ok(r) if r.over_budget && full => tracing::warn!(
+            "gc: the store holds {} (over its budget) but nothing more may be dropped: the current checkpoint and live sessions' first captures stay",
+            human_bytes(r.bytes_after)
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::error!("gc: {e}"),
+    }
+}
+
+/// `rewindfs gc --store` with no daemon on the store: one full retention pass under the store's
+/// lock, keeping the last checkpoint (and its session) as the current one. `Ok(None)` when a
+/// daemon holds the store (ask it over its socket instead).
+///
+/// # Errors
+/// The store cannot be locked or opened; store errors.
+pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Report>> {
+    if !store_dir.join("rewindfs.db").exists() {
+        bail!("{}: no store database", store_dir.display());
+    }
+    let Some(_lock) = StoreLock::try_acquire(store_dir)? else {
+        return Ok(None);
+    };
+    let store = Store::open(store_dir, false)?;
+    let (keep_from, session) = match store.last_checkpoint()? {
+        Some(c) => (c.seq, c.session_id),
+        None => return Ok(Some(Report::default())),
+    };
+    Ok(Some(store.gc(
+        policy,
+        keep_from,
+        session.as_deref(),
+        true,
+    )?))
+}
