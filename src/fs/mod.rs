@@ -3,6 +3,7 @@
 //! Nothing here touches the disk; errors from the core keep their errno (`errno_of`).
 
 pub mod core;
+mod files;
 pub mod inodes;
 
 use std::ffi::OsStr;
