@@ -75,7 +75,8 @@ pub struct Core {
     pub(super) nameless: Mutex<()>,
     /// Changes to a named file's content hold this shared, and a removal that may hand a
     /// file's inode to the store holds it exclusive until the file's name is gone from the
-    /// table: no write that found the file by its name lands after the store took the inode.
+    /// table: no write that found the file by its name lands after the store took the inode
+    /// (the removal protocol: `remove.rs`).
     pub(super) removing: RwLock<()>,
     /// Fault injection for tests only (`REWINDFS_TEST_HOLD_NAMED_WRITE_MS`): how long a write
     /// that found its file by name waits, holding `removing` shared, before its capture and
@@ -89,10 +90,6 @@ const CAPS: &[u8] = b"security.capability";
 
 pub(super) fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
-}
-
-fn is_regular(st: &Stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
@@ -132,7 +129,7 @@ impl Core {
         self.inodes.path(ino)
     }
 
-    fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
+    pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
         sys::validate_name(name)?;
         Ok(join(&self.path(parent)?, name))
     }
@@ -204,52 +201,6 @@ impl Core {
         );
     }
 
-    /// Whether `st` is a regular file with one name: a change taking that name away may keep
-    /// its content by hard-linking it into the store. (The file may still be open: a change to
-    /// it once its name is gone goes to a copy, see [`Core::for_change`].)
-    fn is_last_name(st: &Stat) -> bool {
-        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1
-    }
-
-    /// The node of `st`, a file about to lose a name, if the kernel holds one and the file may
-    /// be left with no name it knows: a regular file with one name, or whose other names were
-    /// never looked up. Its fd is pinned before the name goes (see [`Core::pin`]), as the
-    /// kernel may have it open. (A file that keeps a known name is reached by that name: git
-    /// links each object to its final name and unlinks the temporary one.)
-    fn victim(&self, st: &Stat) -> Option<u64> {
-        let ino = self.inodes.ino_of(st)?;
-        (is_regular(st) && (st.st_nlink == 1 || self.inodes.aliases(ino).is_empty())).then_some(ino)
-    }
-
-    /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
-    /// may take away a name of a file; `victim` is its node to pin first (see `victim`).
-    fn removal<T>(
-        &self,
-        ctx: &Ctx,
-        change: Change<'_>,
-        victim: Option<u64>,
-        apply: impl FnOnce() -> io::Result<T>,
-    ) -> io::Result<T> {
-        let _permit = self.observer.before(ctx.pid, &change)?;
-        let pinned = match victim {
-            Some(v) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
-            None => false,
-        };
-        match apply() {
-            Ok(v) => {
-                self.observer.after(ctx.pid, &change);
-                Ok(v)
-            }
-            Err(e) => {
-                if pinned {
-                    self.unpin(victim.unwrap());
-                }
-                self.observer.failed(&change);
-                Err(e)
-            }
-        }
-    }
-
     /// Stats a node by path, checking it is still the file the node stands for.
     fn stat_node(&self, ino: u64) -> io::Result<(PathBuf, Stat)> {
         let p = self.path(ino)?;
@@ -271,36 +222,6 @@ impl Core {
         if self.inodes.key(ino).is_none() {
             // The node is gone, and its fd with it.
             self.drop_file(ino);
-        }
-    }
-
-    /// After a rewind wrote the files at `rels` anew (beside them, then exchanged) or
-    /// removed them: a node still standing for a file that was there loses that name, and its
-    /// fd, if it has one, is marked as the store's (the old file may be a pre-image now), so a
-    /// process that still has it open reads it as it was and changes a copy (see
-    /// `for_change`). Called with changes held off (the rewind's gate).
-    pub fn replaced(&self, rels: &[PathBuf]) {
-        // All resolved first: a directory losing its name first would hide what is below it.
-        let found: Vec<(&Path, u64, u64)> = rels
-            .iter()
-            .filter_map(|rel| match self.inodes.resolve(rel) {
-                (Some(parent), Some(node)) => Some((rel.as_path(), parent, node)),
-                _ => None,
-            })
-            .collect();
-        for (rel, parent, node) in found {
-            let Some(name) = rel.file_name() else {
-                continue;
-            };
-            let now = sys::lstat_opt(self.root(), rel).ok().flatten();
-            if now.is_some_and(|st| self.inodes.key(node) == Some((st.st_dev, st.st_ino))) {
-                continue; // the same file
-            }
-            self.inodes.renamed(node, (parent, name), None);
-            if let Some(f) = self.files.lock().unwrap().get(&node) {
-                f.pinned.store(true, Ordering::Relaxed);
-                f.adopted.store(true, Ordering::Relaxed);
-            }
         }
     }
 
@@ -524,114 +445,6 @@ impl Core {
         // Keep the node's existing name; only count the lookup the kernel now holds.
         let looked = self.inodes.lookup_link(newparent, newname, &st);
         Ok((looked, st))
-    }
-
-    pub fn unlink(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
-        self.remove(ctx, parent, name, false)
-    }
-
-    pub fn rmdir(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
-        self.remove(ctx, parent, name, true)
-    }
-
-    fn remove(&self, ctx: &Ctx, parent: u64, name: &OsStr, is_dir: bool) -> io::Result<()> {
-        let p = self.child_path(parent, name)?;
-        let st = sys::lstat_at(self.root(), &p)?;
-        let is_actually_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir && !is_actually_dir {
-            return Err(err(libc::ENOTDIR));
-        }
-        if !is_dir && is_actually_dir {
-            return Err(err(libc::EISDIR));
-        }
-        let op = if is_dir { Op::Rmdir } else { Op::Unlink };
-        let change = Change {
-            op,
-            path: &p,
-            path2: None,
-            aliases: &[],
-            last_name: !is_dir && Self::is_last_name(&st),
-            range: None,
-            file: None,
-            gone: Some(&st),
-        };
-        let victim = self.victim(&st);
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
-        self.removal(ctx, change, victim, || {
-            sys::unlinkat(self.root(), &p, is_dir)
-        })?;
-        if let Some(ino) = self.inodes.ino_of(&st) {
-            self.inodes.renamed(ino, (parent, name), None);
-            if is_dir || st.st_nlink <= 1 {
-                self.inodes.unlinked(ino);
-            }
-        }
-        Ok(())
-    }
-
-    pub fn rename(
-        &self,
-        ctx: &Ctx,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-        flags: u32,
-    ) -> io::Result<()> {
-        let from = self.child_path(parent, name)?;
-        let to = self.child_path(newparent, newname)?;
-        let src = sys::lstat_at(self.root(), &from)?;
-        let dst = sys::lstat_opt(self.root(), &to)?;
-        let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let op = if exchange { Op::Exchange } else { Op::Rename };
-        let same_file = dst
-            .as_ref()
-            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
-        let change = Change {
-            op,
-            path: &from,
-            path2: Some(&to),
-            aliases: &[],
-            last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
-            range: None,
-            file: None,
-            gone: dst.as_ref(),
-        };
-        let victim = dst
-            .as_ref()
-            .filter(|_| !exchange && !same_file)
-            .and_then(|d| self.victim(d));
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
-        self.removal(ctx, change, victim, || {
-            sys::renameat2(self.root(), &from, &to, flags)
-        })?;
-        let src_ino = self.inodes.ino_of(&src);
-        let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
-        let same = dst
-            .as_ref()
-            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
-        if same {
-            return Ok(()); // renaming a hard link onto another name of itself does nothing
-        }
-        if let Some(d) = dst_ino {
-            if exchange {
-                self.inodes
-                    .renamed(d, (newparent, newname), Some((parent, name)));
-            } else {
-                self.inodes.renamed(d, (newparent, newname), None);
-                let dst = dst.unwrap();
-                if dst.st_mode & libc::S_IFMT == libc::S_IFDIR || dst.st_nlink <= 1 {
-                    self.inodes.unlinked(d);
-                }
-            }
-        }
-        if let Some(s) = src_ino {
-            self.inodes
-                .renamed(s, (parent, name), Some((newparent, newname)));
-        }
-        Ok(())
     }
 
     /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
@@ -937,104 +750,5 @@ impl Core {
             self.after(ctx, Op::Write, p, None);
         }
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    /// Keeps the content of a file losing its last name by a hard link into a "store"
-    /// directory, as the store adopts files (see `store/blobs.rs`).
-    struct Adopter {
-        root: PathBuf,
-        store: PathBuf,
-    }
-
-    impl Observer for Adopter {
-        fn before(&self, _pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
-            if change.last_name {
-                let p = change.path2.unwrap_or(change.path);
-                std::fs::hard_link(self.root.join(p), self.store.join(p))?;
-            }
-            Ok(None)
-        }
-        fn after(&self, _pid: u32, _change: &Change<'_>) {}
-    }
-
-    const CTX: Ctx = Ctx {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
-
-    fn read_all(core: &Core, ino: u64) -> Vec<u8> {
-        let mut buf = vec![0; 64];
-        let n = core.read(ino, 0, &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    }
-
-    /// A file someone holds open (the kernel holds its node) after its last name went: it can
-    /// still be read and changed through the node, and a change goes to a copy, never to the
-    /// inode the store kept as the removal's pre-image. Without the copy the last assertion
-    /// fails; without the pinned fd the read fails.
-    #[test]
-    fn a_change_to_a_file_whose_last_name_went_never_reaches_its_adopted_pre_image() {
-        for rename_over in [false, true] {
-            let d = tempfile::tempdir().unwrap();
-            let (root, store) = (d.path().join("w"), d.path().join("s"));
-            std::fs::create_dir_all(&root).unwrap();
-            std::fs::create_dir_all(&store).unwrap();
-            std::fs::write(root.join("f"), b"old").unwrap();
-            std::fs::write(root.join("g"), b"new file").unwrap();
-            let obs = Arc::new(Adopter {
-                root: root.clone(),
-                store: store.clone(),
-            });
-            let core = Core::new(sys::open_dir_path(&root).unwrap(), obs).unwrap();
-            let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
-            core.lookup(ROOT, OsStr::new("g")).unwrap();
-            if rename_over {
-                let (g, f) = (OsStr::new("g"), OsStr::new("f"));
-                core.rename(&CTX, ROOT, g, ROOT, f, 0).unwrap();
-            } else {
-                core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
-            }
-            assert!(core.path(l.ino).is_err(), "the node has no name left");
-            assert_eq!(read_all(&core, l.ino), b"old");
-            assert_eq!(core.write(&CTX, l.ino, 0, b"NEW!", false).unwrap(), 4);
-            core.setattr(
-                &CTX,
-                l.ino,
-                SetAttr {
-                    size: Some(5),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            assert_eq!(read_all(&core, l.ino), b"NEW!\0");
-            assert_eq!(core.getattr(l.ino).unwrap().st_size, 5);
-            assert_eq!(std::fs::read(store.join("f")).unwrap(), b"old");
-        }
-    }
-
-    /// Without adoption (the file had another name, which the kernel never looked up), a
-    /// change through the node reaches the file itself: a hard link shares its content.
-    #[test]
-    fn a_change_to_a_file_still_named_elsewhere_reaches_that_name() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("f"), b"old").unwrap();
-        std::fs::hard_link(d.path().join("f"), d.path().join("other")).unwrap();
-        let core = Core::new(
-            sys::open_dir_path(d.path()).unwrap(),
-            Arc::new(crate::capture::Passthrough),
-        )
-        .unwrap();
-        let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
-        core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
-        core.write(&CTX, l.ino, 0, b"NEW", false).unwrap();
-        assert_eq!(std::fs::read(d.path().join("other")).unwrap(), b"NEW");
     }
 }

@@ -5,6 +5,7 @@
 pub mod core;
 mod files;
 pub mod inodes;
+mod remove;
 
 use std::ffi::OsStr;
 use std::io;
