@@ -2,6 +2,7 @@
 //!
 //! Nothing here touches the disk; errors from the core keep their errno (`errno_of`).
 
+mod content;
 pub mod core;
 mod files;
 pub mod inodes;
