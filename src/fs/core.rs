@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
@@ -22,7 +21,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rustix::fs::{OFlags, Stat};
 
 use super::files::NodeFile;
-use super::inodes::{Inodes, Looked, ROOT};
+use super::inodes::{Inodes, Looked};
 use crate::capture::{Change, Observer, Op, Permit};
 use crate::sys;
 
@@ -84,9 +83,6 @@ pub struct Core {
     /// hit every time.
     pub(super) hold_named_write: Option<std::time::Duration>,
 }
-
-/// The attribute the kernel reads before a write or chown may drop privileges.
-const CAPS: &[u8] = b"security.capability";
 
 pub(super) fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
@@ -368,167 +364,8 @@ impl Core {
         Ok((looked, st))
     }
 
-    /// Up to `max` entries of directory `ino` from position `offset` (0 or an entry's `next`).
-    ///
-    /// Directories are read without an open handle (OPENDIR is declined, so the kernel sends
-    /// neither OPENDIR nor RELEASEDIR, and caches listings): each call opens the directory by
-    /// path and continues at the backing filesystem's own position cookie, which stays valid
-    /// while the directory changes. `.` is the node itself and `..` the root's id for the
-    /// root (the kernel looks neither up).
-    pub fn readdir(&self, ino: u64, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        Self::entries(ino, fd.as_fd(), offset, max)
-    }
-
-    /// Like [`readdir`](Self::readdir), with each entry looked up (as LOOKUP would) and handed
-    /// to `add` with its node and attributes, until `add` says the reply is full (that entry's
-    /// lookup is then taken back). `.` and `..` come with the directory's own attributes and
-    /// are not looked up. An entry gone since the directory was read is skipped.
-    ///
-    /// Entries are stat'ed relative to the directory's fd: one path walk per request instead
-    /// of one per entry, and no path built per entry.
-    pub fn readdirplus(
-        &self,
-        ino: u64,
-        offset: u64,
-        max: usize,
-        mut add: impl FnMut(&DirEnt, &Stat, Option<Looked>) -> bool,
-    ) -> io::Result<()> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        let ents = Self::entries(ino, fd.as_fd(), offset, max)?;
-        let mut own: Option<Stat> = None;
-        for e in &ents {
-            if e.name == "." || e.name == ".." {
-                // Not an error for the whole reply: entries before it may be added already.
-                let st = match own.or_else(|| sys::fstat(fd.as_fd()).ok()) {
-                    Some(st) => *own.insert(st),
-                    None => continue,
-                };
-                if add(e, &st, None) {
-                    break;
-                }
-                continue;
-            }
-            if sys::validate_name(&e.name).is_err() {
-                continue;
-            }
-            let Ok(st) = sys::lstat_at(fd.as_fd(), Path::new(&e.name)) else {
-                continue;
-            };
-            let l = self.inodes.lookup(ino, &e.name, &st);
-            if add(e, &st, Some(l)) {
-                // Not sent: the kernel did not take this lookup.
-                self.forget(l.ino, 1);
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn entries(ino: u64, fd: BorrowedFd<'_>, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
-        let ents = sys::read_dir_from(fd, offset as i64, max)?;
-        Ok(ents
-            .into_iter()
-            .map(|(name, backing_ino, dtype, next)| {
-                let ino = match name.as_bytes() {
-                    b"." => ino,
-                    b".." if ino == ROOT => ROOT,
-                    _ => backing_ino,
-                };
-                DirEnt {
-                    name,
-                    ino,
-                    dtype,
-                    next: next as u64,
-                }
-            })
-            .collect())
-    }
-
-    /// fsync of a directory (no handle: directories are read without one).
-    pub fn fsyncdir(&self, ctx: &Ctx, ino: u64, datasync: bool) -> io::Result<()> {
-        if sys::is_own_thread(ctx.pid) {
-            return Ok(());
-        }
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        sys::fsync(fd.as_fd(), datasync)
-    }
-
     pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {
         sys::fstatvfs(self.root())
-    }
-
-    /// An fd usable for xattr calls through `/proc/self/fd`.
-    fn xattr_fd(&self, ino: u64) -> io::Result<(PathBuf, OwnedFd, bool)> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::PATH, 0)?;
-        let is_link = self.inodes.kind(ino) == Some(libc::S_IFLNK);
-        Ok((p, fd, is_link))
-    }
-
-    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> io::Result<Vec<u8>> {
-        let caps = name.as_bytes() == CAPS;
-        if caps && self.inodes.no_caps(ino) {
-            return Err(err(libc::ENODATA));
-        }
-        let epoch = self.inodes.caps_epoch(ino);
-        let (_, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::ENODATA));
-        }
-        let r = sys::getxattr(fd.as_fd(), name, size as usize);
-        if let (true, Some(epoch)) = (caps, epoch) {
-            if matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENODATA)) {
-                self.inodes.learn_no_caps(ino, epoch);
-            }
-        }
-        r
-    }
-
-    pub fn listxattr(&self, ino: u64, size: u32) -> io::Result<Vec<u8>> {
-        let (_, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Ok(Vec::new());
-        }
-        sys::listxattr(fd.as_fd(), size as usize)
-    }
-
-    pub fn setxattr(
-        &self,
-        ctx: &Ctx,
-        ino: u64,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-    ) -> io::Result<()> {
-        let (p, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::EPERM));
-        }
-        if name.as_bytes() == CAPS {
-            self.inodes.forget_no_caps(ino);
-        }
-        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
-        sys::setxattr(fd.as_fd(), name, value, flags)?;
-        self.after(ctx, Op::Setxattr, &p, None);
-        Ok(())
-    }
-
-    pub fn removexattr(&self, ctx: &Ctx, ino: u64, name: &OsStr) -> io::Result<()> {
-        let (p, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::ENODATA));
-        }
-        if name.as_bytes() == CAPS {
-            self.inodes.forget_no_caps(ino);
-        }
-        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
-        sys::removexattr(fd.as_fd(), name)?;
-        self.after(ctx, Op::Setxattr, &p, None);
-        Ok(())
     }
 
     pub fn access(&self, ino: u64, mask: i32) -> io::Result<()> {

@@ -4,9 +4,11 @@
 
 mod content;
 pub mod core;
+mod dir;
 mod files;
 pub mod inodes;
 mod remove;
+mod xattr;
 
 use std::ffi::OsStr;
 use std::io;
