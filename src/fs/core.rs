@@ -2,13 +2,37 @@
 //! `io::Result`, on the backing directory that the mount covers.
 //!
 //! The FUSE adapter (`fs/mod.rs`) only decodes requests and encodes replies; everything that
-//! touches the disk happens here, through `crate::sys`, relative to the root fd opened before
-//! the mount. Every change calls the [`Observer`] *before* it is applied (so its pre-image is
-//! saved first) and again after it succeeded (for the change log).
+//! touches the disk happens in [`Core`], through `crate::sys`, relative to the root fd opened
+//! before the mount.
 //!
-//! Nodes are re-resolved by path (see `inodes.rs`). The only fds held for long are those of
-//! files being read or written, one per node in a bounded cache ([`NodeFile`]): the kernel
-//! opens files itself, so reads and writes come by node, with no handle.
+//! # Layout
+//!
+//! `Core`'s operations live one job to a file, each file an `impl Core` block beside this one:
+//! - `core.rs`: `Core` and its state, the values the adapter passes in and gets back ([`Ctx`],
+//!   [`SetAttr`], [`DirEnt`]), what the other files share (a node's path, the observer's
+//!   calls), and the operations small enough to need no file of their own: lookup, forget,
+//!   getattr, readlink, access, statfs, and those that give a file a new name (mknod, mkdir,
+//!   symlink, link);
+//! - `files.rs`: the node-fd cache — the fds kept per node for reads and writes, and for files
+//!   whose last name went — with its invariants and the lock order;
+//! - `remove.rs`: the removal protocol (unlink, rmdir, rename, a rewind replacing files) and
+//!   the fs side of adopting a deleted file's inode;
+//! - `content.rs`: reads and changes of a file's content and attributes (read, write,
+//!   copy_file_range, fallocate, lseek, fsync, setattr);
+//! - `dir.rs`: readdir, readdirplus and fsyncdir, without a handle;
+//! - `xattr.rs`: extended attributes, and the `security.capability` shortcut.
+//!
+//! # Invariants
+//!
+//! - Every path is relative to the root fd, and every name from the kernel is checked
+//!   ([`sys::validate_name`]) before it is joined to one.
+//! - Nodes are re-resolved by path (see `inodes.rs`); a file reached by path is checked
+//!   against the node's backing `(dev, ino)` before it is trusted (`ESTALE` otherwise). The
+//!   only fds held past a request are the node-fd cache's, bounded (`files.rs`).
+//! - Every change calls the [`Observer`] *before* it is applied (so its pre-image is saved
+//!   first) and again after it succeeded (for the change log), or, for a removal, `failed`.
+//! - Locks are taken in one order (stated in `files.rs`): `removing` or `nameless`, then the
+//!   observer's, then `inodes` and `files`, which are leaves.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
