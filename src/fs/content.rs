@@ -18,6 +18,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use rustix::fs::Stat;
@@ -207,8 +208,27 @@ impl Core {
                 Self::kill_suid_sgid(fd, ctx.gid)?;
             }
         }
+        self.set_meta(p.as_deref(), fd, kind, &a)?;
+        if let Some(p) = &p {
+            self.after(ctx, op, p, None);
+        }
+        match fd {
+            Some(fd) => sys::fstat(fd),
+            None => self.getattr(ino),
+        }
+    }
+
+    /// The owner, mode and times a setattr asks for: set by path when the node has one (`p`),
+    /// else through its fd; `kind` is the node's `S_IFMT` bits.
+    fn set_meta(
+        &self,
+        p: Option<&Path>,
+        fd: Option<BorrowedFd<'_>>,
+        kind: u32,
+        a: &SetAttr,
+    ) -> io::Result<()> {
         if a.uid.is_some() || a.gid.is_some() {
-            match (&p, fd) {
+            match (p, fd) {
                 (Some(p), _) => sys::lchownat(self.root(), p, a.uid, a.gid)?,
                 (None, Some(fd)) => {
                     let st = sys::fstat(fd)?;
@@ -221,25 +241,19 @@ impl Core {
             if kind == libc::S_IFLNK {
                 return Err(err(libc::EOPNOTSUPP));
             }
-            match (&p, fd) {
+            match (p, fd) {
                 (Some(p), _) => sys::chmodat(self.root(), p, mode & 0o7777)?,
                 (None, Some(fd)) => sys::fchmod(fd, mode & 0o7777)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
-            match (&p, fd) {
+            match (p, fd) {
                 (Some(p), _) => sys::lutimensat(self.root(), p, a.atime, a.mtime)?,
                 (None, Some(fd)) => sys::futimens(fd, a.atime, a.mtime)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }
         }
-        if let Some(p) = &p {
-            self.after(ctx, op, p, None);
-        }
-        match fd {
-            Some(fd) => sys::fstat(fd),
-            None => self.getattr(ino),
-        }
+        Ok(())
     }
 }
