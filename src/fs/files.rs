@@ -21,8 +21,10 @@
 //! - `adopted`: the store may hold the inode as a removal's pre-image. Nothing changes that
 //!   inode through the node any more: the first change puts an unnamed copy in its place
 //!   ([`Core::for_change`], under `nameless`);
-//! - fds are closed outside the lock, and those whose close costs (an unlinked or a truncated
-//!   file) on the closer thread when there is one ([`Core::closer`]).
+//! - an fd whose close costs (an unlinked file's frees it, a truncated one's writes it out) is
+//!   closed on the closer thread when there is one ([`Core::closer`]); fds evicted, forgotten
+//!   or replaced by a private copy are closed outside the cache's lock (`pin` drops the fd it
+//!   does not keep under it, which costs little: the file stays open through the one kept).
 //!
 //! Lock order: `removing` (shared, a change to a named file; see `remove.rs`) or `nameless`
 //! (a change to a nameless one), then the observer's locks (capture), then `inodes` and
@@ -41,10 +43,8 @@ use rustix::fs::OFlags;
 use super::core::{Core, err};
 use crate::sys;
 
-/// A backing fd held for a node. OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel
-/// reads and writes the files it opens by node, with no handle: the node's fd is opened at its
-/// first such request (or its creation) and kept until the kernel forgets the node, or the
-/// cache is full.
+/// A backing fd held for a node, and the marks that say what it stands for (see the module
+/// doc for when it is opened, kept and closed).
 #[derive(Debug)]
 pub(super) struct NodeFile {
     pub(super) fd: OwnedFd,
