@@ -2,26 +2,50 @@
 //! `io::Result`, on the backing directory that the mount covers.
 //!
 //! The FUSE adapter (`fs/mod.rs`) only decodes requests and encodes replies; everything that
-//! touches the disk happens here, through `crate::sys`, relative to the root fd opened before
-//! the mount. Every change calls the [`Observer`] *before* it is applied (so its pre-image is
-//! saved first) and again after it succeeded (for the change log).
+//! touches the disk happens in [`Core`], through `crate::sys`, relative to the root fd opened
+//! before the mount.
 //!
-//! Nodes are re-resolved by path (see `inodes.rs`). The only fds held for long are those of
-//! files being read or written, one per node in a bounded cache ([`NodeFile`]): the kernel
-//! opens files itself, so reads and writes come by node, with no handle.
+//! # Layout
+//!
+//! `Core`'s operations live one job to a file, each file an `impl Core` block beside this one:
+//! - `core.rs`: `Core` and its state, the values the adapter passes in and gets back ([`Ctx`],
+//!   [`SetAttr`], [`DirEnt`]), what the other files share (a node's path, the observer's
+//!   calls), and the operations small enough to need no file of their own: lookup, forget,
+//!   getattr, readlink, access, statfs, and those that give a file a new name (mknod, mkdir,
+//!   symlink, link);
+//! - `files.rs`: the node-fd cache — the fds kept per node for reads and writes, and for files
+//!   whose last name went — with its invariants and the lock order;
+//! - `remove.rs`: the removal protocol (unlink, rmdir, rename, a rewind replacing files) and
+//!   the fs side of adopting a deleted file's inode;
+//! - `content.rs`: reads and changes of a file's content and attributes (read, write,
+//!   copy_file_range, fallocate, lseek, fsync, setattr);
+//! - `dir.rs`: readdir, readdirplus and fsyncdir, without a handle;
+//! - `xattr.rs`: extended attributes, and the `security.capability` shortcut.
+//!
+//! # Invariants
+//!
+//! - Every path is relative to the root fd, and every name from the kernel is checked
+//!   ([`sys::validate_name`]) before it is joined to one.
+//! - Nodes are re-resolved by path (see `inodes.rs`); a file reached by path is checked
+//!   against the node's backing `(dev, ino)` before it is trusted (`ESTALE` otherwise). The
+//!   only fds held past a request are the node-fd cache's, bounded (`files.rs`).
+//! - Every change calls the [`Observer`] *before* it is applied (so its pre-image is saved
+//!   first) and again after it succeeded (for the change log), or, for a removal, `failed`.
+//! - Locks are taken in one order (stated in `files.rs`): `removing` or `nameless`, then the
+//!   observer's, then `inodes` and `files`, which are leaves.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::{OFlags, Stat};
 
-use super::inodes::{Inodes, Looked, ROOT};
+use super::files::NodeFile;
+use super::inodes::{Inodes, Looked};
 use crate::capture::{Change, Observer, Op, Permit};
 use crate::sys;
 
@@ -57,103 +81,35 @@ pub struct SetAttr {
 /// The passthrough filesystem core.
 pub struct Core {
     /// The workspace's underlying directory (`O_PATH`), opened before the mount covered it.
-    root: OwnedFd,
+    pub(super) root: OwnedFd,
     /// Node ids ↔ backing files and their names.
     pub inodes: Inodes,
     /// Saves pre-images and logs changes.
-    observer: Arc<dyn Observer>,
+    pub(super) observer: Arc<dyn Observer>,
     /// Whether the daemon runs as root, so created files must be given to the caller.
-    as_root: bool,
+    pub(super) as_root: bool,
     /// Where released files go to be closed, when the daemon runs a closer (see
     /// [`Core::closer`]).
-    closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<OwnedFd>>>,
-    /// Backing fds of nodes, for reads and writes (see [`NodeFile`]). Lock order: after
-    /// `inodes`, never held across I/O.
-    files: Mutex<HashMap<u64, Arc<NodeFile>>>,
+    pub(super) closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<OwnedFd>>>,
+    /// Backing fds of nodes, for reads and writes (see [`NodeFile`]; `files.rs` states the
+    /// cache's invariants and the lock order). A leaf lock, never held across a path walk.
+    pub(super) files: Mutex<HashMap<u64, Arc<NodeFile>>>,
     /// Held while a node with no name left is changed (see [`Core::for_change`]).
-    nameless: Mutex<()>,
+    pub(super) nameless: Mutex<()>,
     /// Changes to a named file's content hold this shared, and a removal that may hand a
     /// file's inode to the store holds it exclusive until the file's name is gone from the
-    /// table: no write that found the file by its name lands after the store took the inode.
-    removing: RwLock<()>,
+    /// table: no write that found the file by its name lands after the store took the inode
+    /// (the removal protocol: `remove.rs`).
+    pub(super) removing: RwLock<()>,
     /// Fault injection for tests only (`REWINDFS_TEST_HOLD_NAMED_WRITE_MS`): how long a write
     /// that found its file by name waits, holding `removing` shared, before its capture and
     /// write. It widens the window a removal must not use (see `removing`) to one a test can
     /// hit every time.
-    hold_named_write: Option<std::time::Duration>,
+    pub(super) hold_named_write: Option<std::time::Duration>,
 }
 
-/// A backing fd held for a node. OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel
-/// reads and writes the files it opens by node, with no handle: the node's fd is opened at its
-/// first such request (or its creation) and kept until the kernel forgets the node, or the
-/// cache is full.
-#[derive(Debug)]
-struct NodeFile {
-    fd: OwnedFd,
-    /// Opened for reading and writing (else the backing file allowed reading only).
-    writable: bool,
-    /// The file lost its last name while the kernel held the node, which may still be open:
-    /// this fd is the only way to it, kept until the kernel forgets the node.
-    pinned: AtomicBool,
-    /// ...and its inode may be kept by the store as the pre-image of that removal (adopted by
-    /// a hard link): it is changed only after a copy has taken its place (see `for_change`).
-    adopted: AtomicBool,
-    /// Truncated through this fd: ext4 writes such a file's data out at the close, which is
-    /// left to the closer thread.
-    truncated: AtomicBool,
-}
-
-impl NodeFile {
-    fn new(fd: OwnedFd, writable: bool) -> NodeFile {
-        NodeFile {
-            fd,
-            writable,
-            pinned: AtomicBool::new(false),
-            adopted: AtomicBool::new(false),
-            truncated: AtomicBool::new(false),
-        }
-    }
-
-    /// Takes over the marks of `old`, the fd this one replaces for the same node.
-    fn take_marks(&self, old: &NodeFile) {
-        for (new, old) in [
-            (&self.pinned, &old.pinned),
-            (&self.adopted, &old.adopted),
-            (&self.truncated, &old.truncated),
-        ] {
-            new.fetch_or(old.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-}
-
-/// What a change to a file's content works on (see [`Core::for_change`]).
-struct Target<'a> {
-    file: Arc<NodeFile>,
-    /// The node's path; `None` when it has no name left.
-    path: Option<PathBuf>,
-    /// For a node with no name left: held until the change is done.
-    _nameless: Option<std::sync::MutexGuard<'a, ()>>,
-    /// For a named one: held until the change is done (see `Core::removing`).
-    _named: Option<RwLockReadGuard<'a, ()>>,
-}
-
-/// Batches of fds waiting for the closer; past this a release closes its fd itself.
-const CLOSE_QUEUE: usize = 1024;
-
-/// Node fds kept at most (the open-file limit is 20,000, and cannot be raised: design.md §6).
-const NODE_FILES: usize = 4096;
-/// Node fds closed at once when the cache is full (in one batch, on the closer thread).
-const NODE_FILES_EVICT: usize = 256;
-
-/// The attribute the kernel reads before a write or chown may drop privileges.
-const CAPS: &[u8] = b"security.capability";
-
-fn err(code: i32) -> io::Error {
+pub(super) fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
-}
-
-fn is_regular(st: &Stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 fn join(parent: &Path, name: &OsStr) -> PathBuf {
@@ -185,246 +141,20 @@ impl Core {
         })
     }
 
-    /// The loop of a thread that closes released files opened with `O_TRUNC` (at most once;
-    /// `None` after). Closing is then the costly part of a release — ext4 writes out a
-    /// truncated-and-rewritten file's data when its last fd closes, ~40 µs — and the kernel
-    /// does not wait for RELEASE, but a ring thread is pinned to the caller's CPU, so closing
-    /// there delays the caller's next request; a closer thread lets the other CPU do it.
-    pub fn closer(&self) -> Option<impl FnOnce() + Send + 'static> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<OwnedFd>>(CLOSE_QUEUE);
-        self.closer.set(tx).ok()?;
-        Some(move || {
-            for fds in rx {
-                drop(fds);
-            }
-        })
-    }
-
-    /// Closes `fds` on the closer thread when there is one (else here).
-    fn close_elsewhere(&self, fds: Vec<OwnedFd>) {
-        if fds.is_empty() {
-            return;
-        }
-        if let Some(tx) = self.closer.get() {
-            // A full queue or a stopped closer hands the fds back, and they close here.
-            let _ = tx.try_send(fds);
-        }
-    }
-
     pub fn root(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
     }
 
-    fn path(&self, ino: u64) -> io::Result<PathBuf> {
+    pub(super) fn path(&self, ino: u64) -> io::Result<PathBuf> {
         self.inodes.path(ino)
     }
 
-    fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
+    pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
         sys::validate_name(name)?;
         Ok(join(&self.path(parent)?, name))
     }
 
-    /// Node `ino`'s fd, opened by path if it has none yet (or only a read-only one, for a
-    /// write). A node with no name left has only its pinned fd.
-    fn node_file(&self, ino: u64, write: bool) -> io::Result<Arc<NodeFile>> {
-        if let Some(f) = self.files.lock().unwrap().get(&ino) {
-            if f.writable || !write {
-                return Ok(f.clone());
-            }
-        }
-        let p = self.path(ino)?;
-        let f = Arc::new(self.open_node(ino, &p, write)?);
-        Ok(self.keep_file(ino, f))
-    }
-
-    /// Opens node `ino`'s file at `p` for reading and writing (the kernel checked the caller's
-    /// access: default_permissions), or for reading only where the backing file allows no
-    /// more and `write` is not needed.
-    fn open_node(&self, ino: u64, p: &Path, write: bool) -> io::Result<NodeFile> {
-        let (fd, writable) = match sys::open_beneath(self.root(), p, OFlags::RDWR, 0) {
-            Ok(fd) => (fd, true),
-            Err(e)
-                if !write
-                    && matches!(
-                        e.raw_os_error(),
-                        Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
-                    ) =>
-            {
-                (sys::open_beneath(self.root(), p, OFlags::RDONLY, 0)?, false)
-            }
-            Err(e) => return Err(e),
-        };
-        let st = sys::fstat(fd.as_fd())?;
-        if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
-            return Err(err(libc::ESTALE));
-        }
-        Ok(NodeFile::new(fd, writable))
-    }
-
-    /// Keeps `f` as node `ino`'s fd and returns it, unless the node has one as good already
-    /// (writable, or `f` is not), which is kept and returned instead: another request may have
-    /// opened one meanwhile, or a removal pinned one. A replaced fd's marks carry over. A full
-    /// cache first closes a batch of fds that can be opened again.
-    fn keep_file(&self, ino: u64, f: Arc<NodeFile>) -> Arc<NodeFile> {
-        let mut evicted = Vec::new();
-        {
-            let mut files = self.files.lock().unwrap();
-            if let Some(old) = files.get(&ino) {
-                if old.writable || !f.writable {
-                    return old.clone();
-                }
-                f.take_marks(old);
-            } else if files.len() >= NODE_FILES {
-                let victims: Vec<u64> = files
-                    .iter()
-                    .filter(|(_, f)| !f.pinned.load(Ordering::Relaxed) && self.reopenable(f))
-                    .map(|(&i, _)| i)
-                    .take(NODE_FILES_EVICT)
-                    .collect();
-                for i in victims {
-                    evicted.extend(files.remove(&i));
-                }
-            }
-            if let Some(old) = files.insert(ino, f.clone()) {
-                evicted.push(old);
-            }
-        }
-        // A request still using one keeps it open until it is done.
-        let fds = evicted
-            .into_iter()
-            .filter_map(|f| Arc::try_unwrap(f).ok())
-            .map(|f| f.fd)
-            .collect();
-        self.close_elsewhere(fds);
-        f
-    }
-
-    /// Whether a cached fd can be given up: it can be opened again as it was. As root always;
-    /// otherwise not a writable fd of a file its owner may no longer write (created read-only,
-    /// or chmod'ed since), which the process that opened it may still write through.
-    fn reopenable(&self, f: &NodeFile) -> bool {
-        self.as_root
-            || !f.writable
-            || sys::fstat(f.fd.as_fd()).is_ok_and(|st| st.st_mode & libc::S_IWUSR != 0)
-    }
-
-    /// Before a change that may take away the last name of the file of node `ino` (at `p`):
-    /// the node's fd is pinned, so whoever has the file open can still reach it; `adopted`
-    /// when the store may keep that inode as the pre-image. Returns whether it was pinned.
-    fn pin(&self, ino: u64, p: &Path, adopted: bool) -> bool {
-        let have = self
-            .files
-            .lock()
-            .unwrap()
-            .get(&ino)
-            .is_some_and(|f| f.writable);
-        // Read-only (or none yet): writing to the file once it has no name needs more.
-        let fresh = if have {
-            None
-        } else {
-            match self.open_node(ino, p, false) {
-                Ok(f) => Some(Arc::new(f)),
-                Err(e) => {
-                    // The removal goes on; only a process that still has the file open loses it
-                    // (its reads and writes fail with ESTALE): said where it can be found.
-                    tracing::warn!(
-                        "{}: could not keep an fd of it before its last name goes ({e}); a \
-                         process that has it open can no longer use it",
-                        p.display()
-                    );
-                    None
-                }
-            }
-        };
-        // Marked under the cache's lock, in the entry the cache holds: no eviction can take
-        // it out in between.
-        let mut files = self.files.lock().unwrap();
-        let f = match (files.get(&ino), fresh) {
-            (Some(old), Some(new)) if !old.writable && new.writable => {
-                new.take_marks(old);
-                files.insert(ino, new.clone());
-                new
-            }
-            (Some(old), _) => old.clone(),
-            (None, Some(new)) => {
-                files.insert(ino, new.clone());
-                new
-            }
-            (None, None) => return false,
-        };
-        f.adopted.fetch_or(adopted, Ordering::Relaxed);
-        f.pinned.store(true, Ordering::Relaxed);
-        true
-    }
-
-    /// The removal did not happen after all: node `ino`'s fd need not be kept.
-    fn unpin(&self, ino: u64) {
-        if let Some(f) = self.files.lock().unwrap().get(&ino) {
-            f.pinned.store(false, Ordering::Relaxed);
-            f.adopted.store(false, Ordering::Relaxed);
-        }
-    }
-
-    /// The fd, path and guard for a change to node `ino`'s content or attributes.
-    ///
-    /// A node with no name left is a file someone holds open after its last name went. If
-    /// the store adopted its inode as the pre-image of that removal, the store's copy must not
-    /// change: a copy of the file (unnamed, `O_TMPFILE`) takes the node's place before the
-    /// first change, and the writer works on that. Such changes are rare, and run one at a
-    /// time (the guard), so none can reach the inode the node had before.
-    fn for_change(&self, ino: u64) -> io::Result<Target<'_>> {
-        let named = self.removing.read().unwrap();
-        if let Ok(p) = self.path(ino) {
-            return Ok(Target {
-                file: self.node_file(ino, true)?,
-                path: Some(p),
-                _nameless: None,
-                _named: Some(named),
-            });
-        }
-        drop(named);
-        let guard = self.nameless.lock().unwrap();
-        let mut file = self.node_file(ino, true)?;
-        if file.adopted.load(Ordering::Relaxed) && sys::fstat(file.fd.as_fd())?.st_nlink > 0 {
-            let copy = NodeFile::new(self.private_copy(file.fd.as_fd())?, true);
-            copy.pinned.store(true, Ordering::Relaxed);
-            file = Arc::new(copy);
-            // In place of the adopted inode's fd, whatever the cache held.
-            let old = self.files.lock().unwrap().insert(ino, file.clone());
-            drop(old);
-        }
-        Ok(Target {
-            file,
-            path: None,
-            _nameless: Some(guard),
-            _named: None,
-        })
-    }
-
-    /// An unnamed copy of `src` (content, mode, owner and times), on the backing filesystem.
-    fn private_copy(&self, src: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-        let st = sys::fstat(src)?;
-        let fd = sys::openat(
-            self.root(),
-            Path::new("."),
-            OFlags::TMPFILE | OFlags::RDWR,
-            st.st_mode & 0o7777,
-        )?;
-        sys::copy_all(src, fd.as_fd(), st.st_size as u64)?;
-        if self.as_root {
-            sys::fchown(fd.as_fd(), st.st_uid, st.st_gid)?;
-            sys::fchmod(fd.as_fd(), st.st_mode & 0o7777)?;
-        }
-        let t = |s: i64, ns: u64| Some(Some((s, ns as i64)));
-        sys::futimens(
-            fd.as_fd(),
-            t(st.st_atime, st.st_atime_nsec),
-            t(st.st_mtime, st.st_mtime_nsec),
-        )?;
-        Ok(fd)
-    }
-
-    fn before(
+    pub(super) fn before(
         &self,
         ctx: &Ctx,
         op: Op,
@@ -450,7 +180,7 @@ impl Core {
     /// it shows.
     /// `range`: the bytes the change overwrites (see [`Change::range`]); `file`: the node's fd
     /// (see [`Change::file`]).
-    fn before_node(
+    pub(super) fn before_node(
         &self,
         ctx: &Ctx,
         op: Op,
@@ -475,7 +205,7 @@ impl Core {
         )
     }
 
-    fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
+    pub(super) fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
         self.observer.after(
             ctx.pid,
             &Change {
@@ -489,52 +219,6 @@ impl Core {
                 gone: None,
             },
         );
-    }
-
-    /// Whether `st` is a regular file with one name: a change taking that name away may keep
-    /// its content by hard-linking it into the store. (The file may still be open: a change to
-    /// it once its name is gone goes to a copy, see [`Core::for_change`].)
-    fn is_last_name(st: &Stat) -> bool {
-        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1
-    }
-
-    /// The node of `st`, a file about to lose a name, if the kernel holds one and the file may
-    /// be left with no name it knows: a regular file with one name, or whose other names were
-    /// never looked up. Its fd is pinned before the name goes (see [`Core::pin`]), as the
-    /// kernel may have it open. (A file that keeps a known name is reached by that name: git
-    /// links each object to its final name and unlinks the temporary one.)
-    fn victim(&self, st: &Stat) -> Option<u64> {
-        let ino = self.inodes.ino_of(st)?;
-        (is_regular(st) && (st.st_nlink == 1 || self.inodes.aliases(ino).is_empty())).then_some(ino)
-    }
-
-    /// Runs `apply` between the observer's `before` and `after` (or `failed`) for a change that
-    /// may take away a name of a file; `victim` is its node to pin first (see `victim`).
-    fn removal<T>(
-        &self,
-        ctx: &Ctx,
-        change: Change<'_>,
-        victim: Option<u64>,
-        apply: impl FnOnce() -> io::Result<T>,
-    ) -> io::Result<T> {
-        let _permit = self.observer.before(ctx.pid, &change)?;
-        let pinned = match victim {
-            Some(v) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
-            None => false,
-        };
-        match apply() {
-            Ok(v) => {
-                self.observer.after(ctx.pid, &change);
-                Ok(v)
-            }
-            Err(e) => {
-                if pinned {
-                    self.unpin(victim.unwrap());
-                }
-                self.observer.failed(&change);
-                Err(e)
-            }
-        }
     }
 
     /// Stats a node by path, checking it is still the file the node stands for.
@@ -557,44 +241,7 @@ impl Core {
         self.inodes.forget(ino, n);
         if self.inodes.key(ino).is_none() {
             // The node is gone, and its fd with it.
-            let f = self.files.lock().unwrap().remove(&ino);
-            if let Some(f) = f.and_then(|f| Arc::try_unwrap(f).ok()) {
-                // Closing frees an unlinked file, or writes out a truncated one: the closer's
-                // work. Any other fd closes here (waking the closer costs more).
-                if f.pinned.into_inner() || f.truncated.into_inner() {
-                    self.close_elsewhere(vec![f.fd]);
-                }
-            }
-        }
-    }
-
-    /// After a rewind wrote the files at `rels` anew (beside them, then exchanged) or
-    /// removed them: a node still standing for a file that was there loses that name, and its
-    /// fd, if it has one, is marked as the store's (the old file may be a pre-image now), so a
-    /// process that still has it open reads it as it was and changes a copy (see
-    /// `for_change`). Called with changes held off (the rewind's gate).
-    pub fn replaced(&self, rels: &[PathBuf]) {
-        // All resolved first: a directory losing its name first would hide what is below it.
-        let found: Vec<(&Path, u64, u64)> = rels
-            .iter()
-            .filter_map(|rel| match self.inodes.resolve(rel) {
-                (Some(parent), Some(node)) => Some((rel.as_path(), parent, node)),
-                _ => None,
-            })
-            .collect();
-        for (rel, parent, node) in found {
-            let Some(name) = rel.file_name() else {
-                continue;
-            };
-            let now = sys::lstat_opt(self.root(), rel).ok().flatten();
-            if now.is_some_and(|st| self.inodes.key(node) == Some((st.st_dev, st.st_ino))) {
-                continue; // the same file
-            }
-            self.inodes.renamed(node, (parent, name), None);
-            if let Some(f) = self.files.lock().unwrap().get(&node) {
-                f.pinned.store(true, Ordering::Relaxed);
-                f.adopted.store(true, Ordering::Relaxed);
-            }
+            self.drop_file(ino);
         }
     }
 
@@ -612,85 +259,6 @@ impl Core {
                 Ok(st)
             }
             None => self.stat_node(ino).map(|(_, st)| st),
-        }
-    }
-
-    pub fn setattr(&self, ctx: &Ctx, ino: u64, a: SetAttr) -> io::Result<Stat> {
-        let kind = self.inodes.kind(ino).unwrap_or(0);
-        // A file's content or attributes change through its fd when it has no name left (and
-        // then perhaps a copy's: see `for_change`); otherwise by path, except a truncate.
-        let nameless = self.path(ino).is_err() && kind == libc::S_IFREG;
-        let target = if nameless || (a.size.is_some() && kind != libc::S_IFDIR) {
-            Some(self.for_change(ino)?)
-        } else {
-            None
-        };
-        let p = match &target {
-            Some(t) => t.path.clone(),
-            None => self.path(ino).ok(),
-        };
-        let fd = target.as_ref().map(|t| t.file.fd.as_fd());
-        let op = if a.size.is_some() {
-            Op::Truncate
-        } else if a.mode.is_some() {
-            Op::Chmod
-        } else if a.uid.is_some() || a.gid.is_some() {
-            Op::Chown
-        } else {
-            Op::Utimes
-        };
-        let _permit = if let Some(p) = &p {
-            // A truncate overwrites what lies past the new size.
-            let range = a.size.map(|n| (n, u64::MAX - n));
-            self.before_node(ctx, op, ino, p, range, fd)?
-        } else {
-            None
-        };
-        if let Some(size) = a.size {
-            let fd = fd.ok_or_else(|| err(libc::EISDIR))?;
-            sys::ftruncate(fd, size)?;
-            if let Some(t) = &target {
-                t.file.truncated.store(true, Ordering::Relaxed);
-            }
-            // The kernel asks for this with FATTR_KILL_SUIDGID when the caller lacks CAP_FSETID;
-            // fuser does not pass that bit on, and root is who has the capability.
-            if ctx.uid != 0 {
-                Self::kill_suid_sgid(fd, ctx.gid)?;
-            }
-        }
-        if a.uid.is_some() || a.gid.is_some() {
-            match (&p, fd) {
-                (Some(p), _) => sys::lchownat(self.root(), p, a.uid, a.gid)?,
-                (None, Some(fd)) => {
-                    let st = sys::fstat(fd)?;
-                    sys::fchown(fd, a.uid.unwrap_or(st.st_uid), a.gid.unwrap_or(st.st_gid))?
-                }
-                (None, None) => return Err(err(libc::ENOENT)),
-            }
-        }
-        if let Some(mode) = a.mode {
-            if kind == libc::S_IFLNK {
-                return Err(err(libc::EOPNOTSUPP));
-            }
-            match (&p, fd) {
-                (Some(p), _) => sys::chmodat(self.root(), p, mode & 0o7777)?,
-                (None, Some(fd)) => sys::fchmod(fd, mode & 0o7777)?,
-                (None, None) => return Err(err(libc::ENOENT)),
-            }
-        }
-        if a.atime.is_some() || a.mtime.is_some() {
-            match (&p, fd) {
-                (Some(p), _) => sys::lutimensat(self.root(), p, a.atime, a.mtime)?,
-                (None, Some(fd)) => sys::futimens(fd, a.atime, a.mtime)?,
-                (None, None) => return Err(err(libc::ENOENT)),
-            }
-        }
-        if let Some(p) = &p {
-            self.after(ctx, op, p, None);
-        }
-        match fd {
-            Some(fd) => sys::fstat(fd),
-            None => self.getattr(ino),
         }
     }
 
@@ -820,546 +388,12 @@ impl Core {
         Ok((looked, st))
     }
 
-    pub fn unlink(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
-        self.remove(ctx, parent, name, false)
-    }
-
-    pub fn rmdir(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> io::Result<()> {
-        self.remove(ctx, parent, name, true)
-    }
-
-    fn remove(&self, ctx: &Ctx, parent: u64, name: &OsStr, is_dir: bool) -> io::Result<()> {
-        let p = self.child_path(parent, name)?;
-        let st = sys::lstat_at(self.root(), &p)?;
-        let is_actually_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        if is_dir && !is_actually_dir {
-            return Err(err(libc::ENOTDIR));
-        }
-        if !is_dir && is_actually_dir {
-            return Err(err(libc::EISDIR));
-        }
-        let op = if is_dir { Op::Rmdir } else { Op::Unlink };
-        let change = Change {
-            op,
-            path: &p,
-            path2: None,
-            aliases: &[],
-            last_name: !is_dir && Self::is_last_name(&st),
-            range: None,
-            file: None,
-            gone: Some(&st),
-        };
-        let victim = self.victim(&st);
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
-        self.removal(ctx, change, victim, || {
-            sys::unlinkat(self.root(), &p, is_dir)
-        })?;
-        if let Some(ino) = self.inodes.ino_of(&st) {
-            self.inodes.renamed(ino, (parent, name), None);
-            if is_dir || st.st_nlink <= 1 {
-                self.inodes.unlinked(ino);
-            }
-        }
-        Ok(())
-    }
-
-    pub fn rename(
-        &self,
-        ctx: &Ctx,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-        flags: u32,
-    ) -> io::Result<()> {
-        let from = self.child_path(parent, name)?;
-        let to = self.child_path(newparent, newname)?;
-        let src = sys::lstat_at(self.root(), &from)?;
-        let dst = sys::lstat_opt(self.root(), &to)?;
-        let exchange = flags & libc::RENAME_EXCHANGE != 0;
-        let op = if exchange { Op::Exchange } else { Op::Rename };
-        let same_file = dst
-            .as_ref()
-            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
-        let change = Change {
-            op,
-            path: &from,
-            path2: Some(&to),
-            aliases: &[],
-            last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
-            range: None,
-            file: None,
-            gone: dst.as_ref(),
-        };
-        let victim = dst
-            .as_ref()
-            .filter(|_| !exchange && !same_file)
-            .and_then(|d| self.victim(d));
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
-        self.removal(ctx, change, victim, || {
-            sys::renameat2(self.root(), &from, &to, flags)
-        })?;
-        let src_ino = self.inodes.ino_of(&src);
-        let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
-        let same = dst
-            .as_ref()
-            .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
-        if same {
-            return Ok(()); // renaming a hard link onto another name of itself does nothing
-        }
-        if let Some(d) = dst_ino {
-            if exchange {
-                self.inodes
-                    .renamed(d, (newparent, newname), Some((parent, name)));
-            } else {
-                self.inodes.renamed(d, (newparent, newname), None);
-                let dst = dst.unwrap();
-                if dst.st_mode & libc::S_IFMT == libc::S_IFDIR || dst.st_nlink <= 1 {
-                    self.inodes.unlinked(d);
-                }
-            }
-        }
-        if let Some(s) = src_ino {
-            self.inodes
-                .renamed(s, (parent, name), Some((newparent, newname)));
-        }
-        Ok(())
-    }
-
-    /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
-    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let f = self.node_file(ino, false)?;
-        sys::pread_full(f.fd.as_fd(), buf, off)
-    }
-
-    /// Writes `data` at `off`; `kill_suid_sgid` when the kernel says the writer may not keep
-    /// the file's set-user/group-ID bits (`FUSE_WRITE_KILL_SUIDGID`).
-    pub fn write(
-        &self,
-        ctx: &Ctx,
-        ino: u64,
-        off: u64,
-        data: &[u8],
-        kill_suid_sgid: bool,
-    ) -> io::Result<usize> {
-        let t = self.for_change(ino)?;
-        if let (Some(hold), Some(_)) = (self.hold_named_write, &t.path) {
-            std::thread::sleep(hold);
-        }
-        let _permit = match &t.path {
-            Some(p) => {
-                let range = Some((off, data.len() as u64));
-                self.before_node(ctx, Op::Write, ino, p, range, Some(t.file.fd.as_fd()))?
-            }
-            None => None,
-        };
-        if kill_suid_sgid {
-            Self::kill_suid_sgid(t.file.fd.as_fd(), ctx.gid)?;
-        }
-        let mut done = 0;
-        while done < data.len() {
-            let n = sys::pwrite(t.file.fd.as_fd(), &data[done..], off + done as u64)?;
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        if let Some(p) = &t.path {
-            self.after(ctx, Op::Write, p, None);
-        }
-        Ok(done)
-    }
-
-    /// What the kernel does for a write or truncate by a process without `CAP_FSETID`, and
-    /// leaves to the daemon (`FUSE_HANDLE_KILLPRIV_V2`; the daemon itself has the capability,
-    /// so the backing filesystem would keep the bits): clear set-user-ID, and set-group-ID when
-    /// group-execute is set or the caller is not in the file's group (the kernel's
-    /// `setattr_should_drop_sgid`; the request carries only the caller's primary group).
-    fn kill_suid_sgid(fd: BorrowedFd<'_>, caller_gid: u32) -> io::Result<()> {
-        let st = sys::fstat(fd)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Ok(());
-        }
-        let mut mode = st.st_mode & 0o7777;
-        mode &= !libc::S_ISUID;
-        if mode & libc::S_IXGRP != 0 || st.st_gid != caller_gid {
-            mode &= !libc::S_ISGID;
-        }
-        if mode != st.st_mode & 0o7777 {
-            sys::fchmod(fd, mode)?;
-        }
-        Ok(())
-    }
-
-    pub fn fsync(&self, ctx: &Ctx, ino: u64, datasync: bool) -> io::Result<()> {
-        if sys::is_own_thread(ctx.pid) {
-            // The daemon's own fsync through the mount at a message boundary: it only makes
-            // the kernel hand over the file's dirty (mmap) pages, which it has done before
-            // sending this; syncing the disk is not asked for.
-            return Ok(());
-        }
-        let f = self.node_file(ino, false)?;
-        sys::fsync(f.fd.as_fd(), datasync)
-    }
-
-    /// Up to `max` entries of directory `ino` from position `offset` (0 or an entry's `next`).
-    ///
-    /// Directories are read without an open handle (OPENDIR is declined, so the kernel sends
-    /// neither OPENDIR nor RELEASEDIR, and caches listings): each call opens the directory by
-    /// path and continues at the backing filesystem's own position cookie, which stays valid
-    /// while the directory changes. `.` is the node itself and `..` the root's id for the
-    /// root (the kernel looks neither up).
-    pub fn readdir(&self, ino: u64, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        Self::entries(ino, fd.as_fd(), offset, max)
-    }
-
-    /// Like [`readdir`](Self::readdir), with each entry looked up (as LOOKUP would) and handed
-    /// to `add` with its node and attributes, until `add` says the reply is full (that entry's
-    /// lookup is then taken back). `.` and `..` come with the directory's own attributes and
-    /// are not looked up. An entry gone since the directory was read is skipped.
-    ///
-    /// Entries are stat'ed relative to the directory's fd: one path walk per request instead
-    /// of one per entry, and no path built per entry.
-    pub fn readdirplus(
-        &self,
-        ino: u64,
-        offset: u64,
-        max: usize,
-        mut add: impl FnMut(&DirEnt, &Stat, Option<Looked>) -> bool,
-    ) -> io::Result<()> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        let ents = Self::entries(ino, fd.as_fd(), offset, max)?;
-        let mut own: Option<Stat> = None;
-        for e in &ents {
-            if e.name == "." || e.name == ".." {
-                // Not an error for the whole reply: entries before it may be added already.
-                let st = match own.or_else(|| sys::fstat(fd.as_fd()).ok()) {
-                    Some(st) => *own.insert(st),
-                    None => continue,
-                };
-                if add(e, &st, None) {
-                    break;
-                }
-                continue;
-            }
-            if sys::validate_name(&e.name).is_err() {
-                continue;
-            }
-            let Ok(st) = sys::lstat_at(fd.as_fd(), Path::new(&e.name)) else {
-                continue;
-            };
-            let l = self.inodes.lookup(ino, &e.name, &st);
-            if add(e, &st, Some(l)) {
-                // Not sent: the kernel did not take this lookup.
-                self.forget(l.ino, 1);
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn entries(ino: u64, fd: BorrowedFd<'_>, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
-        let ents = sys::read_dir_from(fd, offset as i64, max)?;
-        Ok(ents
-            .into_iter()
-            .map(|(name, backing_ino, dtype, next)| {
-                let ino = match name.as_bytes() {
-                    b"." => ino,
-                    b".." if ino == ROOT => ROOT,
-                    _ => backing_ino,
-                };
-                DirEnt {
-                    name,
-                    ino,
-                    dtype,
-                    next: next as u64,
-                }
-            })
-            .collect())
-    }
-
-    /// fsync of a directory (no handle: directories are read without one).
-    pub fn fsyncdir(&self, ctx: &Ctx, ino: u64, datasync: bool) -> io::Result<()> {
-        if sys::is_own_thread(ctx.pid) {
-            return Ok(());
-        }
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        sys::fsync(fd.as_fd(), datasync)
-    }
-
     pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {
         sys::fstatvfs(self.root())
-    }
-
-    /// An fd usable for xattr calls through `/proc/self/fd`.
-    fn xattr_fd(&self, ino: u64) -> io::Result<(PathBuf, OwnedFd, bool)> {
-        let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::PATH, 0)?;
-        let is_link = self.inodes.kind(ino) == Some(libc::S_IFLNK);
-        Ok((p, fd, is_link))
-    }
-
-    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> io::Result<Vec<u8>> {
-        let caps = name.as_bytes() == CAPS;
-        if caps && self.inodes.no_caps(ino) {
-            return Err(err(libc::ENODATA));
-        }
-        let epoch = self.inodes.caps_epoch(ino);
-        let (_, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::ENODATA));
-        }
-        let r = sys::getxattr(fd.as_fd(), name, size as usize);
-        if let (true, Some(epoch)) = (caps, epoch) {
-            if matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENODATA)) {
-                self.inodes.learn_no_caps(ino, epoch);
-            }
-        }
-        r
-    }
-
-    pub fn listxattr(&self, ino: u64, size: u32) -> io::Result<Vec<u8>> {
-        let (_, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Ok(Vec::new());
-        }
-        sys::listxattr(fd.as_fd(), size as usize)
-    }
-
-    pub fn setxattr(
-        &self,
-        ctx: &Ctx,
-        ino: u64,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-    ) -> io::Result<()> {
-        let (p, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::EPERM));
-        }
-        if name.as_bytes() == CAPS {
-            self.inodes.forget_no_caps(ino);
-        }
-        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
-        sys::setxattr(fd.as_fd(), name, value, flags)?;
-        self.after(ctx, Op::Setxattr, &p, None);
-        Ok(())
-    }
-
-    pub fn removexattr(&self, ctx: &Ctx, ino: u64, name: &OsStr) -> io::Result<()> {
-        let (p, fd, is_link) = self.xattr_fd(ino)?;
-        if is_link {
-            return Err(err(libc::ENODATA));
-        }
-        if name.as_bytes() == CAPS {
-            self.inodes.forget_no_caps(ino);
-        }
-        let _permit = self.before(ctx, Op::Setxattr, &p, None)?;
-        sys::removexattr(fd.as_fd(), name)?;
-        self.after(ctx, Op::Setxattr, &p, None);
-        Ok(())
     }
 
     pub fn access(&self, ino: u64, mask: i32) -> io::Result<()> {
         let p = self.path(ino)?;
         sys::accessat(self.root(), &p, mask)
-    }
-
-    pub fn fallocate(&self, ctx: &Ctx, ino: u64, off: u64, len: u64, mode: i32) -> io::Result<()> {
-        let t = self.for_change(ino)?;
-        let _permit = match &t.path {
-            Some(p) => {
-                // Punching or zeroing overwrites the range; shifting data (collapse, insert)
-                // moves everything after it; plain allocation overwrites nothing.
-                let range = if mode
-                    & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE)
-                    != 0
-                {
-                    None
-                } else if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-                    Some((off, len))
-                } else {
-                    Some((0, 0))
-                };
-                self.before_node(ctx, Op::Fallocate, ino, p, range, Some(t.file.fd.as_fd()))?
-            }
-            None => None,
-        };
-        sys::fallocate(t.file.fd.as_fd(), mode, off, len)?;
-        if let Some(p) = &t.path {
-            self.after(ctx, Op::Fallocate, p, None);
-        }
-        Ok(())
-    }
-
-    pub fn lseek(&self, ino: u64, off: i64, whence: i32) -> io::Result<u64> {
-        let f = self.node_file(ino, false)?;
-        sys::lseek(f.fd.as_fd(), off, whence)
-    }
-
-    pub fn copy_file_range(
-        &self,
-        ctx: &Ctx,
-        (ino_in, off_in): (u64, u64),
-        (ino_out, off_out): (u64, u64),
-        len: u64,
-    ) -> io::Result<usize> {
-        let src = self.node_file(ino_in, false)?;
-        let t = self.for_change(ino_out)?;
-        let _permit = match &t.path {
-            Some(p) => {
-                let range = Some((off_out, len));
-                self.before_node(ctx, Op::Write, ino_out, p, range, Some(t.file.fd.as_fd()))?
-            }
-            None => None,
-        };
-        let n = sys::copy_file_range(
-            src.fd.as_fd(),
-            off_in,
-            t.file.fd.as_fd(),
-            off_out,
-            len.min(1 << 30) as usize,
-        )?;
-        if let Some(p) = &t.path {
-            self.after(ctx, Op::Write, p, None);
-        }
-        Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    /// Keeps the content of a file losing its last name by a hard link into a "store"
-    /// directory, as the store adopts files (see `store/blobs.rs`).
-    struct Adopter {
-        root: PathBuf,
-        store: PathBuf,
-    }
-
-    impl Observer for Adopter {
-        fn before(&self, _pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
-            if change.last_name {
-                let p = change.path2.unwrap_or(change.path);
-                std::fs::hard_link(self.root.join(p), self.store.join(p))?;
-            }
-            Ok(None)
-        }
-        fn after(&self, _pid: u32, _change: &Change<'_>) {}
-    }
-
-    const CTX: Ctx = Ctx {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
-
-    fn read_all(core: &Core, ino: u64) -> Vec<u8> {
-        let mut buf = vec![0; 64];
-        let n = core.read(ino, 0, &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    }
-
-    /// A file someone holds open (the kernel holds its node) after its last name went: it can
-    /// still be read and changed through the node, and a change goes to a copy, never to the
-    /// inode the store kept as the removal's pre-image. Without the copy the last assertion
-    /// fails; without the pinned fd the read fails.
-    #[test]
-    fn a_change_to_a_file_whose_last_name_went_never_reaches_its_adopted_pre_image() {
-        for rename_over in [false, true] {
-            let d = tempfile::tempdir().unwrap();
-            let (root, store) = (d.path().join("w"), d.path().join("s"));
-            std::fs::create_dir_all(&root).unwrap();
-            std::fs::create_dir_all(&store).unwrap();
-            std::fs::write(root.join("f"), b"old").unwrap();
-            std::fs::write(root.join("g"), b"new file").unwrap();
-            let obs = Arc::new(Adopter {
-                root: root.clone(),
-                store: store.clone(),
-            });
-            let core = Core::new(sys::open_dir_path(&root).unwrap(), obs).unwrap();
-            let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
-            core.lookup(ROOT, OsStr::new("g")).unwrap();
-            if rename_over {
-                let (g, f) = (OsStr::new("g"), OsStr::new("f"));
-                core.rename(&CTX, ROOT, g, ROOT, f, 0).unwrap();
-            } else {
-                core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
-            }
-            assert!(core.path(l.ino).is_err(), "the node has no name left");
-            assert_eq!(read_all(&core, l.ino), b"old");
-            assert_eq!(core.write(&CTX, l.ino, 0, b"NEW!", false).unwrap(), 4);
-            core.setattr(
-                &CTX,
-                l.ino,
-                SetAttr {
-                    size: Some(5),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            assert_eq!(read_all(&core, l.ino), b"NEW!\0");
-            assert_eq!(core.getattr(l.ino).unwrap().st_size, 5);
-            assert_eq!(std::fs::read(store.join("f")).unwrap(), b"old");
-        }
-    }
-
-    /// A cache fill racing a removal (a read that opened the file just before its name went)
-    /// never replaces the fd the removal pinned, which carries the marks that keep changes off
-    /// the store's inode; a writable fd replacing a read-only one takes those marks over.
-    #[test]
-    fn a_cache_fill_never_replaces_a_pinned_fd() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("f"), b"x").unwrap();
-        let obs = Arc::new(crate::capture::Passthrough);
-        let core = Core::new(sys::open_dir_path(d.path()).unwrap(), obs).unwrap();
-        let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
-        let f = Path::new("f");
-        assert!(core.pin(l.ino, f, true));
-        let racing = Arc::new(core.open_node(l.ino, f, false).unwrap());
-        let kept = core.keep_file(l.ino, racing.clone());
-        assert!(!Arc::ptr_eq(&kept, &racing), "the pinned fd stays");
-        assert!(kept.pinned.load(Ordering::Relaxed) && kept.adopted.load(Ordering::Relaxed));
-
-        let mut ro = core.open_node(l.ino, f, false).unwrap();
-        ro.writable = false;
-        ro.pinned.store(true, Ordering::Relaxed);
-        ro.adopted.store(true, Ordering::Relaxed);
-        core.files.lock().unwrap().insert(l.ino, Arc::new(ro));
-        let rw = Arc::new(core.open_node(l.ino, f, true).unwrap());
-        let kept = core.keep_file(l.ino, rw.clone());
-        assert!(
-            Arc::ptr_eq(&kept, &rw),
-            "a writable fd replaces a read-only one"
-        );
-        assert!(kept.pinned.load(Ordering::Relaxed) && kept.adopted.load(Ordering::Relaxed));
-    }
-
-    /// Without adoption (the file had another name, which the kernel never looked up), a
-    /// change through the node reaches the file itself: a hard link shares its content.
-    #[test]
-    fn a_change_to_a_file_still_named_elsewhere_reaches_that_name() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("f"), b"old").unwrap();
-        std::fs::hard_link(d.path().join("f"), d.path().join("other")).unwrap();
-        let core = Core::new(
-            sys::open_dir_path(d.path()).unwrap(),
-            Arc::new(crate::capture::Passthrough),
-        )
-        .unwrap();
-        let (l, _) = core.lookup(ROOT, OsStr::new("f")).unwrap();
-        core.unlink(&CTX, ROOT, OsStr::new("f")).unwrap();
-        core.write(&CTX, l.ino, 0, b"NEW", false).unwrap();
-        assert_eq!(std::fs::read(d.path().join("other")).unwrap(), b"NEW");
     }
 }

@@ -2,8 +2,13 @@
 //!
 //! Nothing here touches the disk; errors from the core keep their errno (`errno_of`).
 
+mod content;
 pub mod core;
+mod dir;
+mod files;
 pub mod inodes;
+mod remove;
+mod xattr;
 
 use std::ffi::OsStr;
 use std::io;
