@@ -12,6 +12,7 @@
 //! committed before the change it protects is applied. `schema/store.md` describes every table.
 
 pub mod blobs;
+mod error;
 pub mod gc;
 pub mod journal;
 mod model;
@@ -23,6 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 pub use self::blobs::Blobs;
+pub use self::error::{Result, StoreError};
 use self::journal::{Journal, Record};
 pub use self::model::{
     Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
@@ -36,55 +38,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/003_ranges.sql"),
     include_str!("../../schema/004_changes_index.sql"),
 ];
-
-/// Errors of the store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database was written by a newer rewindfs.
-    #[error(
-        "store {path} has schema version {found}, newer than this rewindfs supports ({supported}); upgrade rewindfs"
-    )]
-    TooNew {
-        path: String,
-        found: i64,
-        supported: i64,
-    },
-    /// SQLite failed.
-    #[error("store database: {0}")]
-    Sql(#[from] rusqlite::Error),
-    /// Blob or directory I/O failed.
-    #[error("store: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl StoreError {
-    /// The errno a refused change gets: a full store is `ENOSPC`, a busy one `EAGAIN`.
-    pub fn errno(&self) -> i32 {
-        match self {
-            StoreError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            StoreError::Sql(rusqlite::Error::SqliteFailure(e, _)) => match e.code {
-                rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
-                    libc::EAGAIN
-                }
-                _ => libc::EIO,
-            },
-            _ => libc::EIO,
-        }
-    }
-}
-
-impl From<StoreError> for std::io::Error {
-    fn from(e: StoreError) -> std::io::Error {
-        let code = e.errno();
-        std::io::Error::new(
-            std::io::Error::from_raw_os_error(code).kind(),
-            e.to_string(),
-        )
-    }
-}
-
-pub type Result<T> = std::result::Result<T, StoreError>;
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
