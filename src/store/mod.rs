@@ -15,6 +15,7 @@ pub mod blobs;
 mod error;
 pub mod gc;
 pub mod journal;
+mod migrate;
 mod model;
 
 use std::path::Path;
@@ -26,18 +27,11 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 pub use self::blobs::Blobs;
 pub use self::error::{Result, StoreError};
 use self::journal::{Journal, Record};
+use self::migrate::{SCHEMA_VERSION, migrate};
 pub use self::model::{
     Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
     RangeContent, RewindRow, Tracked,
 };
-
-/// Migrations, in order; `PRAGMA user_version` is the number applied.
-const MIGRATIONS: &[&str] = &[
-    include_str!("../../schema/001_init.sql"),
-    include_str!("../../schema/002_retention.sql"),
-    include_str!("../../schema/003_ranges.sql"),
-    include_str!("../../schema/004_changes_index.sql"),
-];
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -774,10 +768,9 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
         problems.push(format!("database integrity: {ok}"));
     }
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > MIGRATIONS.len() as i64 {
+    if version > SCHEMA_VERSION {
         problems.push(format!(
-            "schema version {version} is newer than this rewindfs ({})",
-            MIGRATIONS.len()
+            "schema version {version} is newer than this rewindfs ({SCHEMA_VERSION})"
         ));
     }
     let blobs = Blobs::at(&dir.join("blobs"));
@@ -843,65 +836,11 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     Ok((problems, hashes.len() + journal_blobs))
 }
 
-/// Applies pending migrations inside an exclusive transaction; refuses a newer database.
-fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let supported = MIGRATIONS.len() as i64;
-    if version > supported {
-        return Err(StoreError::TooNew {
-            path: db.display().to_string(),
-            found: version,
-            supported,
-        });
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-    }
-    tx.commit()?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs::OpenOptions;
 
     use super::*;
-
-    #[test]
-    fn migrations_apply_once_and_a_newer_store_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Store::open(d.path(), false).unwrap();
-        let seq = s
-            .begin_checkpoint(
-                "11111111-1111-4111-8111-111111111111",
-                Some("s1"),
-                "message",
-            )
-            .unwrap();
-        drop(s);
-        let s = Store::open(d.path(), false).unwrap();
-        assert_eq!(
-            s.checkpoint("11111111-1111-4111-8111-111111111111")
-                .unwrap()
-                .unwrap()
-                .seq,
-            seq
-        );
-        drop(s);
-        let c = Connection::open(d.path().join("rewindfs.db")).unwrap();
-        c.pragma_update(None, "user_version", 99).unwrap();
-        drop(c);
-        let err = Store::open(d.path(), false)
-            .err()
-            .expect("newer store must be refused");
-        assert!(
-            err.to_string()
-                .contains("newer than this rewindfs supports"),
-            "{err}"
-        );
-    }
 
     /// An `rm` adopted a file (a pending key in the journal) and the daemon died: the next
     /// open hashes the file, and the database names it by its hash; the same holds for a batch
