@@ -21,12 +21,13 @@ pub mod gc;
 pub mod journal;
 mod migrate;
 mod model;
+mod rewinds;
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 
 use self::apply::{Pending, capture_exists};
 pub use self::blobs::Blobs;
@@ -89,55 +90,6 @@ impl Store {
             blobs,
             dir: dir.to_owned(),
         })
-    }
-
-    pub fn insert_rewind(&self, r: &RewindRow) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO rewinds (id, checkpoint, target, scope, state, plan, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![r.id, r.checkpoint, r.target, r.scope, r.state, r.plan, now_ms()],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub fn set_rewind_state(&self, id: &str, state: &str) -> Result<()> {
-        self.with(|c| {
-            c.execute(
-                "UPDATE rewinds SET state = ?2 WHERE id = ?1",
-                params![id, state],
-            )?;
-            Ok(())
-        })
-    }
-
-    fn rewinds_where(&self, cond: &str) -> Result<Vec<RewindRow>> {
-        self.with(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT id, checkpoint, target, scope, state, plan FROM rewinds WHERE {cond} ORDER BY created_at, rowid"
-            ))?;
-            let rows = st.query_map([], |r| {
-                Ok(RewindRow {
-                    id: r.get(0)?,
-                    checkpoint: r.get(1)?,
-                    target: r.get(2)?,
-                    scope: r.get(3)?,
-                    state: r.get(4)?,
-                    plan: r.get(5)?,
-                })
-            })?;
-            rows.collect()
-        })
-    }
-
-    /// Rewinds interrupted by a crash.
-    pub fn unfinished_rewinds(&self) -> Result<Vec<RewindRow>> {
-        self.rewinds_where("state = 'applying'")
-    }
-
-    /// The most recent completed rewind that has not been undone.
-    pub fn last_done_rewind(&self) -> Result<Option<RewindRow>> {
-        Ok(self.rewinds_where("state = 'done'")?.pop())
     }
 
     /// Every blob hash a capture refers to (for `fsck`).
