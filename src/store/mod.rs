@@ -91,20 +91,6 @@ impl Store {
             dir: dir.to_owned(),
         })
     }
-
-    /// Every blob hash a capture refers to (for `fsck`).
-    pub fn referenced_blobs(&self) -> Result<Vec<String>> {
-        self.with(|c| {
-            let mut st = c.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges WHERE blob IS NOT NULL")?;
-            let rows = st.query_map([], |r| r.get(0))?;
-            rows.collect()
-        })
-    }
-
-    /// `PRAGMA integrity_check`.
-    pub fn integrity_check(&self) -> Result<String> {
-        self.with(|c| c.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
-    }
 }
 
 /// Checks a store without changing it (safe while a daemon uses it): SQLite's integrity check,
