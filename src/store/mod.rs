@@ -17,6 +17,7 @@ mod captures;
 mod changes;
 mod checkpoints;
 mod error;
+mod fsck;
 pub mod gc;
 pub mod journal;
 mod migrate;
@@ -29,11 +30,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
-use self::apply::{Pending, capture_exists};
+use self::apply::Pending;
 pub use self::blobs::Blobs;
 pub use self::error::{Result, StoreError};
-use self::journal::Record;
-use self::migrate::{SCHEMA_VERSION, migrate};
+pub use self::fsck::fsck;
+use self::migrate::migrate;
 pub use self::model::{
     Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
     RangeContent, RewindRow, Tracked,
@@ -91,94 +92,4 @@ impl Store {
             dir: dir.to_owned(),
         })
     }
-}
-
-/// Checks a store without changing it (safe while a daemon uses it): SQLite's integrity check,
-/// the schema version, and that every blob a capture refers to exists and hashes to its name.
-/// Returns the problems found (empty when the store is sound) and the number of blobs checked.
-///
-/// # Errors
-/// The database cannot be opened at all.
-pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
-    let db = dir.join("rewindfs.db");
-    if !db.exists() {
-        return Err(StoreError::Io(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("{}: no store database", db.display()),
-        )));
-    }
-    let conn = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    let mut problems = Vec::new();
-    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-    if ok != "ok" {
-        problems.push(format!("database integrity: {ok}"));
-    }
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > SCHEMA_VERSION {
-        problems.push(format!(
-            "schema version {version} is newer than this rewindfs ({SCHEMA_VERSION})"
-        ));
-    }
-    let blobs = Blobs::at(&dir.join("blobs"));
-    let hashes: Vec<String> = {
-        let mut st = conn.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges WHERE blob IS NOT NULL")?;
-        let rows = st.query_map([], |r| r.get(0))?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
-    for h in &hashes {
-        match blobs.verify(h) {
-            Ok(true) => {}
-            Ok(false) => problems.push(format!("blob {h}: content does not match its hash")),
-            Err(e) => problems.push(format!("blob {h}: {e}")),
-        }
-    }
-    // A journal a crash left behind: its records go into the database at the next mount;
-    // their blobs must be sound now.
-    let left = journal::read(dir)?;
-    let mut journal_blobs = 0;
-    for r in &left.records {
-        let (h, path) = match r {
-            Record::Capture {
-                pre: PreImage { blob: Some(h), .. },
-                path,
-                ..
-            } => (h, String::from_utf8_lossy(path).into_owned()),
-            Record::Range {
-                capture,
-                range:
-                    Range {
-                        content: RangeContent::Blob(h),
-                        ..
-                    },
-            } => (h, format!("range of capture {capture}")),
-            _ => continue,
-        };
-        if let Record::Capture { id, .. } = r {
-            if blobs::is_pending(h) && capture_exists(&conn, *id) {
-                continue; // applied before a crash emptied the journal; its row has the hash
-            }
-        }
-        {
-            journal_blobs += 1;
-            match blobs.verify(h) {
-                Ok(true) => {}
-                Ok(false) => problems.push(format!(
-                    "journal: blob {h} of {path}: content does not match its hash"
-                )),
-                Err(e) => problems.push(format!("journal: blob {h} of {path}: {e}")),
-            }
-        }
-    }
-    let unfinished: i64 = conn.query_row(
-        "SELECT count(*) FROM rewinds WHERE state = 'applying'",
-        [],
-        |r| r.get(0),
-    )?;
-    if unfinished > 0 {
-        problems.push(format!(
-            "{unfinished} rewind(s) interrupted; the next mount finishes them"
-        ));
-    }
-    Ok((problems, hashes.len() + journal_blobs))
 }
