@@ -1,15 +1,36 @@
-//! The store: SQLite (checkpoints, captures, the change log, rewinds) and the blob directory.
+//! The store: what every change overwrote, kept outside the workspace — SQLite for the rows
+//! (checkpoints, captures, the change log, rewinds) and a content-addressed directory for the
+//! bytes. `schema/store.md` describes every table and consistency rule; design.md §5 is the
+//! contract.
 //!
 //! ```text
 //! <store>/
-//! ├── rewindfs.db        SQLite, WAL mode; schema in schema/00N_*.sql
-//! ├── blobs/             content-addressed pre-image contents (see blobs.rs)
-//! ├── control.sock       the daemon's control socket
-//! ├── daemon.pid, daemon.log, lock
+//! ├── rewindfs.db, -wal, -shm   SQLite, WAL mode; schema in schema/00N_*.sql (migrate.rs)
+//! ├── journal, journal.1        capture records not yet in the database (journal.rs, apply.rs)
+//! ├── blobs/                    pre-image contents (blobs.rs)
+//! │   ├── tmp/                  blob writes in flight
+//! │   ├── pending/              adopted files, until the journal is applied and names them
+//! │   └── ab/cdef…              content whose BLAKE3 hash is abcdef…
+//! ├── control.sock              the daemon's control socket
+//! ├── daemon.pid, daemon.log
+//! └── lock                      flock'ed by the daemon: one daemon per store
 //! ```
 //!
-//! One connection behind a mutex: writes are short (a row or two), and a capture's row is
-//! committed before the change it protects is applied. `schema/store.md` describes every table.
+//! One job per file: this one holds [`Store`] and [`Store::open`]; `model.rs` the domain
+//! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
+//! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
+//! `changes.rs` and `rewinds.rs` the queries, by table; `blobs.rs` the blob directory;
+//! `gc.rs` retention; `fsck.rs` the read-only check.
+//!
+//! Invariants:
+//! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
+//!   before the change is applied; its rows reach SQLite later, in a batch, and nothing is
+//!   lost if the daemon dies in between (the next open applies the journal first);
+//! - every query sees every change recorded so far, because it applies the journal before it
+//!   runs; only checkpoint rows bypass the journal, and need nothing in it (`checkpoints.rs`);
+//! - one connection behind a mutex, held for one statement or transaction; lock order
+//!   `applying` → `conn` → `pending`, and no change waits for SQLite (`apply.rs`);
+//! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`).
 
 mod apply;
 pub mod blobs;
@@ -40,6 +61,7 @@ pub use self::model::{
     RangeContent, RewindRow, Tracked,
 };
 
+/// Milliseconds since the Unix epoch, as the `*_at` columns hold them.
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -47,7 +69,8 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The store.
+/// An open store, shared by the daemon's threads; each method takes the locks it needs, in
+/// the order above.
 pub struct Store {
     /// The one connection (WAL mode). Held only for the duration of a statement or transaction.
     /// Lock order: `applying` → `conn` → `pending`.
@@ -58,7 +81,9 @@ pub struct Store {
     applying: Mutex<()>,
     /// Journalled writes not yet in the database, and the ids they allocate.
     pending: Mutex<Pending>,
+    /// The blob directory, `<store>/blobs`.
     pub blobs: Blobs,
+    /// The store's directory.
     pub dir: std::path::PathBuf,
 }
 
