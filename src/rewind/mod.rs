@@ -13,7 +13,9 @@
 //! the current ones (atomic per file); writers through the mount are held off for the whole
 //! rewind.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod history;
+
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -24,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
+use self::history::{History, Lineage, rebase, under};
 use crate::capture::{Recorder, snapshot};
 use crate::store::{Actor, Capture, Kind, PreImage, Store};
 use crate::sys;
@@ -188,40 +191,6 @@ fn key(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
 }
 
-fn under(p: &[u8], dir: &[u8]) -> Option<Vec<u8>> {
-    if p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/' {
-        Some(p[dir.len()..].to_vec())
-    } else {
-        None
-    }
-}
-
-fn rebase(rest: &[u8], onto: &[u8]) -> Vec<u8> {
-    let mut v = onto.to_vec();
-    v.extend_from_slice(rest);
-    v
-}
-
-/// What the rewind should make of a path.
-enum Lineage {
-    Pre(PreImage),
-    /// A range pre-image of the file then known by this name: its content is completed from
-    /// the path's next recorded state (see [`Engine::materialize`]).
-    Partial(Capture, Vec<u8>),
-    /// Unchanged since the checkpoint, now found at this path.
-    Current(Vec<u8>),
-}
-
-impl Lineage {
-    fn of(c: &Capture, at: Vec<u8>) -> Lineage {
-        if c.pre.partial {
-            Lineage::Partial(c.clone(), at)
-        } else {
-            Lineage::Pre(c.pre.clone())
-        }
-    }
-}
-
 /// Where the bytes a range pre-image did not save come from.
 enum Base {
     /// No file: zeros.
@@ -355,129 +324,6 @@ impl io::Read for Patched<'_> {
         };
         self.pos += n as u64;
         Ok(n)
-    }
-}
-
-/// The events recorded since a checkpoint, indexed for lineage queries.
-struct History {
-    by_path: HashMap<Vec<u8>, Vec<Capture>>,
-    moves: Vec<crate::store::Move>,
-}
-
-impl History {
-    fn load(store: &Store, from: i64) -> crate::store::Result<History> {
-        let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
-        let mut caps = store.captures_from(from)?;
-        caps.sort_by_key(|c| c.id);
-        for c in caps {
-            by_path.entry(c.path.clone()).or_default().push(c);
-        }
-        Ok(History {
-            by_path,
-            moves: store.moves_from(from)?,
-        })
-    }
-
-    /// The state `q` had when the checkpoint began (see the module doc).
-    fn lineage(&self, q: &[u8]) -> Lineage {
-        self.lineage_from(q, (0, 0))
-    }
-
-    /// What `q` was at event position `pos` (capture id, 0 = capture / 1 = move), found by
-    /// following it forward through the events after `pos`.
-    fn lineage_from(&self, q: &[u8], mut pos: (i64, u8)) -> Lineage {
-        let mut cur = q.to_vec();
-        loop {
-            let cap = self
-                .by_path
-                .get(&cur)
-                .and_then(|v| v.iter().find(|c| (c.id, 0) > pos));
-            let mv = self.moves.iter().find(|m| {
-                (m.after_capture, 1) > pos
-                    && (under(&cur, &m.src).is_some()
-                        || under(&cur, &m.dst).is_some()
-                        || (m.exchange && (cur == m.src || cur == m.dst)))
-            });
-            match (cap, mv) {
-                (Some(c), Some(m)) if (c.id, 0) < (m.after_capture, 1) => {
-                    return Lineage::of(c, cur);
-                }
-                (Some(c), None) => return Lineage::of(c, cur),
-                (_, Some(m)) => {
-                    pos = (m.after_capture, 1);
-                    if m.exchange {
-                        if cur == m.src {
-                            cur = m.dst.clone();
-                        } else if cur == m.dst {
-                            cur = m.src.clone();
-                        } else if let Some(rest) = under(&cur, &m.src) {
-                            cur = rebase(&rest, &m.dst);
-                        } else if let Some(rest) = under(&cur, &m.dst) {
-                            cur = rebase(&rest, &m.src);
-                        }
-                    } else if let Some(rest) = under(&cur, &m.src) {
-                        cur = rebase(&rest, &m.dst);
-                    } else {
-                        // Beneath the rename's target: that directory was absent or empty before.
-                        return Lineage::Pre(PreImage::absent());
-                    }
-                }
-                (None, None) => return Lineage::Current(cur),
-            }
-        }
-    }
-
-    /// The name that `p` (a name valid at event position `at`) had when the checkpoint began:
-    /// the renames before `at` undone, newest first. A name beneath a rename's source after
-    /// the rename is a new path; it keeps its name.
-    fn name_at_start(&self, p: &[u8], at: (i64, u8)) -> Vec<u8> {
-        let mut cur = p.to_vec();
-        for m in self.moves.iter().rev() {
-            if (m.after_capture, 1) >= at {
-                continue;
-            }
-            cur = Self::through(m, &cur, true);
-        }
-        cur
-    }
-
-    /// The name that `p` (valid at event position `at`) has now: the renames after `at`
-    /// applied, oldest first.
-    fn name_now(&self, p: &[u8], at: (i64, u8)) -> Vec<u8> {
-        let mut cur = p.to_vec();
-        for m in &self.moves {
-            if (m.after_capture, 1) <= at {
-                continue;
-            }
-            cur = Self::through(m, &cur, false);
-        }
-        cur
-    }
-
-    /// A name through one rename, forwards (`src` → `dst`) or backwards.
-    fn through(m: &crate::store::Move, p: &[u8], backwards: bool) -> Vec<u8> {
-        let (from, to) = if backwards {
-            (&m.dst, &m.src)
-        } else {
-            (&m.src, &m.dst)
-        };
-        if let Some(rest) = under(p, from) {
-            return rebase(&rest, to);
-        }
-        if m.exchange {
-            if let Some(rest) = under(p, to) {
-                return rebase(&rest, from);
-            }
-        }
-        p.to_vec()
-    }
-
-    /// Bit set of the actors that changed a path (by name) since the checkpoint.
-    fn actors(&self, p: &[u8]) -> u8 {
-        self.by_path
-            .get(p)
-            .map(|v| v.iter().fold(0, |a, c| a | c.actors))
-            .unwrap_or(0)
     }
 }
 
