@@ -13,6 +13,7 @@
 //! the current ones (atomic per file); writers through the mount are held off for the whole
 //! rewind.
 
+mod filter;
 mod history;
 mod patched;
 
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::OFlags;
 use serde::{Deserialize, Serialize};
 
+use self::filter::Filter;
 use self::history::{History, Lineage, rebase, under};
 use crate::capture::{Recorder, snapshot};
 use crate::store::{Actor, Kind, PreImage, Store};
@@ -232,56 +234,6 @@ fn line_counts(old: &[u8], new: &[u8]) -> (u64, u64) {
         }
     }
     (ins, del)
-}
-
-/// A path filter from `paths`: exact paths (and what lies beneath them) or globs.
-struct Filter {
-    set: Option<globset::GlobSet>,
-    prefixes: Vec<Vec<u8>>,
-    /// When set, exactly these paths (an undo: the paths the rewind touched).
-    exact: Option<HashSet<Vec<u8>>>,
-}
-
-impl Filter {
-    fn new(paths: &[String]) -> Result<Filter, RewindError> {
-        if paths.is_empty() {
-            return Ok(Filter {
-                set: None,
-                prefixes: Vec::new(),
-                exact: None,
-            });
-        }
-        let mut b = globset::GlobSetBuilder::new();
-        let mut prefixes = Vec::new();
-        for p in paths {
-            let p = p.trim_start_matches("./").trim_end_matches('/');
-            if p.starts_with('/') || p.split('/').any(|c| c == "..") {
-                return Err(RewindError::Failed(format!(
-                    "path {p:?} is not inside the workspace"
-                )));
-            }
-            prefixes.push(p.as_bytes().to_vec());
-            b.add(
-                globset::Glob::new(p)
-                    .map_err(|e| RewindError::Failed(format!("bad glob {p:?}: {e}")))?,
-            );
-        }
-        Ok(Filter {
-            set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?),
-            prefixes,
-            exact: None,
-        })
-    }
-    fn matches(&self, p: &[u8]) -> bool {
-        if let Some(exact) = &self.exact {
-            return exact.contains(p);
-        }
-        let Some(set) = &self.set else { return true };
-        self.prefixes
-            .iter()
-            .any(|x| p == &x[..] || under(p, x).is_some())
-            || set.is_match(Path::new(OsStr::from_bytes(p)))
-    }
 }
 
 /// The current state of a path, for comparison with a target.
@@ -506,11 +458,7 @@ impl Engine {
             .filter(|c| c.actor == Actor::Rewind)
             .map(|c| c.path)
             .collect();
-        let filter = Filter {
-            set: None,
-            prefixes: Vec::new(),
-            exact: Some(touched),
-        };
+        let filter = Filter::exactly(touched);
         self.kernel.flush();
         let (out, changed) = {
             let _gate = self.recorder.exclusive();
