@@ -7,7 +7,8 @@
 //! binary: it is reported as "Binary files … differ" and counts no lines, so a diff never
 //! prints raw bytes.
 
-use super::{Engine, Request, RewindError, Scope, Target, now_state};
+use super::plan::now_state;
+use super::{Engine, Request, RewindError, Scope, Target};
 use crate::store::Kind;
 
 impl Engine {
