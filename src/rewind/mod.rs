@@ -19,6 +19,7 @@ mod filter;
 mod history;
 mod patched;
 mod plan;
+mod recovery;
 
 use std::ffi::OsStr;
 use std::io;
@@ -29,7 +30,6 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use self::apply::apply_plan;
 use self::filter::Filter;
 use crate::capture::Recorder;
 use crate::store::{Actor, Kind, PreImage, Store};
@@ -385,52 +385,5 @@ impl Engine {
         };
         self.kernel.invalidate(&changed);
         Ok(out)
-    }
-
-    /// Applies targets under a new checkpoint of the rewind's own, journalled.
-    fn apply_targets(
-        &self,
-        id: &str,
-        target_uuid: &str,
-        scope: &str,
-        targets: &[Target],
-    ) -> Result<(), RewindError> {
-        let seq = self.recorder.begin(id, None, "rewind")?;
-        let plan =
-            serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
-        self.store.insert_rewind(&crate::store::RewindRow {
-            id: id.to_string(),
-            checkpoint: seq,
-            target: target_uuid.to_string(),
-            scope: scope.to_string(),
-            state: "applying".into(),
-            plan,
-        })?;
-        apply_plan(&self.recorder, &self.store, targets, id)?;
-        self.store.set_rewind_state(id, "done")?;
-        Ok(())
-    }
-
-    /// Finishes rewinds a crash interrupted (called at mount, before serving).
-    pub fn recover(&self) -> Result<usize, RewindError> {
-        let pending = self.store.unfinished_rewinds()?;
-        for r in &pending {
-            let targets: Vec<Target> =
-                serde_json::from_str(&r.plan).map_err(|e| RewindError::Failed(e.to_string()))?;
-            tracing::warn!(
-                "finishing rewind {} interrupted by a crash ({} paths)",
-                r.id,
-                targets.len()
-            );
-            apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
-            self.store.set_rewind_state(&r.id, "done")?;
-            // What its plan named, unless another unfinished plan names it too.
-            self.scratch
-                .lock()
-                .unwrap()
-                .extend(targets.iter().filter_map(|t| t.blob.clone()));
-            self.discard();
-        }
-        Ok(pending.len())
     }
 }
