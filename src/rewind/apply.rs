@@ -1,5 +1,25 @@
-//! Applying a plan to the tree: every target path set to its state.
+//! Applying a plan: every target path set to its state, in place.
+//!
+//! [`apply_plan`] makes four passes over the targets: removals deepest first, directories
+//! shallowest first, then files, symlinks and special files, then directory modes deepest
+//! first (so a read-only directory is filled before it is closed).
+//!
+//! Invariants:
+//! - What a pass is about to overwrite, remove or create is captured first, under the
+//!   rewind's own checkpoint (`capture_for_rewind`, `capture_for_replace`), so the rewind can
+//!   be undone.
+//! - A file, symlink or special file is written under a temp name beside it and exchanged
+//!   into place: a reader sees the old state or the new one, never a mix.
+//! - Applying can be repeated over a tree it left half done: a path already in its target
+//!   state is set to it again, and the temp name is the rewind's own, so finishing a rewind
+//!   after a crash replaces a half-written temp (see `recovery.rs`).
+//! - Every path is workspace-relative and resolved beneath the root fd, never as a string.
+//! - The caller holds the capture gate (or runs before the mount serves): nothing else
+//!   changes the tree between the passes.
+//! - Owners are restored only when the daemon runs as root; elsewhere a chown could only
+//!   fail, and the rewind does not fail for it.
 
+use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
@@ -14,35 +34,33 @@ use crate::capture::Recorder;
 use crate::store::{Kind, Store};
 use crate::sys;
 
-/// Fault injection for tests only (`REWINDFS_TEST_FAIL_REWIND_AFTER=N`): a rewind fails after
-/// writing N files, as one that runs out of space would, and stays 'applying'.
-fn fail_rewind_after() -> Option<usize> {
-    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("REWINDFS_TEST_FAIL_REWIND_AFTER")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    })
-}
-
-fn depth(p: &[u8]) -> usize {
-    p.iter().filter(|b| **b == b'/').count()
-}
-
-/// Sets every target path to its state: removals deepest first, then directories top-down,
-/// then files, links and special files (each written beside and put in place), then directory
-/// modes deepest first (so a read-only directory is filled before it is closed).
+/// Sets every target path to its state (see the module doc for the passes and their order).
+///
+/// # Errors
+/// The first failure of a pass; the paths before it are already set. The rewind stays
+/// 'applying', to be finished by [`super::Engine::recover`].
 pub(super) fn apply_plan(
     rec: &Recorder,
     store: &Store,
     targets: &[Target],
     id: &str,
 ) -> io::Result<()> {
-    let root = rec.root();
+    // The sorts are stable and each starts from the previous order: keep their sequence.
     let mut order: Vec<&Target> = targets.iter().collect();
-    // 1. Remove what must go (absent targets, and type changes).
-    order.sort_by_key(|t| std::cmp::Reverse(depth(&t.path)));
-    for t in &order {
+    order.sort_by_key(|t| Reverse(depth(&t.path)));
+    remove_what_goes(rec, &order)?;
+    order.sort_by_key(|t| depth(&t.path));
+    make_dirs(rec, &order)?;
+    write_entries(rec, store, &order, id)?;
+    order.sort_by_key(|t| Reverse(depth(&t.path)));
+    set_dir_modes(rec.root(), &order)
+}
+
+/// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
+/// changing to or from a directory (a directory with everything beneath it).
+fn remove_what_goes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
+    let root = rec.root();
+    for t in order {
         let rel = t.rel();
         let cur = sys::lstat_beneath_opt(root, rel)?;
         let Some(cur) = cur else { continue };
@@ -59,8 +77,13 @@ pub(super) fn apply_plan(
             remove_tree(rec, rel, cur_kind == Kind::Dir)?;
         }
     }
-    // 2. Directories, shallowest first.
-    order.sort_by_key(|t| depth(&t.path));
+    Ok(())
+}
+
+/// Pass 2, shallowest first: creates the target directories that are missing, as 0700 so
+/// that pass 3 can write into them; pass 4 gives them their modes.
+fn make_dirs(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
+    let root = rec.root();
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
         ensure_parents(rec, rel)?;
@@ -72,7 +95,13 @@ pub(super) fn apply_plan(
             }
         }
     }
-    // 3. Files, symlinks, special files.
+    Ok(())
+}
+
+/// Pass 3: writes each file, symlink and special file beside its path and puts it in place,
+/// creating missing parents (once per directory).
+fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> io::Result<()> {
+    let root = rec.root();
     let mut dirs = HashSet::new();
     for (i, t) in order
         .iter()
@@ -99,8 +128,11 @@ pub(super) fn apply_plan(
             }
         }
     }
-    // 4. Directory modes and owners, deepest first.
-    order.sort_by_key(|t| std::cmp::Reverse(depth(&t.path)));
+    Ok(())
+}
+
+/// Pass 4, deepest first: directory modes and owners, once nothing more is written into them.
+fn set_dir_modes(root: BorrowedFd<'_>, order: &[&Target]) -> io::Result<()> {
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
         if sys::geteuid() == 0 {
@@ -174,70 +206,96 @@ fn write_beside(
         name.to_string_lossy().chars().take(32).collect::<String>(),
         id
     ));
-    let res = (|| -> io::Result<()> {
-        match t.kind() {
-            Kind::File => {
-                let create = || {
-                    sys::openat(
-                        root,
-                        &tmp,
-                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-                        0o600,
-                    )
-                };
-                let fd = match create() {
-                    // Left by this rewind's interrupted first attempt.
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                        sys::unlinkat(root, &tmp, false)?;
-                        create()?
-                    }
-                    r => r?,
-                };
-                if let Some(hash) = &t.blob {
-                    if let Some(src) = store.blobs.open_blob(hash)? {
-                        let len = src.metadata()?.len();
-                        sys::copy_all(src.as_fd(), fd.as_fd(), len)?;
-                    }
-                }
-                if sys::geteuid() == 0 {
-                    let _ = rustix::fs::fchown(
-                        &fd,
-                        Some(rustix::fs::Uid::from_raw(t.uid)),
-                        Some(rustix::fs::Gid::from_raw(t.gid)),
-                    );
-                }
-                sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
-            }
-            Kind::Symlink => {
-                let _ = sys::unlinkat(root, &tmp, false);
-                let target = t.target.clone().unwrap_or_default();
-                sys::symlinkat(Path::new(OsStr::from_bytes(&target)), root, &tmp)?;
-                if sys::geteuid() == 0 {
-                    let _ = sys::lchownat(root, &tmp, Some(t.uid), Some(t.gid));
-                }
-            }
-            _ => {
-                let _ = sys::unlinkat(root, &tmp, false);
-                sys::mknodat(root, &tmp, t.mode, t.rdev)?;
-                if sys::geteuid() == 0 {
-                    let _ = sys::lchownat(root, &tmp, Some(t.uid), Some(t.gid));
-                }
-                sys::chmodat(root, &tmp, t.mode & 0o7777)?;
-            }
-        }
-        // Exchanged rather than renamed over: ext4 starts writeback of a file renamed over
-        // another (auto_da_alloc), a disk write per restored file on the rewind's path (a
-        // third of a 10k-file rewind). The old file then goes with the temp name.
-        match sys::renameat2(root, &tmp, rel, libc::RENAME_EXCHANGE) {
-            Ok(()) => sys::unlinkat(root, &tmp, false),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => {
-                sys::renameat2(root, &tmp, rel, 0)
-            }
-            Err(e) => Err(e),
-        }
-    })();
+    let res = write_temp(root, store, &tmp, t).and_then(|()| put_in_place(root, &tmp, rel));
     if res.is_err() {
         let _ = sys::unlinkat(root, &tmp, false);
     }
     res.map_err(|e| sys::ctx(e, format!("restoring {}", rel.display())))
+}
+
+/// Writes target `t` (a file, symlink or special file) at the temp name `tmp`, replacing
+/// whatever an earlier attempt left there.
+fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io::Result<()> {
+    match t.kind() {
+        Kind::File => {
+            let create = || {
+                sys::openat(
+                    root,
+                    tmp,
+                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                    0o600,
+                )
+            };
+            let fd = match create() {
+                // Left by this rewind's interrupted first attempt.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    sys::unlinkat(root, tmp, false)?;
+                    create()?
+                }
+                r => r?,
+            };
+            if let Some(hash) = &t.blob {
+                if let Some(src) = store.blobs.open_blob(hash)? {
+                    let len = src.metadata()?.len();
+                    sys::copy_all(src.as_fd(), fd.as_fd(), len)?;
+                }
+            }
+            if sys::geteuid() == 0 {
+                let _ = rustix::fs::fchown(
+                    &fd,
+                    Some(rustix::fs::Uid::from_raw(t.uid)),
+                    Some(rustix::fs::Gid::from_raw(t.gid)),
+                );
+            }
+            sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
+        }
+        Kind::Symlink => {
+            let _ = sys::unlinkat(root, tmp, false);
+            let target = t.target.clone().unwrap_or_default();
+            sys::symlinkat(Path::new(OsStr::from_bytes(&target)), root, tmp)?;
+            if sys::geteuid() == 0 {
+                let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
+            }
+        }
+        _ => {
+            let _ = sys::unlinkat(root, tmp, false);
+            sys::mknodat(root, tmp, t.mode, t.rdev)?;
+            if sys::geteuid() == 0 {
+                let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
+            }
+            sys::chmodat(root, tmp, t.mode & 0o7777)?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts the temp `tmp` in place of `rel`: exchanged with what is there (the old one then
+/// removed under the temp name), or renamed if nothing is there.
+fn put_in_place(root: BorrowedFd<'_>, tmp: &Path, rel: &Path) -> io::Result<()> {
+    // Exchanged rather than renamed over: ext4 starts writeback of a file renamed over
+    // another (auto_da_alloc), a disk write per restored file on the rewind's path (a
+    // third of a 10k-file rewind). The old file then goes with the temp name.
+    match sys::renameat2(root, tmp, rel, libc::RENAME_EXCHANGE) {
+        Ok(()) => sys::unlinkat(root, tmp, false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => {
+            sys::renameat2(root, tmp, rel, 0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How deep a path lies: its number of separators (the root's entries are 0).
+fn depth(p: &[u8]) -> usize {
+    p.iter().filter(|b| **b == b'/').count()
+}
+
+/// Fault injection for tests only (`REWINDFS_TEST_FAIL_REWIND_AFTER=N`): a rewind fails after
+/// writing N files, as one that runs out of space would, and stays 'applying'.
+fn fail_rewind_after() -> Option<usize> {
+    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("REWINDFS_TEST_FAIL_REWIND_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
 }
