@@ -12,7 +12,11 @@ use super::{Engine, Request, RewindError, Scope, Target};
 use crate::store::Kind;
 
 impl Engine {
-    /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change.
+    /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change
+    /// (`path`: only that path or glob), with the list of those paths.
+    ///
+    /// # Errors
+    /// As [`Engine::rewind`]'s.
     pub fn diff(
         &self,
         user_message_id: &str,

@@ -1,4 +1,16 @@
-//! Rewind: plan (dry run) and apply, undo, diff.
+//! Rewind: plan (dry run) and apply a rewind, undo the last one, diff, and finish one a crash
+//! interrupted.
+//!
+//! # Layout
+//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `undo`, `gc`) with
+//!   the locking around them;
+//! - `history.rs`: the history of a path through captures and renames ([`history::Lineage`]);
+//! - `patched.rs`: completing a range pre-image (the range-chain reader);
+//! - `filter.rs`: which paths a request names;
+//! - `plan.rs`: planning — which paths change, and to what;
+//! - `apply.rs`: applying a plan to the tree;
+//! - `recovery.rs`: the journalled apply, and finishing it after a crash;
+//! - `diff.rs`: the diff text and the line counts.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -12,6 +24,17 @@
 //! in the middle is finished at the next mount. Files are written beside and exchanged with
 //! the current ones (atomic per file); writers through the mount are held off for the whole
 //! rewind.
+//!
+//! # Invariants
+//! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
+//!   blobs that gc, and the end of another plan, must not remove under it.
+//! - A real rewind or undo flushes the kernel's dirty data, then plans and applies under the
+//!   capture gate ([`Recorder::exclusive`]), so the present it planned against is the one it
+//!   changes. The kernel hears of the replaced paths before changes resume and drops its
+//!   caches of them after ([`KernelCache`]).
+//! - The blobs a plan put together are removed when it is done — applied, failed, or read by
+//!   a dry run or diff — unless a capture or an unfinished rewind's plan names them
+//!   (`Engine::discard`).
 
 mod apply;
 mod diff;
@@ -47,6 +70,7 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The scope named on the wire (`tool`, `agent`, `all`).
     pub fn parse(s: &str) -> Option<Scope> {
         match s {
             "tool" => Some(Scope::Tool),
@@ -55,6 +79,8 @@ impl Scope {
             _ => None,
         }
     }
+
+    /// The scope's name on the wire and in the rewind journal.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Tool => "tool",
@@ -62,6 +88,7 @@ impl Scope {
             Scope::All => "all",
         }
     }
+
     /// Actor bits whose changes the scope restores (for agent/all).
     fn inside(self) -> u8 {
         match self {
@@ -80,7 +107,12 @@ pub enum RewindError {
     NoCheckpoint,
     /// gc removed the checkpoint's captures: the SDK's message, with the cause.
     #[error("No file checkpoint found for this message. (It was removed by gc at {at}: {why}.)")]
-    Dropped { at: String, why: String },
+    Dropped {
+        /// When gc dropped it (RFC 3339).
+        at: String,
+        /// The retention rule that dropped it.
+        why: String,
+    },
     /// Anything else, in the SDK's "Failed to rewind: <cause>" form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -101,9 +133,13 @@ impl From<crate::store::StoreError> for RewindError {
 /// A rewind request.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// The checkpoint: the UUID of the user message it began with.
     pub user_message_id: String,
+    /// Plan and report only; change nothing.
     pub dry_run: bool,
+    /// Which paths to restore.
     pub scope: Scope,
+    /// Rewind an `agent` scope over paths someone else also changed (otherwise refused).
     pub force: bool,
     /// Restrict to these paths or globs (workspace-relative).
     pub paths: Vec<String>,
@@ -112,19 +148,33 @@ pub struct Request {
 }
 
 /// One path a rewind changes, with its target state.
+///
+/// A plan is journalled as these, serialized (the `plan` of a rewind's row): the field names
+/// are an on-disk format. Recovery reads a plan written by an earlier run, and gc reads the
+/// `blob` of each target to keep an unfinished plan's blobs — rename a field and both break.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
+    /// Workspace-relative path, as bytes.
     pub path: Vec<u8>,
+    /// What it should be ([`Kind::as_str`]): absent, file, dir, symlink or other.
     pub kind: String,
+    /// A file's content; always set for a file (the empty blob for an empty one).
     pub blob: Option<String>,
+    /// `st_mode`, type bits included (`mknod` needs them; a chmod takes the low 12 bits).
     pub mode: u32,
+    /// Owner, restored only when the daemon runs as root.
     pub uid: u32,
+    /// Group, restored only when the daemon runs as root.
     pub gid: u32,
+    /// A symlink's target.
     pub target: Option<Vec<u8>>,
+    /// A special file's device number.
     pub rdev: u64,
 }
 
 impl Target {
+    /// The target that gives `path` the state `pre` (a special file keeps its device number
+    /// in the pre-image's `size`).
     fn new(path: &Path, pre: &PreImage) -> Target {
         Target {
             path: path.as_os_str().as_bytes().to_vec(),
@@ -137,9 +187,12 @@ impl Target {
             rdev: if pre.kind == Kind::Other { pre.size } else { 0 },
         }
     }
+
+    /// The path, for the `*at` calls beneath the root fd.
     fn rel(&self) -> &Path {
         Path::new(OsStr::from_bytes(&self.path))
     }
+
     fn kind(&self) -> Kind {
         Kind::parse(&self.kind)
     }
@@ -148,14 +201,23 @@ impl Target {
 /// The outcome of planning (and, for a real rewind, of applying).
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
+    /// Whether the rewind can be done (false: see `error`).
     pub can_rewind: bool,
+    /// Why it cannot.
     pub error: Option<String>,
+    /// Workspace-relative paths the rewind changes, sorted.
     pub files_changed: Vec<String>,
+    /// Lines the rewind adds, current → target (0 for binary content).
     pub insertions: u64,
+    /// Lines the rewind removes.
     pub deletions: u64,
+    /// Paths changed by the agent and by someone else since the checkpoint, sorted.
     pub conflicts: Vec<String>,
+    /// Symlinks the `tool` scope left alone.
     pub skipped_links: u64,
+    /// The id of the rewind applied (or, for an undo, undone).
     pub rewind_id: Option<String>,
+    /// What the rewind sets each changed path to, in path order.
     pub targets: Vec<Target>,
 }
 
@@ -181,16 +243,21 @@ impl KernelCache for NoKernel {
 
 /// Plans and applies rewinds.
 pub struct Engine {
+    /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.
     pub recorder: Arc<Recorder>,
+    /// Checkpoints, captures, the rewind journal and the blobs.
     pub store: Arc<Store>,
+    /// The kernel's caches, flushed before a rewind and invalidated after.
     pub kernel: Arc<dyn KernelCache>,
-    /// One rewind at a time.
+    /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
+    /// before the capture gate.
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
     scratch: Mutex<Vec<String>>,
 }
 
 impl Engine {
+    /// An engine over the recorder and store of one mount.
     pub fn new(recorder: Arc<Recorder>, store: Arc<Store>, kernel: Arc<dyn KernelCache>) -> Engine {
         Engine {
             recorder,
@@ -201,6 +268,7 @@ impl Engine {
         }
     }
 
+    /// The workspace's root fd, which every path is resolved beneath.
     fn root(&self) -> BorrowedFd<'_> {
         self.recorder.root()
     }
@@ -330,7 +398,11 @@ impl Engine {
         Ok(self.recorder.gc(policy, full)?)
     }
 
-    /// Undoes the last rewind that has not been undone.
+    /// Undoes the last rewind that has not been undone: every path it captured under its own
+    /// checkpoint goes back to what it captured.
+    ///
+    /// # Errors
+    /// `Failed` when there is nothing to undo, and for store and file-system errors.
     pub fn undo(&self) -> Result<Outcome, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let Some(last) = self.store.last_done_rewind()? else {

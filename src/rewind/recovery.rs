@@ -20,7 +20,9 @@ use super::apply::apply_plan;
 use super::{Engine, RewindError, Target};
 
 impl Engine {
-    /// Applies targets under a new checkpoint of the rewind's own, journalled.
+    /// Applies targets under a new checkpoint of the rewind's own, journalled: `id` names the
+    /// rewind, `target_uuid` the checkpoint it goes back to (for an undo, the rewind undone),
+    /// `scope` what the journal records.
     pub(super) fn apply_targets(
         &self,
         id: &str,
@@ -44,7 +46,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Finishes rewinds a crash interrupted (called at mount, before serving).
+    /// Finishes rewinds a crash interrupted (called at mount, before serving), and returns
+    /// how many.
+    ///
+    /// # Errors
+    /// A plan that does not parse, and store and file-system errors; the rewind stays
+    /// 'applying' for the next mount.
     pub fn recover(&self) -> Result<usize, RewindError> {
         let pending = self.store.unfinished_rewinds()?;
         for r in &pending {
