@@ -4,7 +4,8 @@
 //! # Layout
 //! - `mod.rs`: the public types and the engine's entry points (`rewind`, `undo`, `gc`) with
 //!   the locking around them;
-//! - `history.rs`: the history of a path through captures and renames ([`history::Lineage`]);
+//! - `history.rs`: the history of a path through captures and renames (what it was at a
+//!   checkpoint);
 //! - `patched.rs`: completing a range pre-image (the range-chain reader);
 //! - `filter.rs`: which paths a request names;
 //! - `plan.rs`: planning — which paths change, and to what;
@@ -113,7 +114,7 @@ pub enum RewindError {
         /// The retention rule that dropped it.
         why: String,
     },
-    /// Anything else, in the SDK's "Failed to rewind: <cause>" form.
+    /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
 }
