@@ -51,6 +51,7 @@ pub(super) enum Lineage {
 }
 
 impl Lineage {
+    /// What capture `c`, of the name `at`, says the path was: complete, or to be completed.
     fn of(c: &Capture, at: Vec<u8>) -> Lineage {
         if c.pre.partial {
             Lineage::Partial(c.clone(), at)
