@@ -1,0 +1,83 @@
+//! Which paths a rewind may touch: the request's `paths`, as exact paths or globs.
+//!
+//! Invariants: a filter never admits a path outside the workspace — a requested path that
+//! is absolute or has a `..` component is refused when the filter is built, not skipped; a
+//! leading `./` and a trailing `/` are ignored, so `./src/` and `src` are the same filter; an
+//! exact path admits what lies beneath it (a directory's contents), while an undo's exact
+//! set admits only its own members, so an undo touches nothing its rewind did not.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::RewindError;
+use super::history::under;
+
+/// A path filter from `paths`: exact paths (and what lies beneath them) or globs.
+pub(super) struct Filter {
+    /// The globs; `None` matches everything.
+    set: Option<globset::GlobSet>,
+    /// The same paths taken literally: each matches itself and what lies beneath it.
+    prefixes: Vec<Vec<u8>>,
+    /// When set, exactly these paths (an undo: the paths the rewind touched).
+    exact: Option<HashSet<Vec<u8>>>,
+}
+
+impl Filter {
+    /// The filter of a request's `paths` (none: every path).
+    ///
+    /// # Errors
+    /// `Failed` for a path outside the workspace (absolute, or with a `..` component) or a
+    /// glob that does not parse.
+    pub(super) fn new(paths: &[String]) -> Result<Filter, RewindError> {
+        if paths.is_empty() {
+            return Ok(Filter {
+                set: None,
+                prefixes: Vec::new(),
+                exact: None,
+            });
+        }
+        let mut b = globset::GlobSetBuilder::new();
+        let mut prefixes = Vec::new();
+        for p in paths {
+            let p = p.trim_start_matches("./").trim_end_matches('/');
+            if p.starts_with('/') || p.split('/').any(|c| c == "..") {
+                return Err(RewindError::Failed(format!(
+                    "path {p:?} is not inside the workspace"
+                )));
+            }
+            prefixes.push(p.as_bytes().to_vec());
+            b.add(
+                globset::Glob::new(p)
+                    .map_err(|e| RewindError::Failed(format!("bad glob {p:?}: {e}")))?,
+            );
+        }
+        Ok(Filter {
+            set: Some(b.build().map_err(|e| RewindError::Failed(e.to_string()))?),
+            prefixes,
+            exact: None,
+        })
+    }
+
+    /// Exactly these paths, nothing beneath them (an undo: every path the rewind captured).
+    pub(super) fn exactly(paths: HashSet<Vec<u8>>) -> Filter {
+        Filter {
+            set: None,
+            prefixes: Vec::new(),
+            exact: Some(paths),
+        }
+    }
+
+    /// Whether the workspace-relative path `p` is one the rewind may touch.
+    pub(super) fn matches(&self, p: &[u8]) -> bool {
+        if let Some(exact) = &self.exact {
+            return exact.contains(p);
+        }
+        let Some(set) = &self.set else { return true };
+        self.prefixes
+            .iter()
+            .any(|x| p == &x[..] || under(p, x).is_some())
+            || set.is_match(Path::new(OsStr::from_bytes(p)))
+    }
+}

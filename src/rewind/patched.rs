@@ -1,0 +1,236 @@
+//! Completing a range pre-image: the chain reader.
+//!
+//! A range capture (schema 003) saves only the bytes a write overwrote. The file's full
+//! content at that capture is its *next recorded state* — a complete pre-image, the file as
+//! it is now, or another range pre-image completed the same way — cut or zero-extended to the
+//! size it had, with the saved bytes laid over it. [`Engine::materialize`] follows that chain
+//! with [`History::lineage_from`] and streams a [`Patched`] reader over it into a blob, so a
+//! plan's targets never depend on the tree the rewind rewrites.
+//!
+//! Invariants:
+//! - A layer's ranges are sorted by offset and do not overlap (capture saves only the gaps
+//!   not yet saved; the store returns them by offset), so a binary search finds the one that
+//!   answers a position.
+//! - Reads only go forward, so each range is loaded once and dropped once read past: memory
+//!   is at most one range per layer (a range can be 16 MiB, and a chain can have a layer
+//!   per checkpoint), and the chain costs one pass over the file.
+//! - A saved range whose bytes are not `length` long is an error, never a silently short file.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::OFlags;
+
+use super::history::{History, Lineage};
+use super::{Engine, RewindError};
+use crate::store::{Capture, Kind, PreImage, Store};
+use crate::sys;
+
+impl Engine {
+    /// The full pre-image of a range capture `c` of the file known as `at` when it was taken:
+    /// the file's next recorded state (what the path's events after `c` say it was, or the
+    /// file as it is now), cut or zero-extended to the size it had, with the saved old bytes
+    /// laid over it. Stored as a blob. A next state that is itself a range pre-image is
+    /// completed the same way: the chain is read in one pass (see [`Patched`]).
+    pub(super) fn materialize(
+        &self,
+        hist: &History,
+        c: &Capture,
+        at: &[u8],
+    ) -> Result<PreImage, RewindError> {
+        let mut layers = Vec::new();
+        let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
+        let base = loop {
+            layers.push(Layer {
+                ranges: self.store.ranges(cur.id)?,
+                size: cur.pre.size,
+                loaded: None,
+            });
+            match hist.lineage_from(&cur_at, (cur.id, 0)) {
+                Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
+                Lineage::Pre(p) => break self.blob_base(&p)?,
+                Lineage::Current(now) => {
+                    let rel = Path::new(OsStr::from_bytes(&now));
+                    break match sys::open_beneath(
+                        self.root(),
+                        rel,
+                        OFlags::RDONLY | OFlags::NONBLOCK,
+                        0,
+                    ) {
+                        Ok(fd)
+                            if sys::fstat(fd.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFREG =>
+                        {
+                            Base::File(std::fs::File::from(fd))
+                        }
+                        _ => Base::None,
+                    };
+                }
+            }
+        };
+        let reader = Patched {
+            store: &self.store,
+            layers,
+            base,
+            pos: 0,
+        };
+        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        self.scratch.lock().unwrap().push(hash.clone());
+        Ok(PreImage {
+            blob: Some(hash),
+            size,
+            partial: false,
+            ..c.pre.clone()
+        })
+    }
+
+    /// The base a chain ends on when its next state is a complete pre-image: the blob of a
+    /// file, or nothing (zeros) for an absent path, a directory or the empty blob.
+    fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
+        Ok(match (&p.kind, &p.blob) {
+            (Kind::File, Some(h)) => match self.store.blobs.open_blob(h)? {
+                Some(f) => Base::File(f),
+                None => Base::None, // the empty blob
+            },
+            _ => Base::None,
+        })
+    }
+}
+
+/// Where the bytes a range pre-image did not save come from.
+enum Base {
+    /// No file: zeros.
+    None,
+    /// An open file (a blob, or the file as it is now).
+    File(std::fs::File),
+}
+
+/// One range pre-image in a chain of them (see [`Patched`]): the bytes it saved and the size
+/// the file had.
+struct Layer {
+    ranges: Vec<crate::store::Range>,
+    size: u64,
+    /// The range last read, with its bytes.
+    loaded: Option<(usize, Vec<u8>)>,
+}
+
+/// Reads the content of the first of a chain of range pre-images of one file, earliest first,
+/// each taken before the next: a byte is the one the earliest layer saved; a layer that did
+/// not save it has it from the next layer, or as zero where that is past the next one's size
+/// (the file grew in between); after the last layer, from the base (zero past its end). So
+/// the chain costs one pass over the file, however many checkpoints it spans.
+struct Patched<'a> {
+    store: &'a Store,
+    layers: Vec<Layer>,
+    base: Base,
+    pos: u64,
+}
+
+impl Patched<'_> {
+    /// Copies what range `i` of layer `k` holds from `pos` on, up to `end`.
+    fn read_range(&mut self, k: usize, i: usize, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let layer = &mut self.layers[k];
+        let r = &layer.ranges[i];
+        if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
+            let data = match &r.content {
+                crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                crate::store::RangeContent::Inline(d) => d.clone(),
+            };
+            if data.len() as u64 != r.length {
+                return Err(io::Error::other(format!(
+                    "a saved range at {} holds {} bytes, not {}",
+                    r.offset,
+                    data.len(),
+                    r.length
+                )));
+            }
+            layer.loaded = Some((i, data));
+        }
+        let data = &layer.loaded.as_ref().unwrap().1;
+        let at = (self.pos - r.offset) as usize;
+        let n = ((end - self.pos) as usize).min(data.len() - at);
+        buf[..n].copy_from_slice(&data[at..at + n]);
+        if at + n == data.len() {
+            // Reads only go forward: a range read to its end is not needed again (a range
+            // can be 16 MiB, and a chain can have a layer per checkpoint).
+            layer.loaded = None;
+        }
+        Ok(n)
+    }
+
+    /// Reads from the base at `pos`, up to `end`; zero past its end.
+    fn read_base(&self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (end - self.pos) as usize;
+        let got = match &self.base {
+            Base::File(f) => {
+                use std::os::unix::fs::FileExt;
+                let mut k = 0;
+                while k < n {
+                    match f.read_at(&mut buf[k..n], self.pos + k as u64) {
+                        Ok(0) => break,
+                        Ok(m) => k += m,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                k
+            }
+            Base::None => 0,
+        };
+        buf[got..n].fill(0);
+        Ok(n)
+    }
+}
+
+impl io::Read for Patched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let size = self.layers.first().map_or(0, |l| l.size);
+        if self.pos >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        // This read stops before the first place where the layer that answers changes.
+        let mut end = self.pos + (buf.len() as u64).min(size - self.pos);
+        let mut answer = None; // Some(Some((layer, range))), or Some(None) for zeros
+        for k in 0..self.layers.len() {
+            let pos = self.pos;
+            let layer = &mut self.layers[k];
+            // A range the position has passed (earlier layers answered its tail) is done.
+            if let Some((li, _)) = &layer.loaded {
+                let r = &layer.ranges[*li];
+                if r.offset + r.length <= pos {
+                    layer.loaded = None;
+                }
+            }
+            let layer = &self.layers[k];
+            let i = layer.ranges.partition_point(|r| r.offset + r.length <= pos);
+            if let Some(r) = layer.ranges.get(i) {
+                if r.offset <= pos {
+                    end = end.min(r.offset + r.length);
+                    answer = Some(Some((k, i)));
+                    break;
+                }
+                end = end.min(r.offset);
+            }
+            if let Some(next) = self.layers.get(k + 1) {
+                if pos >= next.size {
+                    answer = Some(None);
+                    break;
+                }
+                end = end.min(next.size);
+            }
+        }
+        let n = match answer {
+            Some(Some((k, i))) => self.read_range(k, i, end, buf)?,
+            Some(None) => {
+                let n = (end - self.pos) as usize;
+                buf[..n].fill(0);
+                n
+            }
+            None => self.read_base(end, buf)?,
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}

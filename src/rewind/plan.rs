@@ -1,0 +1,389 @@
+//! Planning a rewind: which paths it changes, and to what.
+//!
+//! [`Engine::plan`] runs in named steps: the state wanted for each path the scope covers
+//! ([`Engine::wanted_by_tool`] for `tool`, [`Engine::wanted_by_actors`] for `agent` and
+//! `all`; design.md §2), then only the paths whose wanted state differs from the present
+//! become targets, with their line counts ([`Engine::keep_differing`]), then an `agent`
+//! rewind over someone else's changes is refused unless forced ([`refuse_on_conflicts`]).
+//!
+//! Invariants:
+//! - Planning never changes the tree; it only writes blobs. A real rewind plans under the
+//!   capture gate, so the present it compares with cannot change before it is applied.
+//! - Every target is self-contained: content found elsewhere in the tree (a moved file) or
+//!   completed from range pre-images is stored as a blob, and a file target always names a
+//!   blob (the empty one for an empty file), so applying a plan never reads the tree it
+//!   rewrites. Blobs put together for a plan go on the engine's scratch list, for `discard`.
+//! - Every target differs from the present; targets are in path order, and the outcome's
+//!   `files_changed` and `conflicts` are sorted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::OFlags;
+
+use super::diff::line_counts;
+use super::filter::Filter;
+use super::history::{History, Lineage, rebase, under};
+use super::{Engine, Outcome, Request, RewindError, Scope, Target};
+use crate::capture::snapshot;
+use crate::store::{Actor, Kind, PreImage, Tracked};
+use crate::sys;
+
+/// Path → the state the rewind should give it, in path order.
+type Wanted = BTreeMap<Vec<u8>, PreImage>;
+
+impl Engine {
+    /// Computes what a rewind to checkpoint `c` would do; every target is self-contained
+    /// (content in blobs). `session` is the checkpoint's, whose tracked files the `tool`
+    /// scope restores (none: the current session's).
+    ///
+    /// # Errors
+    /// Store and file-system errors; a conflict is not an error but `can_rewind: false`.
+    pub(super) fn plan(
+        &self,
+        c: i64,
+        session: Option<&str>,
+        req: &Request,
+        filter: &Filter,
+    ) -> Result<Outcome, RewindError> {
+        let hist = History::load(&self.store, c)?;
+        let mut out = Outcome {
+            can_rewind: true,
+            ..Default::default()
+        };
+        let wanted = match req.scope {
+            Scope::Tool => self.wanted_by_tool(c, session, &hist, filter, &mut out)?,
+            Scope::Agent | Scope::All => {
+                self.wanted_by_actors(req.scope, &hist, filter, &mut out)?
+            }
+        };
+        out.conflicts.sort();
+        self.keep_differing(wanted, &mut out)?;
+        out.files_changed.sort();
+        refuse_on_conflicts(req, &mut out);
+        Ok(out)
+    }
+
+    /// Scope `tool`: the regular files a tool changed in the session, each to the state
+    /// [`Engine::tool_target`] names. Symlinks are skipped and counted; directories and
+    /// special files are left alone; a file someone outside the agent also changed is listed
+    /// as a conflict (reported, never refused: the SDK's behaviour).
+    fn wanted_by_tool(
+        &self,
+        c: i64,
+        session: Option<&str>,
+        hist: &History,
+        filter: &Filter,
+        out: &mut Outcome,
+    ) -> Result<Wanted, RewindError> {
+        let session = session
+            .map(str::to_string)
+            .or_else(|| self.recorder.current().2);
+        let tracked = match &session {
+            Some(s) => self.store.tracked(s)?,
+            None => Vec::new(),
+        };
+        let root = self.root();
+        let mut wanted = Wanted::new();
+        for t in tracked {
+            if !filter.matches(&t.path) {
+                continue;
+            }
+            let Some(target) = self.tool_target(c, hist, &t)? else {
+                continue;
+            };
+            let rel = Path::new(OsStr::from_bytes(&t.path));
+            let now = now_state(root, rel)?;
+            if target.kind == Kind::Symlink || now.kind == Kind::Symlink {
+                out.skipped_links += 1;
+                continue;
+            }
+            // Files only: directories and special files are left alone.
+            if !matches!(target.kind, Kind::File | Kind::Absent)
+                || !matches!(now.kind, Kind::File | Kind::Absent)
+            {
+                continue;
+            }
+            if hist.actors(&t.path) & Actor::External.bit() != 0 {
+                out.conflicts
+                    .push(String::from_utf8_lossy(&t.path).into_owned());
+            }
+            wanted.insert(t.path.clone(), target);
+        }
+        Ok(wanted)
+    }
+
+    /// The state a tracked file goes back to (`None`: leave it): first changed by a tool
+    /// before checkpoint `c` began, its state at `c`'s start; otherwise its state just before
+    /// that first tool change (design.md §2), completed if only its ranges were saved.
+    fn tool_target(
+        &self,
+        c: i64,
+        hist: &History,
+        t: &Tracked,
+    ) -> Result<Option<PreImage>, RewindError> {
+        if t.checkpoint < c {
+            return self.state_of(hist, hist.lineage(&t.path), &t.path);
+        }
+        Ok(
+            match t
+                .capture
+                .and_then(|id| self.store.capture_by_id(id).ok().flatten())
+            {
+                Some(cap) if cap.pre.partial => {
+                    let path = cap.path.clone();
+                    Some(self.materialize(hist, &cap, &path)?)
+                }
+                Some(cap) => Some(cap.pre),
+                None => None,
+            },
+        )
+    }
+
+    /// Scopes `agent` and `all`: every path an actor inside the scope changed since the
+    /// checkpoint, by each of its names, to its state at the checkpoint's start. For `agent`,
+    /// a path changed both inside the scope and by someone outside it is a conflict.
+    fn wanted_by_actors(
+        &self,
+        scope: Scope,
+        hist: &History,
+        filter: &Filter,
+        out: &mut Outcome,
+    ) -> Result<Wanted, RewindError> {
+        let inside = scope.inside();
+        let mut candidates = self.changed_inside(hist, inside);
+        let named = other_names(hist, &candidates);
+        candidates.extend(named);
+        let mut wanted = Wanted::new();
+        for p in candidates {
+            if p.is_empty() || !filter.matches(&p) {
+                continue;
+            }
+            let Some(target) = self.state_of(hist, hist.lineage(&p), &p)? else {
+                continue;
+            };
+            let bits = hist.actors(&p);
+            if scope == Scope::Agent && bits & inside != 0 && bits & Actor::External.bit() != 0 {
+                out.conflicts.push(String::from_utf8_lossy(&p).into_owned());
+            }
+            wanted.insert(p, target);
+        }
+        Ok(wanted)
+    }
+
+    /// The paths actors in `inside` (actor bits) changed: each path they captured, and
+    /// everything now beneath either side of a directory they renamed, by its name on both
+    /// sides of that rename.
+    fn changed_inside(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
+        let root = self.root();
+        let mut candidates: HashSet<Vec<u8>> = HashSet::new();
+        for (p, caps) in &hist.by_path {
+            if caps.iter().any(|c| c.actors & inside != 0) {
+                candidates.insert(p.clone());
+            }
+        }
+        for m in &hist.moves {
+            if m.actor.bit() & inside == 0 {
+                continue;
+            }
+            for base in [&m.src, &m.dst] {
+                let mut found = Vec::new();
+                walk(root, Path::new(OsStr::from_bytes(base)), &mut found);
+                for f in found {
+                    if let Some(rest) = under(&f, &m.dst) {
+                        candidates.insert(rebase(&rest, &m.src));
+                    }
+                    if let Some(rest) = under(&f, &m.src) {
+                        candidates.insert(rebase(&rest, &m.dst));
+                    }
+                    candidates.insert(f);
+                }
+            }
+        }
+        candidates
+    }
+
+    /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
+    /// state is self-contained: content found elsewhere in the tree, or completed from a range
+    /// pre-image, is stored as a blob, so the plan does not depend on the tree it rewrites.
+    fn state_of(
+        &self,
+        hist: &History,
+        lin: Lineage,
+        q: &[u8],
+    ) -> Result<Option<PreImage>, RewindError> {
+        Ok(match lin {
+            Lineage::Pre(p) => Some(p),
+            Lineage::Partial(c, at) => Some(self.materialize(hist, &c, &at)?),
+            Lineage::Current(at) if at == q => None,
+            // Moved elsewhere and unchanged since: its content is there.
+            Lineage::Current(at) => {
+                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&at)), &self.store)?;
+                self.scratch.lock().unwrap().extend(pre.blob.clone());
+                Some(pre)
+            }
+        })
+    }
+
+    /// Keeps, of the wanted states, those that differ from the present, as the outcome's
+    /// targets, and counts the lines they add and remove.
+    fn keep_differing(&self, wanted: Wanted, out: &mut Outcome) -> Result<(), RewindError> {
+        let root = self.root();
+        for (p, target) in wanted {
+            let rel = Path::new(OsStr::from_bytes(&p));
+            let now = now_state(root, rel)?;
+            let new_content = match (&target.kind, &target.blob) {
+                (Kind::File, Some(b)) => Some(self.store.blobs.read(b)?),
+                (Kind::File, None) => Some(Vec::new()),
+                _ => None,
+            };
+            if !now.differs_from(&target, &new_content) {
+                continue;
+            }
+            let old = now.content.clone().unwrap_or_default();
+            let new = new_content.clone().unwrap_or_default();
+            let (i, d) = line_counts(&old, &new);
+            out.insertions += i;
+            out.deletions += d;
+            out.files_changed
+                .push(String::from_utf8_lossy(&p).into_owned());
+            let mut t = Target::new(rel, &target);
+            if target.kind == Kind::File && t.blob.is_none() {
+                t.blob = Some(crate::store::blobs::empty_hash());
+            }
+            out.targets.push(t);
+        }
+        Ok(())
+    }
+}
+
+/// Names the candidates are also known by, before and after each rename: for every path
+/// seen, its name when the checkpoint began and its name now, found by following the renames
+/// in the order they happened (bounded: two names per path; chaining renames regardless of
+/// their order would grow without end, e.g. `mv x d/e` then `mv d x`).
+fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>> {
+    let mut named: HashSet<Vec<u8>> = HashSet::new();
+    for (p, caps) in &hist.by_path {
+        if !candidates.contains(p) {
+            continue;
+        }
+        for c in caps {
+            named.insert(hist.name_at_start(p, (c.id, 0)));
+            named.insert(hist.name_now(p, (c.id, 0)));
+        }
+    }
+    for p in candidates {
+        if !hist.by_path.contains_key(p) {
+            // Found beneath a moved directory as it is now.
+            named.insert(hist.name_at_start(p, (i64::MAX, 2)));
+        }
+    }
+    named
+}
+
+/// Scope `agent` refuses to rewind over changes someone else also made (design.md §2) unless
+/// `force` is given: the outcome says so, and a real rewind fails with its words.
+fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
+    if req.scope == Scope::Agent && !out.conflicts.is_empty() && !req.force {
+        out.can_rewind = false;
+        out.error = Some(format!(
+            "{} path(s) were also changed by someone other than the agent since this message: {}; pass force to rewind anyway",
+            out.conflicts.len(),
+            out.conflicts.join(", ")
+        ));
+    }
+}
+
+/// The current state of a path, for comparison with a target.
+pub(super) struct Now {
+    pub(super) kind: Kind,
+    pub(super) mode: u32,
+    pub(super) content: Option<Vec<u8>>,
+    pub(super) target: Option<Vec<u8>>,
+}
+
+pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
+    let st = match sys::lstat_beneath(root, rel) {
+        Ok(st) => st,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+            return Ok(Now {
+                kind: Kind::Absent,
+                mode: 0,
+                content: None,
+                target: None,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let fd = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
+            let mut buf = vec![0u8; st.st_size as usize];
+            let n = sys::pread_full(fd.as_fd(), &mut buf, 0)?;
+            buf.truncate(n);
+            Now {
+                kind: Kind::File,
+                mode: st.st_mode,
+                content: Some(buf),
+                target: None,
+            }
+        }
+        libc::S_IFDIR => Now {
+            kind: Kind::Dir,
+            mode: st.st_mode,
+            content: None,
+            target: None,
+        },
+        libc::S_IFLNK => Now {
+            kind: Kind::Symlink,
+            mode: st.st_mode,
+            content: None,
+            target: Some(sys::readlinkat(root, rel)?.as_bytes().to_vec()),
+        },
+        _ => Now {
+            kind: Kind::Other,
+            mode: st.st_mode,
+            content: None,
+            target: None,
+        },
+    })
+}
+
+impl Now {
+    /// Whether a rewind to `target` (a file's bytes in `new_content`) would change this: the
+    /// kind, the permission bits (not a symlink's, which mean nothing), a file's bytes or a
+    /// symlink's target.
+    fn differs_from(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> bool {
+        self.kind != target.kind
+            || (target.kind != Kind::Absent
+                && self.mode & 0o7777 != target.mode & 0o7777
+                && target.kind != Kind::Symlink)
+            || (target.kind == Kind::File && self.content != *new_content)
+            || (target.kind == Kind::Symlink && self.target != target.target)
+    }
+}
+
+fn key(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+/// Lists every path beneath `rel` (not following symlinks).
+fn walk(root: BorrowedFd<'_>, rel: &Path, out: &mut Vec<Vec<u8>>) {
+    let Ok(fd) = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0) else {
+        return;
+    };
+    let Ok(ents) = sys::read_dir_all(fd) else {
+        return;
+    };
+    for (name, _, dtype) in ents {
+        let p = rel.join(&name);
+        out.push(key(&p));
+        if dtype == libc::DT_DIR {
+            walk(root, &p, out);
+        }
+    }
+}
