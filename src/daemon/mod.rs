@@ -35,12 +35,7 @@ use crate::store::Store;
 use crate::{mounts, sys};
 
 /// Files the daemon keeps in the store directory.
-pub mod files {
-    pub const LOCK: &str = "lock";
-    pub const PID: &str = "daemon.pid";
-    pub const LOG: &str = "daemon.log";
-    pub const SOCKET: &str = "control.sock";
-}
+pub use crate::store::layout as files;
 
 /// How often buffered change-log entries and journal records reach SQLite.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);

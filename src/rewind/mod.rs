@@ -359,7 +359,7 @@ impl Engine {
         };
         if let Some((at, why)) = self.store.dropped(cp.seq)? {
             return Err(RewindError::Dropped {
-                at: crate::control::rfc3339(at),
+                at: crate::store::rfc3339(at),
                 why,
             });
         }

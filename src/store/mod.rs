@@ -41,13 +41,14 @@ mod error;
 mod fsck;
 pub mod gc;
 pub mod journal;
+pub mod layout;
 mod migrate;
 mod model;
 mod rewinds;
+mod time;
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
@@ -60,14 +61,7 @@ pub use self::model::{
     Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
     RangeContent, RewindRow, Tracked,
 };
-
-/// Milliseconds since the Unix epoch, as the `*_at` columns hold them.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use self::time::{now_ms, rfc3339};
 
 /// An open store, shared by the daemon's threads; each method takes the locks it needs, in
 /// the order above.
@@ -94,7 +88,7 @@ impl Store {
     /// [`StoreError::TooNew`] for a store written by a newer rewindfs; SQLite and I/O errors.
     pub fn open(dir: &Path, sync: bool) -> Result<Store> {
         std::fs::create_dir_all(dir)?;
-        let db = dir.join("rewindfs.db");
+        let db = dir.join(layout::DB);
         let mut conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Room for every statement the journal's applier and gc run per row (the default 16

@@ -44,7 +44,7 @@ impl ListCheckpoints {
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {
-                began_at: crate::control::rfc3339(c.checkpoint.began_at),
+                began_at: crate::store::rfc3339(c.checkpoint.began_at),
                 uuid: c.checkpoint.uuid,
                 session_id: c.checkpoint.session_id,
                 kind: c.checkpoint.kind,

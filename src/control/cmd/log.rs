@@ -85,7 +85,7 @@ impl Log {
             .into_iter()
             .map(|x| LogLine {
                 seq: x.seq,
-                time: crate::control::rfc3339(x.at),
+                time: crate::store::rfc3339(x.at),
                 op: x.op,
                 path: String::from_utf8_lossy(&x.path).into_owned(),
                 path2: x.path2.map(|p| String::from_utf8_lossy(&p).into_owned()),

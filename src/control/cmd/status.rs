@@ -59,7 +59,7 @@ impl Status {
             bytes_captured,
             agent_pids: e.recorder.agents(),
             store_bytes: e.store.size_bytes()?,
-            time: crate::control::rfc3339(crate::store::now_ms()),
+            time: crate::store::rfc3339(crate::store::now_ms()),
         })
     }
 }
