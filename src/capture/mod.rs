@@ -25,15 +25,17 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rustix::fs::{OFlags, Stat};
 
 use crate::store::gc::{Policy, Report};
-use crate::store::{Actor, Kind, LogEntry, PreImage, Store, now_ms};
+use crate::store::{Actor, Kind, PreImage, Store};
 use crate::sys;
 
 mod actors;
+mod log;
 mod op;
 mod ranges;
 
 pub use actors::parent_pid;
 use actors::{Actors, is_tool_temp};
+use log::ChangeLog;
 use op::Need;
 pub use op::{Change, Op};
 pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
@@ -202,30 +204,17 @@ pub struct Recorder {
     gate: RwLock<()>,
     /// Actor classification.
     actors: Mutex<Actors>,
-    /// Change-log entries not yet written (flushed with the next capture, at boundaries,
-    /// and by the daemon's timer).
-    log: Mutex<Vec<LogEntry>>,
+    /// The change log not yet written and the flusher's signals.
+    log: ChangeLog,
     /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
     /// that removes the file's name has happened → the pending blob key.
     adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images.
     range_capture_min: std::sync::atomic::AtomicU64,
-    /// Set (and the flusher woken) when the change log has grown enough to be written.
-    flush_wanted: Mutex<bool>,
-    flush_wake: std::sync::Condvar,
-    /// Held while a batch of the change log is written, so batches land in order.
-    flushing: Mutex<()>,
-    /// A checkpoint dropped a large set of paths: the flusher returns the memory.
-    trim_wanted: std::sync::atomic::AtomicBool,
 }
 
 /// Paths a checkpoint's set must have held for its end to trim the heap.
 const TRIM_AFTER_PATHS: usize = 10_000;
-
-/// Change-log entries buffered before the flusher is woken.
-const LOG_FLUSH_AT: usize = 512;
-/// Change-log entries buffered before a change writes them itself (the flusher is behind).
-const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
 
 impl Recorder {
     /// Opens a recorder, beginning the mount's implicit checkpoint.
@@ -251,13 +240,9 @@ impl Recorder {
             capture: Mutex::new(()),
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
-            log: Mutex::new(Vec::new()),
+            log: ChangeLog::default(),
             adopted: Mutex::new(HashMap::new()),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
-            flush_wanted: Mutex::new(false),
-            flush_wake: std::sync::Condvar::new(),
-            flushing: Mutex::new(()),
-            trim_wanted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -510,104 +495,11 @@ impl Recorder {
         if s.seen.len() >= TRIM_AFTER_PATHS {
             // Dropping that many paths frees megabytes the allocator would keep; the flusher
             // hands them back (off this thread: trimming a large heap takes milliseconds).
-            self.trim_wanted
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.log.want_trim();
         }
         s.seen = HashMap::new();
         s.partial = HashMap::new();
         Ok(seq)
-    }
-
-    /// Writes the change log and applies the capture journal every `every`, and at once when
-    /// changes ask for it, until `stop` is set (checked at each wake-up). Runs on its own
-    /// thread, so SQLite stays off the FUSE request path.
-    pub fn run_flusher(&self, every: std::time::Duration, stop: &std::sync::atomic::AtomicBool) {
-        loop {
-            {
-                let wanted = self.flush_wanted.lock().unwrap();
-                let (mut wanted, _) = self
-                    .flush_wake
-                    .wait_timeout_while(wanted, every, |w| !*w)
-                    .unwrap();
-                *wanted = false;
-            }
-            self.flush_log();
-            if self
-                .trim_wanted
-                .swap(false, std::sync::atomic::Ordering::Relaxed)
-            {
-                let t = std::time::Instant::now();
-                sys::trim_heap();
-                tracing::debug!("heap trimmed in {:?}", t.elapsed());
-            }
-            if stop.load(std::sync::atomic::Ordering::Acquire) {
-                return;
-            }
-        }
-    }
-
-    /// Wakes the flusher (see [`Recorder::run_flusher`]).
-    pub fn wake_flusher(&self) {
-        *self.flush_wanted.lock().unwrap() = true;
-        self.flush_wake.notify_one();
-    }
-
-    /// Writes buffered change-log entries.
-    pub fn flush_log(&self) {
-        let _order = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = std::mem::take(&mut *self.log.lock().unwrap());
-        if let Err(e) = self.store.append_log(&entries) {
-            tracing::error!("change log: {e}; {} entries lost", entries.len());
-        }
-        if let Err(e) = self.store.flush_journal() {
-            tracing::error!("capture journal: {e}; its records stay pending");
-        }
-    }
-
-    fn log_change(&self, pid: u32, change: &Change<'_>) {
-        let (actor, comm, span) = self.classify(
-            pid,
-            Some(
-                change
-                    .path2
-                    .filter(|_| change.op == Op::Rename)
-                    .unwrap_or(change.path),
-            ),
-        );
-        let seq = self.state.lock().unwrap().seq;
-        let e = LogEntry {
-            seq: 0,
-            at: now_ms(),
-            checkpoint: seq,
-            op: change.op.as_str().to_string(),
-            path: path_key(change.path),
-            path2: change.path2.map(path_key),
-            actor: actor.as_str().to_string(),
-            pid,
-            process: comm,
-            tool_use_id: span,
-        };
-        let n = {
-            let mut l = self.log.lock().unwrap();
-            // Consecutive writes to one file are one entry.
-            if let Some(last) = l.last() {
-                if last.op == e.op
-                    && e.op == "write"
-                    && last.path == e.path
-                    && last.pid == e.pid
-                    && last.checkpoint == e.checkpoint
-                {
-                    return;
-                }
-            }
-            l.push(e);
-            l.len()
-        };
-        if n >= LOG_FLUSH_INLINE_AT {
-            self.flush_log();
-        } else if n == LOG_FLUSH_AT {
-            self.wake_flusher();
-        }
     }
 }
 
