@@ -22,24 +22,27 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use rustix::fs::{OFlags, Stat};
-
 use crate::store::gc::{Policy, Report};
-use crate::store::{Actor, Kind, PreImage, Store};
+use crate::store::{Actor, Store};
 use crate::sys;
 
 mod actors;
+mod adopt;
 mod log;
 mod op;
 mod ranges;
+mod snapshot;
 
 pub use actors::parent_pid;
 use actors::{Actors, is_tool_temp};
+use adopt::Adopt;
 use log::ChangeLog;
 use op::Need;
 pub use op::{Change, Op};
 pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
 use ranges::Partial;
+pub use snapshot::snapshot;
+use snapshot::{snapshot_or_adopt, stat_of};
 
 /// Held while a change is applied: a rewind waits for every permit to be dropped.
 pub type Permit<'a> = Option<RwLockReadGuard<'a, ()>>;
@@ -69,109 +72,6 @@ impl Observer for Passthrough {
 /// The bytes a path is stored under.
 pub fn path_key(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
-}
-
-/// Reads the current state of `rel` beneath `root`, storing a regular file's content as a blob.
-///
-/// # Errors
-/// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
-pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
-    Ok(snapshot_or_adopt(root, rel, store, Adopt::No, None, None)?.0)
-}
-
-/// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
-/// where the store allows (the hash of such a blob is returned: it must be unshared if the
-/// change fails). `file`: the file at `rel`, open (see [`Change::file`]); `known`: what its
-/// stat gave, if the caller has just taken it (through `file` when given).
-fn snapshot_or_adopt(
-    root: BorrowedFd<'_>,
-    rel: &Path,
-    store: &Store,
-    adopt: Adopt<'_>,
-    file: Option<BorrowedFd<'_>>,
-    known: Option<io::Result<Stat>>,
-) -> io::Result<(PreImage, Option<String>)> {
-    if let Adopt::Yes(gone) = adopt {
-        // The caller saw a regular file with one name here: keep it by a link, unread.
-        if let Some(a) = store.blobs.adopt(root, rel, gone)? {
-            return Ok((a.pre_image(), a.linked.then_some(a.hash)));
-        }
-    }
-    let st = match known.unwrap_or_else(|| stat_of(root, rel, file)) {
-        Ok(st) => st,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-            return Ok((PreImage::absent(), None));
-        }
-        Err(e) => return Err(e),
-    };
-    let base = |kind| PreImage {
-        kind,
-        blob: None,
-        mode: st.st_mode,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        size: st.st_size as u64,
-        target: None,
-        partial: false,
-    };
-    Ok((
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => {
-                // Read without touching its access time: through `file` with O_NOATIME set
-                // for the read, or a fresh fd opened so. Through `file` the size is the one
-                // just stat'ed; a fresh fd may have found another file by now.
-                let size = st.st_size as u64;
-                let (hash, size) = match file
-                    .and_then(|fd| sys::with_noatime(fd, || store.blobs.put_fd(fd, Some(size))))
-                {
-                    Some(got) => got?,
-                    None => {
-                        let fd = sys::open_beneath(
-                            root,
-                            rel,
-                            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOATIME,
-                            0,
-                        )
-                        .or_else(|_| {
-                            sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-                        })?;
-                        store.blobs.put_fd(fd.as_fd(), None)?
-                    }
-                };
-                PreImage {
-                    blob: Some(hash),
-                    size,
-                    ..base(Kind::File)
-                }
-            }
-            libc::S_IFDIR => base(Kind::Dir),
-            libc::S_IFLNK => {
-                let t = sys::readlinkat(root, rel)?;
-                PreImage {
-                    target: Some(t.as_bytes().to_vec()),
-                    ..base(Kind::Symlink)
-                }
-            }
-            _ => PreImage {
-                size: st.st_rdev,
-                ..base(Kind::Other)
-            },
-        },
-        None,
-    ))
-}
-
-/// Whether a capture may keep the file by a link (see [`Blobs::adopt`](crate::store::blobs::Blobs::adopt)):
-/// `Yes` with the file's stat when the caller has just taken it.
-#[derive(Debug, Clone, Copy)]
-enum Adopt<'a> {
-    No,
-    Yes(Option<&'a Stat>),
-}
-
-/// The file at `rel` beneath `root`, stat'ed through `file` (its open fd) when given.
-fn stat_of(root: BorrowedFd<'_>, rel: &Path, file: Option<BorrowedFd<'_>>) -> io::Result<Stat> {
-    file.map_or_else(|| sys::lstat_beneath(root, rel), sys::fstat)
 }
 
 /// The current checkpoint and what has been captured in it.
@@ -326,9 +226,7 @@ impl Recorder {
                     io::Error::from(e)
                 })?;
             if let Some(key) = linked {
-                if let Some(old) = self.adopted.lock().unwrap().insert(p.to_vec(), key) {
-                    self.store.blobs.settle(&old);
-                }
+                self.remember_adopted(p, key);
             }
             let mut s = self.state.lock().unwrap();
             if s.seq != seq {
@@ -384,51 +282,6 @@ impl Recorder {
             None,
         )
         .map(|_| ())
-    }
-
-    /// Captures `p`, which a rewind is about to replace by renaming a file over it: a regular
-    /// file with one name is adopted rather than copied. Call [`Recorder::replaced`] once the
-    /// rename is done, or [`Recorder::not_replaced`] if it failed.
-    pub fn capture_for_replace(&self, p: &Path) -> io::Result<()> {
-        let st = sys::lstat_beneath(self.root(), p).ok();
-        let adopt = match &st {
-            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1 => {
-                Adopt::Yes(Some(st))
-            }
-            _ => Adopt::No,
-        };
-        self.ensure_captured(
-            &path_key(p),
-            Actor::Rewind,
-            Op::Rename,
-            adopt,
-            Need::All,
-            None,
-        )
-        .map(|_| ())
-    }
-
-    /// The file [`Recorder::capture_for_replace`] captured has lost its name.
-    pub fn replaced(&self, p: &Path) {
-        let key = self.adopted.lock().unwrap().remove(&path_key(p));
-        if let Some(key) = key {
-            self.store.blobs.settle(&key);
-        }
-    }
-
-    /// Renaming over the file [`Recorder::capture_for_replace`] captured failed: the file lives
-    /// on, so an adopted pre-image gets its own copy.
-    pub fn not_replaced(&self, p: &Path) {
-        self.failed(&Change {
-            op: Op::Rename,
-            path: p,
-            path2: None,
-            aliases: &[],
-            last_name: true,
-            range: None,
-            file: None,
-            gone: None,
-        });
     }
 
     /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
@@ -575,35 +428,14 @@ impl Observer for Recorder {
 
     fn after(&self, pid: u32, change: &Change<'_>) {
         if change.last_name {
-            // The file's name is gone: the adopted blob is the file's only other name now.
-            let key = self
-                .adopted
-                .lock()
-                .unwrap()
-                .remove(&path_key(change.path2.unwrap_or(change.path)));
-            if let Some(key) = key {
-                self.store.blobs.settle(&key);
-            }
+            self.settle_adopted(&path_key(change.path2.unwrap_or(change.path)));
         }
         self.log_change(pid, change);
     }
 
     fn failed(&self, change: &Change<'_>) {
-        if !change.last_name {
-            return;
+        if change.last_name {
+            self.unshare_adopted(&path_key(change.path2.unwrap_or(change.path)));
         }
-        let p = path_key(change.path2.unwrap_or(change.path));
-        let Some(hash) = self.adopted.lock().unwrap().remove(&p) else {
-            return;
-        };
-        // The file lives on under its name and may change: its pre-image needs its own copy.
-        if let Err(e) = self.store.blobs.unshare(&hash) {
-            tracing::error!(
-                "the pre-image of {} shares its storage with the file and could not be copied: {e}",
-                String::from_utf8_lossy(&p)
-            );
-        }
-        // Settled either way: a resolver finding the file still linked copies it itself.
-        self.store.blobs.settle(&hash);
     }
 }
