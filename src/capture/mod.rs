@@ -14,8 +14,7 @@
 //! - a tool's first change to a file in a session records the state just before it
 //!   (`tracked`), as the SDK's checkpointing does.
 
-use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -28,21 +27,21 @@ use crate::sys;
 
 mod actors;
 mod adopt;
+mod checkpoint;
 mod log;
 mod op;
 mod ranges;
 mod snapshot;
 
+use actors::Actors;
 pub use actors::parent_pid;
-use actors::{Actors, is_tool_temp};
 use adopt::Adopt;
+use checkpoint::State;
 use log::ChangeLog;
 use op::Need;
 pub use op::{Change, Op};
 pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
-use ranges::Partial;
 pub use snapshot::snapshot;
-use snapshot::{snapshot_or_adopt, stat_of};
 
 /// Held while a change is applied: a rewind waits for every permit to be dropped.
 pub type Permit<'a> = Option<RwLockReadGuard<'a, ()>>;
@@ -74,23 +73,6 @@ pub fn path_key(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
 }
 
-/// The current checkpoint and what has been captured in it.
-#[derive(Debug)]
-struct State {
-    /// Sequence number of the current checkpoint.
-    seq: i64,
-    /// Its uuid.
-    uuid: String,
-    /// The session of the last `begin_message` (None until the first one).
-    session: Option<String>,
-    /// Paths captured in the current checkpoint → bit set of the actors that changed them.
-    seen: HashMap<Vec<u8>, u8>,
-    /// Paths a tool has changed, per session (mirror of the `tracked` table).
-    tracked: HashMap<String, HashSet<Vec<u8>>>,
-    /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
-    partial: HashMap<Vec<u8>, Partial>,
-}
-
 /// Records every change: pre-images into the store, entries into the change log.
 pub struct Recorder {
     /// The workspace's underlying directory (a dup of the core's root fd).
@@ -113,9 +95,6 @@ pub struct Recorder {
     range_capture_min: std::sync::atomic::AtomicU64,
 }
 
-/// Paths a checkpoint's set must have held for its end to trim the heap.
-const TRIM_AFTER_PATHS: usize = 10_000;
-
 impl Recorder {
     /// Opens a recorder, beginning the mount's implicit checkpoint.
     ///
@@ -129,14 +108,7 @@ impl Recorder {
         Ok(Recorder {
             root,
             store,
-            state: Mutex::new(State {
-                seq,
-                uuid,
-                session: None,
-                seen: HashMap::new(),
-                tracked: HashMap::new(),
-                partial: HashMap::new(),
-            }),
+            state: Mutex::new(State::new(seq, uuid)),
             capture: Mutex::new(()),
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
@@ -148,140 +120,6 @@ impl Recorder {
 
     pub fn root(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
-    }
-
-    /// The current checkpoint: (seq, uuid, session).
-    pub fn current(&self) -> (i64, String, Option<String>) {
-        let s = self.state.lock().unwrap();
-        (s.seq, s.uuid.clone(), s.session.clone())
-    }
-
-    /// Makes sure `p` has a pre-image in the current checkpoint. Returns the checkpoint seq
-    /// and, if this call took the capture, its id.
-    fn ensure_captured(
-        &self,
-        p: &[u8],
-        actor: Actor,
-        op: Op,
-        adopt: Adopt<'_>,
-        need: Need,
-        file: Option<BorrowedFd<'_>>,
-    ) -> io::Result<(i64, Option<i64>)> {
-        loop {
-            let (seq, bits, partial) = {
-                let s = self.state.lock().unwrap();
-                (s.seq, s.seen.get(p).copied(), s.partial.contains_key(p))
-            };
-            if let Some(bits) = bits {
-                if bits & actor.bit() == 0 {
-                    self.store.add_actor(seq, p, actor.bit())?;
-                    if let Some(b) = self.state.lock().unwrap().seen.get_mut(p) {
-                        *b |= actor.bit();
-                    }
-                }
-                if partial && need != Need::Meta {
-                    let _g = self.capture.lock().unwrap();
-                    self.save_ranges(p, need, op)?;
-                }
-                return Ok((seq, None));
-            }
-            let _g = self.capture.lock().unwrap();
-            {
-                let s = self.state.lock().unwrap();
-                if s.seq != seq || s.seen.contains_key(p) {
-                    continue;
-                }
-            }
-            let rel = Path::new(OsStr::from_bytes(p));
-            // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
-            let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
-            if need != Need::All {
-                if let Some(Ok(st)) = &st {
-                    if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
-                        return Ok((seq, Some(id)));
-                    }
-                }
-            }
-            let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st)
-                .map_err(|e| {
-                tracing::error!(
-                    "refusing {} of {}: its pre-image could not be saved: {e}",
-                    op.as_str(),
-                    rel.display()
-                );
-                e
-            })?;
-            let id = self
-                .store
-                .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
-                .map_err(|e| {
-                    tracing::error!(
-                        "refusing {} of {}: its pre-image could not be recorded: {e}",
-                        op.as_str(),
-                        rel.display()
-                    );
-                    if let Some(key) = &linked {
-                        self.store.blobs.discard(key);
-                    }
-                    io::Error::from(e)
-                })?;
-            if let Some(key) = linked {
-                self.remember_adopted(p, key);
-            }
-            let mut s = self.state.lock().unwrap();
-            if s.seq != seq {
-                continue; // a boundary passed: capture again for the new checkpoint
-            }
-            s.seen.insert(p.to_vec(), actor.bit());
-            return Ok((seq, Some(id)));
-        }
-    }
-
-    /// A tool changes `p`: remember the state just before its first tool change in the session.
-    fn track(&self, p: &[u8], seq: i64, fresh_capture: Option<i64>, op: Op) -> io::Result<()> {
-        let session = {
-            let s = self.state.lock().unwrap();
-            match &s.session {
-                Some(sess) if !s.tracked.get(sess).is_some_and(|t| t.contains(p)) => sess.clone(),
-                _ => return Ok(()),
-            }
-        };
-        if is_tool_temp(Path::new(OsStr::from_bytes(p))) {
-            return Ok(());
-        }
-        let id = match fresh_capture {
-            Some(id) => id,
-            None => {
-                // Already changed in this checkpoint by someone else: the state now is what the
-                // tool is about to overwrite.
-                let _g = self.capture.lock().unwrap();
-                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
-                self.store
-                    .insert_capture(seq, p, "tool", &pre, Actor::Tool, op.as_str())?
-            }
-        };
-        self.store.track(&session, p, seq, id)?;
-        self.state
-            .lock()
-            .unwrap()
-            .tracked
-            .entry(session)
-            .or_default()
-            .insert(p.to_vec());
-        Ok(())
-    }
-
-    /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
-    pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(
-            &path_key(p),
-            Actor::Rewind,
-            Op::Write,
-            Adopt::No,
-            Need::All,
-            None,
-        )
-        .map(|_| ())
     }
 
     /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
@@ -317,42 +155,6 @@ impl Recorder {
     /// Takes the gate exclusively: no change runs until the guard is dropped.
     pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
         self.gate.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Begins a checkpoint of kind `kind` (message or rewind). The caller has flushed the
-    /// kernel's dirty data first, so it lands in the previous checkpoint.
-    pub fn begin(&self, uuid: &str, session: Option<&str>, kind: &str) -> io::Result<i64> {
-        // The backlog goes to SQLite before changes are held up: under the capture lock only
-        // the checkpoint's own row is written (a boundary used to stall every change for the
-        // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
-        self.flush_log();
-        let _g = self.capture.lock().unwrap();
-        let seq = self.store.begin_checkpoint(uuid, session, kind)?;
-        let mut s = self.state.lock().unwrap();
-        s.seq = seq;
-        s.uuid = uuid.to_string();
-        if let Some(sess) = session {
-            if s.session.as_deref() != Some(sess) {
-                s.session = Some(sess.to_string());
-                if !s.tracked.contains_key(sess) {
-                    let paths = self
-                        .store
-                        .tracked(sess)?
-                        .into_iter()
-                        .map(|t| t.path)
-                        .collect();
-                    s.tracked.insert(sess.to_string(), paths);
-                }
-            }
-        }
-        if s.seen.len() >= TRIM_AFTER_PATHS {
-            // Dropping that many paths frees megabytes the allocator would keep; the flusher
-            // hands them back (off this thread: trimming a large heap takes milliseconds).
-            self.log.want_trim();
-        }
-        s.seen = HashMap::new();
-        s.partial = HashMap::new();
-        Ok(seq)
     }
 }
 
@@ -390,14 +192,7 @@ impl Observer for Recorder {
                     // Written before the rename: a rewind maps paths beneath it through this.
                     self.store
                         .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
-                    // Paths beneath either name now hold other files: capture them afresh.
-                    let mut s = self.state.lock().unwrap();
-                    let under = |k: &Vec<u8>, d: &[u8]| {
-                        k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/'
-                    };
-                    s.seen.retain(|k, _| !under(k, &primary) && !under(k, &dst));
-                    s.partial
-                        .retain(|k, _| !under(k, &primary) && !under(k, &dst));
+                    self.forget_beneath(&primary, &dst);
                 }
                 if actor == Actor::Tool {
                     self.track(&dst, seq2, fresh, op)?;

@@ -11,6 +11,7 @@
 //!   comment on that field);
 //! - nothing here takes a recorder lock: the callers hold the capture lock while it runs.
 
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -19,7 +20,8 @@ use std::path::Path;
 use rustix::fs::{OFlags, Stat};
 
 use super::adopt::Adopt;
-use crate::store::{Kind, PreImage, Store};
+use super::{Op, Recorder};
+use crate::store::{Actor, Kind, PreImage, Store};
 use crate::sys;
 
 /// Reads the current state of `rel` beneath `root`, storing a regular file's content as a blob.
@@ -28,6 +30,55 @@ use crate::sys;
 /// I/O errors reading the file or writing the blob (a full store gives `ENOSPC`).
 pub fn snapshot(root: BorrowedFd<'_>, rel: &Path, store: &Store) -> io::Result<PreImage> {
     Ok(snapshot_or_adopt(root, rel, store, Adopt::No, None, None)?.0)
+}
+
+impl Recorder {
+    /// Takes a whole pre-image of `p` — its content read into a blob, or with `adopt` its file
+    /// kept by a link — and records it as a capture in checkpoint `seq`: the capture's id.
+    /// Write-ahead: on any error the change is refused (and logged), and a link made for it is
+    /// discarded. `file` and `st`: the file's fd and stat if the caller has them (see
+    /// [`snapshot_or_adopt`]). The caller holds the capture lock.
+    // The capture's identity (path, checkpoint, actor, op) and how to read it (adopt, fd, stat).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn capture_whole(
+        &self,
+        p: &[u8],
+        seq: i64,
+        actor: Actor,
+        op: Op,
+        adopt: Adopt<'_>,
+        file: Option<BorrowedFd<'_>>,
+        st: Option<io::Result<Stat>>,
+    ) -> io::Result<i64> {
+        let rel = Path::new(OsStr::from_bytes(p));
+        let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st)
+            .map_err(|e| {
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be saved: {e}",
+                    op.as_str(),
+                    rel.display()
+                );
+                e
+            })?;
+        let id = self
+            .store
+            .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
+            .map_err(|e| {
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be recorded: {e}",
+                    op.as_str(),
+                    rel.display()
+                );
+                if let Some(key) = &linked {
+                    self.store.blobs.discard(key);
+                }
+                io::Error::from(e)
+            })?;
+        if let Some(key) = linked {
+            self.remember_adopted(p, key);
+        }
+        Ok(id)
+    }
 }
 
 /// [`snapshot`]; with `adopt`, a regular file about to lose its only name is kept by a hard link
