@@ -3,16 +3,34 @@
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
 //! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
 //! held until the change is done, so a rewind (which takes the gate exclusively) never
-//! interleaves with a change.
+//! interleaves with a change. Then it calls [`Observer::after`], or [`Observer::failed`] if
+//! the change did not happen.
 //!
 //! Invariants kept by [`Recorder`]:
 //! - **write-ahead**: the pre-image's blob and row are committed before `before` returns;
 //!   if they cannot be saved the change is refused (its errno, e.g. `ENOSPC`), never applied
 //!   unprotected;
-//! - a path is captured at most once per checkpoint (the in-memory `seen` map is the
-//!   "captured?" lookup, so the common case costs no I/O);
-//! - a tool's first change to a file in a session records the state just before it
-//!   (`tracked`), as the SDK's checkpointing does.
+//! - **once per (checkpoint, path)**: a path is captured at most once per checkpoint (the
+//!   in-memory `seen` map is the "captured?" lookup, so the common case costs no I/O); a large
+//!   file's later changes in the checkpoint save only the bytes not saved yet;
+//! - **tracked**: a tool's first change to a file in a session records the state just before
+//!   it (`tracked`), as the SDK's checkpointing does.
+//!
+//! # Layout
+//! - `mod.rs` — the gate and [`Permit`], the [`Observer`] trait, the [`Recorder`] and how
+//!   each kind of change is routed to captures;
+//! - `op.rs` — what a change is ([`Op`], [`Change`]) and which bytes it overwrites;
+//! - `actors.rs` — who makes it: tool spans and the process tree;
+//! - `checkpoint.rs` — the current checkpoint, the once-per-path rule, the boundary, `tracked`;
+//! - `snapshot.rs` — whole pre-images;
+//! - `adopt.rs` — a file losing its last name kept by a link: the recorder's steps;
+//! - `ranges.rs` — range pre-images of large files;
+//! - `log.rs` — the change log, buffered, and the flusher thread that writes it.
+//!
+//! # Lock order
+//! `gate` → `capture` → `state`. `actors`, `adopted` and the change log's locks (`flushing`
+//! → `entries`; `flush_wanted` alone) come after these, and no other lock of the recorder is
+//! taken while one of them is held.
 
 use std::collections::HashMap;
 use std::io;
@@ -118,6 +136,7 @@ impl Recorder {
         })
     }
 
+    /// The workspace's underlying directory, which every path of a change is relative to.
     pub fn root(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
     }
@@ -168,55 +187,9 @@ impl Observer for Recorder {
             change.path
         };
         let (actor, _, _) = self.classify(pid, Some(subject));
-        let op = change.op;
-        let primary = path_key(change.path);
-        match op {
-            Op::Rename | Op::Exchange => {
-                let dst = change.path2.map(path_key).unwrap_or_default();
-                let (seq, _) =
-                    self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
-                let adopt = if change.last_name && op == Op::Rename {
-                    Adopt::Yes(change.gone)
-                } else {
-                    Adopt::No
-                };
-                let (seq2, fresh) =
-                    self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
-                let is_dir = |p: &Path| {
-                    sys::lstat_at(self.root(), p)
-                        .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                };
-                // Looked at here, under the gate: a rewind may have replaced either name since
-                // the caller's stat.
-                if is_dir(change.path) || change.path2.is_some_and(is_dir) {
-                    // Written before the rename: a rewind maps paths beneath it through this.
-                    self.store
-                        .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
-                    self.forget_beneath(&primary, &dst);
-                }
-                if actor == Actor::Tool {
-                    self.track(&dst, seq2, fresh, op)?;
-                    if op == Op::Exchange {
-                        self.track(&primary, seq, None, op)?;
-                    }
-                }
-            }
-            _ => {
-                let need = change.need();
-                for alias in change.aliases {
-                    self.ensure_captured(&path_key(alias), actor, op, Adopt::No, need, None)?;
-                }
-                let adopt = if change.last_name && op == Op::Unlink {
-                    Adopt::Yes(change.gone)
-                } else {
-                    Adopt::No
-                };
-                let (seq, fresh) =
-                    self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
-                if actor == Actor::Tool && op != Op::Mkdir {
-                    self.track(&primary, seq, fresh, op)?;
-                }
-            }
+        match change.op {
+            Op::Rename | Op::Exchange => self.before_move(change, actor)?,
+            _ => self.before_change(change, actor)?,
         }
         Ok(Some(permit))
     }
@@ -232,5 +205,62 @@ impl Observer for Recorder {
         if change.last_name {
             self.unshare_adopted(&path_key(change.path2.unwrap_or(change.path)));
         }
+    }
+}
+
+impl Recorder {
+    /// Before a rename or exchange: captures both names (adopting the file a rename takes the
+    /// last name of), records a directory's move, and tracks a tool's change.
+    fn before_move(&self, change: &Change<'_>, actor: Actor) -> io::Result<()> {
+        let op = change.op;
+        let primary = path_key(change.path);
+        let dst = change.path2.map(path_key).unwrap_or_default();
+        let (seq, _) = self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
+        let adopt = if change.last_name && op == Op::Rename {
+            Adopt::Yes(change.gone)
+        } else {
+            Adopt::No
+        };
+        let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
+        let is_dir = |p: &Path| {
+            sys::lstat_at(self.root(), p).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        };
+        // Looked at here, under the gate: a rewind may have replaced either name since
+        // the caller's stat.
+        if is_dir(change.path) || change.path2.is_some_and(is_dir) {
+            // Written before the rename: a rewind maps paths beneath it through this.
+            self.store
+                .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
+            self.forget_beneath(&primary, &dst);
+        }
+        if actor == Actor::Tool {
+            self.track(&dst, seq2, fresh, op)?;
+            if op == Op::Exchange {
+                self.track(&primary, seq, None, op)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before any other change: captures the other names of the file whose content changes,
+    /// then the path itself (adopting the file an unlink takes the last name of, or only the
+    /// bytes a write overwrites), and tracks a tool's change.
+    fn before_change(&self, change: &Change<'_>, actor: Actor) -> io::Result<()> {
+        let op = change.op;
+        let primary = path_key(change.path);
+        let need = change.need();
+        for alias in change.aliases {
+            self.ensure_captured(&path_key(alias), actor, op, Adopt::No, need, None)?;
+        }
+        let adopt = if change.last_name && op == Op::Unlink {
+            Adopt::Yes(change.gone)
+        } else {
+            Adopt::No
+        };
+        let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
+        if actor == Actor::Tool && op != Op::Mkdir {
+            self.track(&primary, seq, fresh, op)?;
+        }
+        Ok(())
     }
 }
