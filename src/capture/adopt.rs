@@ -5,8 +5,8 @@
 //! ([`Blobs::adopt`](crate::store::blobs::Blobs::adopt)) instead of being read and copied.
 //!
 //! The steps taken here, in order, for one path:
-//! 1. **adopt** — in `before`, the capture links the file ([`super::snapshot`]) and, once its
-//!    row is recorded, remembers the pending key in `adopted` under the path
+//! 1. **adopt** — in `before`, the capture links the file ([`Recorder::capture_whole`]) and,
+//!    once its row is recorded, remembers the pending key in `adopted` under the path
 //!    ([`Recorder::remember_adopted`]); a row that cannot be recorded discards the link;
 //! 2. then exactly one of
 //!    - **settle** — the change happened ([`Observer::after`](super::Observer::after),

@@ -100,6 +100,16 @@ impl Partial {
     }
 }
 
+/// What of a partial capture a change would overwrite unsaved (see `Recorder::unsaved`).
+struct Unsaved {
+    /// The capture's id.
+    id: i64,
+    /// The parts not saved yet, page-aligned and in order (possibly none).
+    gaps: Vec<(u64, u64)>,
+    /// The file, if an earlier save of this checkpoint opened it.
+    fd: Option<Arc<OwnedFd>>,
+}
+
 impl Recorder {
     /// Sets the size above which files get range pre-images (`u64::MAX`: never).
     pub fn set_range_capture_min(&self, bytes: u64) {
@@ -168,7 +178,7 @@ impl Recorder {
     /// yet, before the change is applied. The caller holds the capture lock.
     pub(super) fn save_ranges(&self, p: &[u8], need: Need, op: Op) -> io::Result<()> {
         let rel = Path::new(OsStr::from_bytes(p));
-        let Some((id, gaps, fd)) = self.unsaved(p, need) else {
+        let Some(Unsaved { id, gaps, fd }) = self.unsaved(p, need) else {
             return Ok(());
         };
         let refuse = |e: io::Error| {
@@ -204,14 +214,9 @@ impl Recorder {
         Ok(())
     }
 
-    /// What of `p` a change needing `need` would overwrite unsaved: the capture's id, the
-    /// unsaved page-aligned parts, and the file's fd if already open. `None`: nothing to save
+    /// What of `p` a change needing `need` would overwrite unsaved. `None`: nothing to save
     /// (not partially captured, metadata only, or only bytes past the captured size).
-    fn unsaved(
-        &self,
-        p: &[u8],
-        need: Need,
-    ) -> Option<(i64, Vec<(u64, u64)>, Option<Arc<OwnedFd>>)> {
+    fn unsaved(&self, p: &[u8], need: Need) -> Option<Unsaved> {
         let s = self.state.lock().unwrap();
         let part = s.partial.get(p)?;
         let (a, b) = match need {
@@ -228,7 +233,11 @@ impl Recorder {
         if a >= b {
             return None;
         }
-        Some((part.id, part.gaps(a, b), part.fd.clone()))
+        Some(Unsaved {
+            id: part.id,
+            gaps: part.gaps(a, b),
+            fd: part.fd.clone(),
+        })
     }
 
     /// Saves bytes `[a, b)` of `fd` as ranges of capture `id`, in pieces of at most
