@@ -95,21 +95,23 @@ pub fn path_key(p: &Path) -> Vec<u8> {
 pub struct Recorder {
     /// The workspace's underlying directory (a dup of the core's root fd).
     root: OwnedFd,
-    pub store: Arc<Store>,
-    /// Current checkpoint and captured paths. Lock order: `gate` → `capture` → `state`.
+    /// Where pre-images, moves and the change log go.
+    store: Arc<Store>,
+    /// Current checkpoint and captured paths (see `checkpoint.rs`). Lock order: `gate` →
+    /// `capture` → `state`.
     state: Mutex<State>,
     /// Serialises taking pre-images, so two changes to one path cannot both capture.
     capture: Mutex<()>,
     /// Changes hold it shared; a rewind holds it exclusively.
     gate: RwLock<()>,
-    /// Actor classification.
+    /// Actor classification (see `actors.rs`).
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
     log: ChangeLog,
     /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
-    /// that removes the file's name has happened → the pending blob key.
+    /// that removes the file's name has happened → the pending blob key (see `adopt.rs`).
     adopted: Mutex<HashMap<Vec<u8>, String>>,
-    /// Files larger than this get range pre-images.
+    /// Files larger than this get range pre-images (see `ranges.rs`).
     range_capture_min: std::sync::atomic::AtomicU64,
 }
 
