@@ -1,0 +1,233 @@
+//! Who made a change: the actor behind a FUSE request's pid (design.md §3).
+//!
+//! Two sources, both kept here under the recorder's `actors` lock:
+//! - **tool spans** (from the agent's PreToolUse/PostToolUse hooks): a change to the file of
+//!   an open span, or to that file's `<target>.tmp.<pid>.<ms>`, is the tool's;
+//! - **the process tree** (from registered agent pids): the agent itself is `tool`, its
+//!   descendants `shell`, anyone else `external`.
+//!
+//! Invariants:
+//! - a pid's classification is trusted for [`PROC_CACHE_TTL`] only, because pids are reused;
+//!   registering an agent clears the cache, since it changes every answer;
+//! - the cache is bounded (cleared past 4096 entries), so a build spawning thousands of
+//!   processes cannot grow it without limit;
+//! - `/proc` is read once per new pid with a single small read: this runs on the FUSE request
+//!   path for every process that changes a file.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::Recorder;
+use crate::store::Actor;
+
+/// Which processes are the agent, and which tool call is running.
+#[derive(Debug, Default)]
+pub(super) struct Actors {
+    /// Registered agent processes (thread-group ids).
+    agents: HashSet<u32>,
+    /// Open tool spans: tool_use_id → (tool name, file path).
+    spans: HashMap<String, (String, Option<PathBuf>)>,
+    /// pid → classification, valid for a short while (pids are reused).
+    cache: HashMap<u32, ProcInfo>,
+}
+
+/// One process as the classifier saw it.
+#[derive(Debug, Clone)]
+struct ProcInfo {
+    actor: Actor,
+    comm: String,
+    at: Instant,
+}
+
+/// How long a pid's classification is trusted.
+const PROC_CACHE_TTL: Duration = Duration::from_secs(2);
+
+impl Recorder {
+    /// Registered agent pids.
+    pub fn agents(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.actors.lock().unwrap().agents.iter().copied().collect();
+        v.sort();
+        v
+    }
+
+    pub fn register_agent(&self, pid: u32) {
+        let mut a = self.actors.lock().unwrap();
+        a.agents.insert(pid);
+        a.cache.clear();
+    }
+
+    /// A tool call starts (`pre`) or ends (`post`).
+    pub fn tool_span(&self, pre: bool, tool_name: &str, tool_use_id: &str, file: Option<PathBuf>) {
+        let mut a = self.actors.lock().unwrap();
+        if pre {
+            a.spans
+                .insert(tool_use_id.to_string(), (tool_name.to_string(), file));
+        } else {
+            a.spans.remove(tool_use_id);
+        }
+    }
+
+    /// The actor behind `pid` changing `path`, the process's name, and the tool span the
+    /// change belongs to (see [`Actors::classify`]).
+    pub(super) fn classify(
+        &self,
+        pid: u32,
+        path: Option<&Path>,
+    ) -> (Actor, String, Option<String>) {
+        self.actors.lock().unwrap().classify(pid, path)
+    }
+}
+
+impl Actors {
+    /// Classifies the process behind a FUSE request: the agent itself is `tool`, its
+    /// descendants `shell`, anyone else `external`. A change to the file of an open tool span
+    /// (or to that file's `<target>.tmp.<pid>.<ms>`) is `tool` whenever the process is the agent
+    /// or one of its descendants — or no agent is registered — which covers SDKs whose hooks
+    /// run in the host process rather than in the CLI.
+    fn classify(&mut self, pid: u32, path: Option<&Path>) -> (Actor, String, Option<String>) {
+        let span_for_path = path.and_then(|p| self.span_for(p));
+        let any_span = if self.spans.len() == 1 {
+            self.spans.keys().next().cloned()
+        } else {
+            None
+        };
+        let no_agents = self.agents.is_empty();
+        let cached = self
+            .cache
+            .get(&pid)
+            .filter(|p| p.at.elapsed() < PROC_CACHE_TTL)
+            .cloned();
+        let (actor, comm) = match cached {
+            Some(p) => (p.actor, p.comm),
+            None => {
+                let (actor, comm) = self.process_actor(pid);
+                if self.cache.len() > 4096 {
+                    self.cache.clear();
+                }
+                self.cache.insert(
+                    pid,
+                    ProcInfo {
+                        actor,
+                        comm: comm.clone(),
+                        at: Instant::now(),
+                    },
+                );
+                (actor, comm)
+            }
+        };
+        if let Some(id) = span_for_path.clone() {
+            if no_agents || actor != Actor::External {
+                return (Actor::Tool, comm, Some(id));
+            }
+        }
+        let span = if actor == Actor::Tool {
+            span_for_path.or(any_span)
+        } else {
+            None
+        };
+        (actor, comm, span)
+    }
+
+    /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is.
+    fn span_for(&self, p: &Path) -> Option<String> {
+        self.spans.iter().find_map(|(id, (_, f))| {
+            let f = f.as_deref()?;
+            let hit = p == f
+                || (is_tool_temp(p)
+                    && p.parent() == f.parent()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .zip(f.file_name().and_then(|n| n.to_str()))
+                        .is_some_and(|(n, t)| n.starts_with(&format!("{t}.tmp."))));
+            hit.then(|| id.clone())
+        })
+    }
+
+    /// The process-tree classification of one pid (a thread id is mapped to its process).
+    /// An ancestor already classified settles it: below an agent or a shell process it is
+    /// `shell`, below an external one `external`.
+    fn process_actor(&self, pid: u32) -> (Actor, String) {
+        let (agents, cache) = (&self.agents, &self.cache);
+        if pid == 0 {
+            return (Actor::External, String::new());
+        }
+        let Some((tgid, ppid, comm)) = proc_status(pid) else {
+            return (Actor::External, String::new());
+        };
+        if agents.contains(&tgid) {
+            return (Actor::Tool, comm);
+        }
+        if agents.is_empty() {
+            return (Actor::External, comm);
+        }
+        let mut cur = ppid;
+        for _ in 0..64 {
+            if cur <= 1 {
+                break;
+            }
+            if agents.contains(&cur) {
+                return (Actor::Shell, comm);
+            }
+            match cache.get(&cur).filter(|p| p.at.elapsed() < PROC_CACHE_TTL) {
+                Some(p) if matches!(p.actor, Actor::Tool | Actor::Shell) => {
+                    return (Actor::Shell, comm);
+                }
+                Some(p) if p.actor == Actor::External => return (Actor::External, comm),
+                _ => {}
+            }
+            match proc_status(cur) {
+                Some((_, pp, _)) => cur = pp,
+                None => break,
+            }
+        }
+        (Actor::External, comm)
+    }
+}
+
+/// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
+pub(super) fn is_tool_temp(p: &Path) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let mut parts = name.rsplitn(4, '.');
+    let (Some(ms), Some(pid), Some(tmp), Some(base)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    tmp == "tmp"
+        && !base.is_empty()
+        && !ms.is_empty()
+        && ms.bytes().all(|b| b.is_ascii_digit())
+        && pid.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
+fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
+    use std::io::Read;
+    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
+    // new process that changes a file, so no metadata call and no growing reads).
+    let mut buf = [0u8; 1024];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let n = f.read(&mut buf).ok()?;
+    let s = String::from_utf8_lossy(&buf[..n]);
+    let mut tgid = None;
+    let mut ppid = None;
+    let mut name = String::new();
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("Tgid:") {
+            tgid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("PPid:") {
+            ppid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Name:") {
+            name = v.trim().to_string();
+        }
+    }
+    Some((tgid?, ppid?, name))
+}
+
+/// The parent pid of a process (for the hook command's agent).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    proc_status(pid).map(|(_, ppid, _)| ppid)
+}
