@@ -27,6 +27,8 @@ use super::ranges::Partial;
 use super::snapshot::{snapshot, stat_of};
 use super::{Need, Op, Recorder, path_key};
 use crate::store::Actor;
+use crate::store::CheckpointKind;
+use crate::store::Purpose;
 
 /// Paths a checkpoint's set must have held for its end to trim the heap.
 const TRIM_AFTER_PATHS: usize = 10_000;
@@ -71,7 +73,12 @@ impl Recorder {
 
     /// Begins a checkpoint of kind `kind` (message or rewind). The caller has flushed the
     /// kernel's dirty data first, so it lands in the previous checkpoint.
-    pub fn begin(&self, uuid: &str, session: Option<&str>, kind: &str) -> io::Result<i64> {
+    pub fn begin(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+    ) -> io::Result<i64> {
         // The backlog goes to SQLite before changes are held up: under the capture lock only
         // the checkpoint's own row is written (a boundary used to stall every change for the
         // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
@@ -210,7 +217,7 @@ impl Recorder {
                 let _g = self.capture.lock().unwrap();
                 let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
                 self.store
-                    .insert_capture(seq, p, "tool", &pre, Actor::Tool, op.as_str())?
+                    .insert_capture(seq, p, Purpose::Tool, &pre, Actor::Tool, op)?
             }
         };
         self.store.track(&session, p, seq, id)?;

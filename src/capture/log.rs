@@ -114,10 +114,10 @@ impl Recorder {
             seq: 0,
             at: now_ms(),
             checkpoint: seq,
-            op: change.op.as_str().to_string(),
+            op: change.op,
             path: path_key(change.path),
             path2: change.path2.map(path_key),
-            actor: actor.as_str().to_string(),
+            actor,
             pid,
             process: comm,
             tool_use_id: span,
@@ -127,7 +127,7 @@ impl Recorder {
             // Consecutive writes to one file are one entry.
             if let Some(last) = l.last() {
                 if last.op == e.op
-                    && e.op == "write"
+                    && e.op == crate::store::Op::Write
                     && last.path == e.path
                     && last.pid == e.pid
                     && last.checkpoint == e.checkpoint

@@ -124,7 +124,7 @@ impl Recorder {
         let root = rustix::io::fcntl_dupfd_cloexec(root, 3)
             .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
         let uuid = uuid::Uuid::new_v4().to_string();
-        let seq = store.begin_checkpoint(&uuid, None, "mount")?;
+        let seq = store.begin_checkpoint(&uuid, None, crate::store::CheckpointKind::Mount)?;
         Ok(Recorder {
             root,
             store,
@@ -162,7 +162,7 @@ impl Recorder {
     ///
     /// # Errors
     /// Store errors.
-    pub fn discard_unreferenced(&self, hashes: &[String]) -> io::Result<u64> {
+    pub fn discard_unreferenced(&self, hashes: &[crate::store::BlobRef]) -> io::Result<u64> {
         if hashes.is_empty() {
             return Ok(0);
         }

@@ -12,48 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::Stat;
 
-/// What kind of change is about to happen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Write,
-    Truncate,
-    Create,
-    Mkdir,
-    Symlink,
-    Link,
-    Unlink,
-    Rmdir,
-    Rename,
-    /// `RENAME_EXCHANGE`: both paths swap.
-    Exchange,
-    Chmod,
-    Chown,
-    Utimes,
-    Setxattr,
-    Fallocate,
-}
-
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Write => "write",
-            Op::Truncate => "truncate",
-            Op::Create => "create",
-            Op::Mkdir => "mkdir",
-            Op::Symlink => "symlink",
-            Op::Link => "link",
-            Op::Unlink => "unlink",
-            Op::Rmdir => "rmdir",
-            Op::Rename => "rename",
-            Op::Exchange => "exchange",
-            Op::Chmod => "chmod",
-            Op::Chown => "chown",
-            Op::Utimes => "utimes",
-            Op::Setxattr => "setxattr",
-            Op::Fallocate => "fallocate",
-        }
-    }
-}
+pub use crate::store::Op;
 
 /// One change: the operation, its path and (for rename and link) the second path.
 ///

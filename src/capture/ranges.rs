@@ -26,6 +26,8 @@ use std::sync::Arc;
 use rustix::fs::{OFlags, Stat};
 
 use super::{Need, Op, Recorder};
+use crate::store::BlobRef;
+use crate::store::Purpose;
 use crate::store::{Actor, Kind, PreImage, Range, RangeContent};
 use crate::sys;
 
@@ -148,7 +150,7 @@ impl Recorder {
         };
         let id = self
             .store
-            .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
+            .insert_capture(seq, p, Purpose::Checkpoint, &pre, actor, op)
             .map_err(|e| {
                 tracing::error!(
                     "refusing {} of {}: its pre-image could not be recorded: {e}",
@@ -255,7 +257,7 @@ impl Recorder {
                 RangeContent::Inline(buf)
             } else {
                 let (hash, _) = self.store.blobs.put_bytes(&buf)?;
-                RangeContent::Blob(hash)
+                RangeContent::Blob(BlobRef::hash(hash))
             };
             let range = Range {
                 offset: off,

@@ -21,6 +21,8 @@ use rustix::fs::{OFlags, Stat};
 
 use super::adopt::Adopt;
 use super::{Op, Recorder};
+use crate::store::BlobRef;
+use crate::store::Purpose;
 use crate::store::{Actor, Kind, PreImage, Store};
 use crate::sys;
 
@@ -62,7 +64,7 @@ impl Recorder {
             })?;
         let id = self
             .store
-            .insert_capture(seq, p, "checkpoint", &pre, actor, op.as_str())
+            .insert_capture(seq, p, Purpose::Checkpoint, &pre, actor, op)
             .map_err(|e| {
                 tracing::error!(
                     "refusing {} of {}: its pre-image could not be recorded: {e}",
@@ -122,7 +124,7 @@ pub(super) fn snapshot_or_adopt(
             libc::S_IFREG => {
                 let (hash, size) = put_content(root, rel, store, file, st.st_size as u64)?;
                 PreImage {
-                    blob: Some(hash),
+                    blob: Some(BlobRef::hash(hash)),
                     size,
                     ..base(Kind::File)
                 }

@@ -56,47 +56,15 @@ use serde::{Deserialize, Serialize};
 
 use self::filter::Filter;
 use crate::capture::Recorder;
-use crate::store::{Actor, Kind, PreImage, Store};
+pub use crate::store::Scope;
+use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
 
-/// Which paths a rewind restores (design.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Files a tool (Write/Edit/NotebookEdit) changed in the session: the SDK's behaviour.
-    Tool,
-    /// Everything the agent did (tool and shell).
-    Agent,
-    /// Everything changed through the mount.
-    All,
-}
-
-impl Scope {
-    /// The scope named on the wire (`tool`, `agent`, `all`).
-    pub fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "tool" => Some(Scope::Tool),
-            "agent" => Some(Scope::Agent),
-            "all" => Some(Scope::All),
-            _ => None,
-        }
-    }
-
-    /// The scope's name on the wire and in the rewind journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Tool => "tool",
-            Scope::Agent => "agent",
-            Scope::All => "all",
-        }
-    }
-
-    /// Actor bits whose changes the scope restores (for agent/all).
-    fn inside(self) -> u8 {
-        match self {
-            Scope::Tool => Actor::Tool.bit(),
-            Scope::Agent => Actor::Tool.bit() | Actor::Shell.bit() | Actor::Rewind.bit(),
-            Scope::All => 0xff,
-        }
+/// Actor bits whose changes a scope restores (for agent/all).
+fn inside(scope: Scope) -> u8 {
+    match scope {
+        Scope::Tool => Actor::Tool.bit(),
+        Scope::Agent => Actor::Tool.bit() | Actor::Shell.bit() | Actor::Rewind.bit(),
+        Scope::All => 0xff,
     }
 }
 
@@ -131,47 +99,37 @@ impl From<crate::store::StoreError> for RewindError {
     }
 }
 
-/// A rewind request.
-#[derive(Debug, Clone)]
+/// A rewind request: the `rewind_files` request of the control protocol, as it comes off
+/// the wire (the SDK's own fields, then rewindfs's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
     /// The checkpoint: the UUID of the user message it began with.
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     /// Plan and report only; change nothing.
+    #[serde(default)]
     pub dry_run: bool,
     /// Which paths to restore.
+    #[serde(default = "tool_scope")]
     pub scope: Scope,
     /// Rewind an `agent` scope over paths someone else also changed (otherwise refused).
+    #[serde(default)]
     pub force: bool,
     /// Restrict to these paths or globs (workspace-relative).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
     /// If given, the checkpoint must belong to this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }
 
-/// One path a rewind changes, with its target state.
-///
-/// A plan is journalled as these, serialized (the `plan` of a rewind's row): the field names
-/// are an on-disk format. Recovery reads a plan written by an earlier run, and gc reads the
-/// `blob` of each target to keep an unfinished plan's blobs — rename a field and both break.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Target {
-    /// Workspace-relative path, as bytes.
-    pub path: Vec<u8>,
-    /// What it should be ([`Kind::as_str`]): absent, file, dir, symlink or other.
-    pub kind: String,
-    /// A file's content; always set for a file (the empty blob for an empty one).
-    pub blob: Option<String>,
-    /// `st_mode`, type bits included (`mknod` needs them; a chmod takes the low 12 bits).
-    pub mode: u32,
-    /// Owner, restored only when the daemon runs as root.
-    pub uid: u32,
-    /// Group, restored only when the daemon runs as root.
-    pub gid: u32,
-    /// A symlink's target.
-    pub target: Option<Vec<u8>>,
-    /// A special file's device number.
-    pub rdev: u64,
+fn tool_scope() -> Scope {
+    Scope::Tool
 }
+
+/// One path a rewind changes, with its target state: the store's plan entry (journalled as
+/// the rewind's plan before it is applied; see [`PlanTarget`]).
+pub use crate::store::PlanTarget as Target;
 
 impl Target {
     /// The target that gives `path` the state `pre` (a special file keeps its device number
@@ -179,7 +137,7 @@ impl Target {
     fn new(path: &Path, pre: &PreImage) -> Target {
         Target {
             path: path.as_os_str().as_bytes().to_vec(),
-            kind: pre.kind.as_str().to_string(),
+            kind: pre.kind,
             blob: pre.blob.clone(),
             mode: pre.mode,
             uid: pre.uid,
@@ -195,7 +153,7 @@ impl Target {
     }
 
     fn kind(&self) -> Kind {
-        Kind::parse(&self.kind)
+        self.kind
     }
 }
 
@@ -254,7 +212,7 @@ pub struct Engine {
     /// before the capture gate.
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
-    scratch: Mutex<Vec<String>>,
+    scratch: Mutex<Vec<BlobRef>>,
 }
 
 impl Engine {
@@ -314,7 +272,8 @@ impl Engine {
             };
             let id = uuid::Uuid::new_v4().to_string();
             // A failed one stays 'applying', and `discard` keeps what its plan names.
-            let applied = self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets);
+            let applied =
+                self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out.targets);
             self.discard();
             applied?;
             changed = out
@@ -443,10 +402,10 @@ impl Engine {
                 }
             };
             let id = uuid::Uuid::new_v4().to_string();
-            let applied = self.apply_targets(&id, &last.id, "undo", &out.targets);
+            let applied = self.apply_targets(&id, &last.id, RewindScope::Undo, &out.targets);
             self.discard();
             applied?;
-            self.store.set_rewind_state(&last.id, "undone")?;
+            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
             out.rewind_id = Some(last.id.clone());
             let changed = out
                 .targets

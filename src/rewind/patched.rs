@@ -26,6 +26,7 @@ use rustix::fs::OFlags;
 
 use super::history::{History, Lineage};
 use super::{Engine, RewindError};
+use crate::store::BlobRef;
 use crate::store::{Capture, Kind, PreImage, Store};
 use crate::sys;
 
@@ -77,9 +78,12 @@ impl Engine {
             pos: 0,
         };
         let (hash, size) = self.store.blobs.put_reader(reader)?;
-        self.scratch.lock().unwrap().push(hash.clone());
+        self.scratch
+            .lock()
+            .unwrap()
+            .push(BlobRef::hash(hash.clone()));
         Ok(PreImage {
-            blob: Some(hash),
+            blob: Some(BlobRef::hash(hash)),
             size,
             partial: false,
             ..c.pre.clone()

@@ -30,6 +30,7 @@ use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
+use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Tracked};
 use crate::sys;
 
@@ -154,7 +155,7 @@ impl Engine {
         filter: &Filter,
         out: &mut Outcome,
     ) -> Result<Wanted, RewindError> {
-        let inside = scope.inside();
+        let inside = super::inside(scope);
         let mut candidates = self.changed_inside(hist, inside);
         let named = other_names(hist, &candidates);
         candidates.extend(named);
@@ -253,7 +254,7 @@ impl Engine {
                 .push(String::from_utf8_lossy(&p).into_owned());
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
-                t.blob = Some(crate::store::blobs::empty_hash());
+                t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
             }
             out.targets.push(t);
         }

@@ -12,7 +12,7 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use super::{Checkpoint, CheckpointSummary, Result, Store, now_ms};
+use super::{Checkpoint, CheckpointKind, CheckpointSummary, Result, Store, now_ms};
 
 /// A checkpoint from the columns `seq, uuid, session_id, kind, began_at`, in that order (every
 /// query here selects them first).
@@ -28,7 +28,12 @@ fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
 
 impl Store {
     /// Begins a checkpoint; returns its sequence number.
-    pub fn begin_checkpoint(&self, uuid: &str, session: Option<&str>, kind: &str) -> Result<i64> {
+    pub fn begin_checkpoint(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+    ) -> Result<i64> {
         // Not after the journal is applied: the caller holds up every capture meanwhile, and
         // the row needs nothing the journal holds (its captures name earlier checkpoints).
         self.conn_only(|c| {

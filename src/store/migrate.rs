@@ -62,7 +62,7 @@ mod tests {
             .begin_checkpoint(
                 "11111111-1111-4111-8111-111111111111",
                 Some("s1"),
-                "message",
+                crate::store::CheckpointKind::Message,
             )
             .unwrap();
         drop(s);

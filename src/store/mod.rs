@@ -45,6 +45,7 @@ pub mod layout;
 mod migrate;
 mod model;
 mod rewinds;
+mod sql;
 mod time;
 
 use std::path::Path;
@@ -58,8 +59,9 @@ pub use self::error::{Result, StoreError};
 pub use self::fsck::fsck;
 use self::migrate::migrate;
 pub use self::model::{
-    Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
-    RangeContent, RewindRow, Tracked,
+    Actor, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry, Move,
+    Op, PlanTarget, PreImage, Purpose, Range, RangeContent, RewindRow, RewindScope, RewindState,
+    Scope, Tracked, message_id,
 };
 pub use self::time::{now_ms, rfc3339};
 

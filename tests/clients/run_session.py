@@ -22,7 +22,8 @@ Scenario (JSON)::
          "responses": [[{"tool": "Write",              #   message (it becomes its uuid)
                          "input": {"file_path": "{ws}/a.txt", "content": "a\\n"}}]]},
         {"rewind": "t1", "dry_run": true},             # SDK rewind_files: by name, turn index,
-        {"rewind": "t1"},                              #   or a literal uuid
+        {"rewind": "t1"},                              #   NAME#N (N-th non-prompt message of
+                                                       #   the turn), or a literal uuid
         {"rewind_public": "t1"},                       # through ClaudeSDKClient.rewind_files()
         {"control": {"subtype": "rewind_code", "user_message_id": "t1"}},  # any control request
         {"tree": true},                                # list the workspace (type, mode, ino, hash)
@@ -195,6 +196,7 @@ class Session:
         self.stderr = stderr
         self.turns: dict[str, str] = {}      # name -> uuid
         self.turn_list: list[str] = []       # uuid per prompt, in order
+        self.turn_msgs: dict[str, list[str]] = {}  # name -> uuids of the turn's other messages
         self.session_id: Optional[str] = None
         self.client: Any = None
         if wire_log:
@@ -240,8 +242,14 @@ class Session:
         return self.options_hook(opts) if self.options_hook else opts
 
     def resolve(self, target: Any) -> str:
+        """A turn index, a turn name, ``NAME#N`` (the uuid of the N-th assistant or tool-result
+        message of that turn, as the SDK streamed them), or a literal uuid."""
         if isinstance(target, int):
             return self.turn_list[target]
+        if isinstance(target, str) and "#" in target:
+            name, n = target.rsplit("#", 1)
+            if name in self.turn_msgs:
+                return self.turn_msgs[name][int(n)]
         return self.turns.get(target, target)
 
     # ---- steps -----------------------------------------------------------------------
@@ -261,6 +269,7 @@ class Session:
         await self.client.query(one())
         echoed = None
         messages = []
+        others: list[str] = []
         async for m in self.client.receive_response():
             if isinstance(m, SystemMessage) and m.subtype == "init":
                 self.session_id = m.data.get("session_id", self.session_id)
@@ -268,10 +277,13 @@ class Session:
                 self.session_id = m.session_id
             if isinstance(m, UserMessage) and isinstance(m.content, str) and echoed is None:
                 echoed = m.uuid
+            elif getattr(m, "uuid", None) and type(m).__name__ in ("UserMessage", "AssistantMessage"):
+                others.append(m.uuid)
             messages.append(_msg_json(m))
         name = step.get("name") or f"t{len(self.turn_list)}"
         self.turns[name] = u
         self.turn_list.append(u)
+        self.turn_msgs[name] = others
         return {"kind": "prompt", "name": name, "uuid": u, "echoed_uuid": echoed,
                 "session_id": self.session_id, "messages": messages}
 

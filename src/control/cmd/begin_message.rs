@@ -11,7 +11,7 @@ use crate::control::error::ControlError;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeginMessage {
     pub session_id: String,
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
 }
 
@@ -44,7 +44,11 @@ impl BeginMessage {
         e.kernel.flush();
         let seq = e
             .recorder
-            .begin(&self.user_message_id, Some(&self.session_id), "message")
+            .begin(
+                &self.user_message_id,
+                Some(&self.session_id),
+                crate::store::CheckpointKind::Message,
+            )
             .map_err(|source| ControlError::Begin {
                 uuid: self.user_message_id.clone(),
                 source,

@@ -10,7 +10,7 @@ use crate::rewind::Scope;
 /// The diff of what a rewind to `user_message_id` would change, in `scope` (default `all`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diff {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,

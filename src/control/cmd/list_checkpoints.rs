@@ -47,7 +47,7 @@ impl ListCheckpoints {
                 began_at: crate::store::rfc3339(c.checkpoint.began_at),
                 uuid: c.checkpoint.uuid,
                 session_id: c.checkpoint.session_id,
-                kind: c.checkpoint.kind,
+                kind: c.checkpoint.kind.as_str().to_string(),
                 paths_changed: c.paths_changed,
                 bytes_captured: c.bytes_captured,
             })

@@ -86,10 +86,10 @@ impl Log {
             .map(|x| LogLine {
                 seq: x.seq,
                 time: crate::store::rfc3339(x.at),
-                op: x.op,
+                op: x.op.as_str().to_string(),
                 path: String::from_utf8_lossy(&x.path).into_owned(),
                 path2: x.path2.map(|p| String::from_utf8_lossy(&p).into_owned()),
-                actor: x.actor,
+                actor: x.actor.as_str().to_string(),
                 pid: x.pid,
                 process: x.process,
                 checkpoint: cps.get(&x.checkpoint).cloned(),

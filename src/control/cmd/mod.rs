@@ -112,7 +112,7 @@ impl Request {
             Request::BeginMessage(c) => reply(c.apply(d)),
             Request::ToolUse(c) => reply(c.apply(d)),
             Request::RegisterAgent(c) => reply(c.apply(d)),
-            Request::RewindFiles(c) => reply(c.apply(d)),
+            Request::RewindFiles(c) => reply(c.run(d)),
             Request::UndoRewind(c) => reply(c.apply(d)),
             Request::ListCheckpoints(c) => reply(c.apply(d)),
             Request::Diff(c) => reply(c.apply(d)),
@@ -126,16 +126,4 @@ impl Request {
 fn reply<R: Serialize>(r: Result<R, ControlError>) -> Result<Value, ControlError> {
     // Serializing plain structs of strings and numbers cannot fail.
     r.map(|r| serde_json::to_value(r).unwrap_or_default())
-}
-
-/// A user message uuid on the wire: any case in, lowercase hyphenated out.
-pub(crate) mod message_id {
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        let s = String::deserialize(d)?;
-        uuid::Uuid::parse_str(&s)
-            .map(|u| u.hyphenated().to_string())
-            .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}")))
-    }
 }

@@ -6,31 +6,11 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::rewind::{Outcome, Scope};
+use crate::rewind::Outcome;
 
 /// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
-/// the checkpoint `user_message_id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RewindFiles {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
-    pub user_message_id: String,
-    #[serde(default)]
-    pub dry_run: bool,
-    #[serde(default = "tool_scope")]
-    pub scope: Scope,
-    #[serde(default)]
-    pub force: bool,
-    /// Workspace-relative paths or globs; empty: every path in the scope.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-    /// If given, the checkpoint must belong to this session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-}
-
-fn tool_scope() -> Scope {
-    Scope::Tool
-}
+/// the checkpoint `user_message_id`: the rewind engine's own request type.
+pub use crate::rewind::Request as RewindFiles;
 
 /// The SDK's answer: a dry run's `{canRewind, error?, filesChanged, insertions, deletions}`,
 /// a real rewind's `{canRewind, skippedLinks}`, and rewindfs's additions.
@@ -82,16 +62,7 @@ impl Command for RewindFiles {
 }
 
 impl RewindFiles {
-    pub(super) fn apply(self, d: &Daemon) -> Result<RewindReply, ControlError> {
-        let dry_run = self.dry_run;
-        let r = crate::rewind::Request {
-            user_message_id: self.user_message_id,
-            dry_run,
-            scope: self.scope,
-            force: self.force,
-            paths: self.paths,
-            session_id: self.session_id,
-        };
-        Ok(RewindReply::of(d.engine.rewind(&r)?, dry_run))
+    pub(super) fn run(self, d: &Daemon) -> Result<RewindReply, ControlError> {
+        Ok(RewindReply::of(d.engine.rewind(&self)?, self.dry_run))
     }
 }
