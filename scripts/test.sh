@@ -4,10 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --locked --bins
+cargo build --locked --bins --features fault-injection
 # A hung test fails the run in bounded time (a healthy run takes a few minutes) instead of
 # holding CI until its own limit.
-timeout -k 30 "${TEST_TIMEOUT:-1800}" cargo test --locked --all-targets
+timeout -k 30 "${TEST_TIMEOUT:-1800}" cargo test --locked --all-targets --features fault-injection
 
 export REWINDFS_BIN="$PWD/target/debug/rewindfs"
 if [ -d sdk/python/tests ]; then

@@ -51,10 +51,10 @@ pub fn latest_prompt_uuid(transcript: &Path) -> Option<String> {
 /// The Claude Code process that ran the hook: our parent, or its parent when the hook was
 /// started through a shell.
 fn agent_pid() -> Option<u32> {
-    let parent = crate::capture::parent_pid(std::process::id())?;
+    let parent = crate::sys::parent_pid(std::process::id())?;
     let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
     if matches!(comm.trim(), "sh" | "bash" | "dash" | "zsh") {
-        crate::capture::parent_pid(parent).filter(|p| *p > 1)
+        crate::sys::parent_pid(parent).filter(|p| *p > 1)
     } else {
         Some(parent)
     }

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod faults;
 pub mod fs;
 pub mod hook;
 pub mod mounts;

@@ -788,3 +788,75 @@ pub fn fusermount(dir: &Path, options: &str) -> io::Result<OwnedFd> {
     }
     Err(io::Error::other("fusermount3 sent no /dev/fuse descriptor"))
 }
+
+/// An error whose message says what happened and which keeps its errno through `io::Error`
+/// (whose `new` keeps only the kind): the store's `EROFS` reaches a FUSE caller as `EROFS`,
+/// not `EIO`.
+#[derive(Debug)]
+pub struct Coded {
+    /// The errno a FUSE caller gets.
+    pub errno: i32,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An `io::Error` saying `message` that carries `errno` (see [`errno_of`]).
+pub fn coded(errno: i32, message: String) -> io::Error {
+    io::Error::new(
+        io::Error::from_raw_os_error(errno).kind(),
+        Coded { errno, message },
+    )
+}
+
+/// The errno of an error: its own, or the one a [`Coded`] carries; else the closest to its
+/// kind (a full disk `ENOSPC`, a busy resource `EAGAIN`), else `EIO`.
+pub fn errno_of(e: &io::Error) -> i32 {
+    if let Some(code) = e.raw_os_error() {
+        return code;
+    }
+    if let Some(c) = e.get_ref().and_then(|i| i.downcast_ref::<Coded>()) {
+        return c.errno;
+    }
+    match e.kind() {
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        _ => libc::EIO,
+    }
+}
+
+/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
+pub fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
+    use std::io::Read;
+    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
+    // new process that changes a file, so no metadata call and no growing reads).
+    let mut buf = [0u8; 1024];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let n = f.read(&mut buf).ok()?;
+    let s = String::from_utf8_lossy(&buf[..n]);
+    let mut tgid = None;
+    let mut ppid = None;
+    let mut name = String::new();
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("Tgid:") {
+            tgid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("PPid:") {
+            ppid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Name:") {
+            name = v.trim().to_string();
+        }
+    }
+    Some((tgid?, ppid?, name))
+}
+
+/// The parent pid of a process (for the hook command's agent).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    proc_status(pid).map(|(_, ppid, _)| ppid)
+}

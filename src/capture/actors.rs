@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::Recorder;
 use crate::store::Actor;
+use crate::sys;
 
 /// Which processes are the agent, and which tool call is running.
 #[derive(Debug, Default)]
@@ -152,7 +153,7 @@ impl Actors {
         if pid == 0 {
             return (Actor::External, String::new());
         }
-        let Some((tgid, ppid, comm)) = proc_status(pid) else {
+        let Some((tgid, ppid, comm)) = sys::proc_status(pid) else {
             return (Actor::External, String::new());
         };
         if agents.contains(&tgid) {
@@ -176,7 +177,7 @@ impl Actors {
                 Some(p) if p.actor == Actor::External => return (Actor::External, comm),
                 _ => {}
             }
-            match proc_status(cur) {
+            match sys::proc_status(cur) {
                 Some((_, pp, _)) => cur = pp,
                 None => break,
             }
@@ -201,33 +202,4 @@ pub(super) fn is_tool_temp(p: &Path) -> bool {
         && !ms.is_empty()
         && ms.bytes().all(|b| b.is_ascii_digit())
         && pid.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
-fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
-    use std::io::Read;
-    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
-    // new process that changes a file, so no metadata call and no growing reads).
-    let mut buf = [0u8; 1024];
-    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
-    let n = f.read(&mut buf).ok()?;
-    let s = String::from_utf8_lossy(&buf[..n]);
-    let mut tgid = None;
-    let mut ppid = None;
-    let mut name = String::new();
-    for line in s.lines() {
-        if let Some(v) = line.strip_prefix("Tgid:") {
-            tgid = v.trim().parse().ok();
-        } else if let Some(v) = line.strip_prefix("PPid:") {
-            ppid = v.trim().parse().ok();
-        } else if let Some(v) = line.strip_prefix("Name:") {
-            name = v.trim().to_string();
-        }
-    }
-    Some((tgid?, ppid?, name))
-}
-
-/// The parent pid of a process (for the hook command's agent).
-pub fn parent_pid(pid: u32) -> Option<u32> {
-    proc_status(pid).map(|(_, ppid, _)| ppid)
 }

@@ -52,7 +52,6 @@ mod ranges;
 mod snapshot;
 
 use actors::Actors;
-pub use actors::parent_pid;
 use adopt::Adopt;
 use checkpoint::State;
 use log::ChangeLog;

@@ -897,6 +897,10 @@ fn dry_runs_diffs_and_rewinds_leave_no_blob_file_that_no_row_names() {
 /// pre-image, the held write then lands in that pre-image, and a rewind gives it back instead
 /// of the content from before the turn.
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
 fn a_write_in_flight_lands_before_a_removal_adopts_its_file() {
     if !require_fuse() {
         return;

@@ -197,6 +197,10 @@ fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount(
 /// the dry runs, diffs and rewinds that remove such blobs once done must leave those alone,
 /// even when they put the same content together themselves.
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
 fn a_failed_rewinds_plan_keeps_its_blobs_until_the_next_mount_finishes_it() {
     if !require_fuse() {
         return;
