@@ -44,6 +44,7 @@ mod history;
 mod patched;
 mod plan;
 mod recovery;
+mod session;
 
 use std::ffi::OsStr;
 use std::io;
@@ -55,6 +56,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use self::filter::Filter;
+pub use self::session::{BeginError, Counts, Current};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
 use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
@@ -203,11 +205,11 @@ impl KernelCache for NoKernel {
 /// Plans and applies rewinds.
 pub struct Engine {
     /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.
-    pub recorder: Arc<Recorder>,
+    recorder: Arc<Recorder>,
     /// Checkpoints, captures, the rewind journal and the blobs.
-    pub store: Arc<Store>,
+    store: Arc<Store>,
     /// The kernel's caches, flushed before a rewind and invalidated after.
-    pub kernel: Arc<dyn KernelCache>,
+    kernel: Arc<dyn KernelCache>,
     /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
     /// before the capture gate.
     apply: Mutex<()>,

@@ -165,6 +165,15 @@ def install_wire_log(path: str) -> None:
     cls.write, cls.read_messages, cls._wire_logged = write, read_messages, True
 
 
+def script_of(scenario: dict, ws: str) -> dict:
+    """The fake API script of a scenario: its prompt steps' responses, in order."""
+    sc = subst(scenario, os.path.abspath(ws))
+    steps = sc.get("steps") or sc.get("turns") or []
+    return {"turns": [{"match": s.get("match"), "responses": s.get("responses", [])}
+                      for s in steps if "prompt" in s],
+            "default_text": sc.get("default_text", "Done.")}
+
+
 class Session:
     """Runs one scenario. See the module doc for the callbacks."""
 
@@ -201,10 +210,7 @@ class Session:
         self.client: Any = None
         if wire_log:
             install_wire_log(os.path.join(self.log_dir, "wire.jsonl"))
-        script = {"turns": [{"match": s.get("match"), "responses": s.get("responses", [])}
-                            for s in self.steps if "prompt" in s],
-                  "default_text": sc.get("default_text", "Done.")}
-        self.api = FakeAPI(script, log_path=os.path.join(self.log_dir, "api.jsonl"))
+        self.api = FakeAPI(script_of(scenario, self.ws), log_path=os.path.join(self.log_dir, "api.jsonl"))
 
     # ---- set-up ----------------------------------------------------------------------
     def write_settings(self) -> None:
@@ -380,8 +386,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cli", help="path of the claude binary (default: the one bundled with the SDK)")
     ap.add_argument("--brief", action="store_true", help="omit the messages of each turn")
     ap.add_argument("--stderr", action="store_true", help="print the CLI's stderr to ours")
+    ap.add_argument("--print-script", action="store_true",
+                    help="only print the fake API script of the scenario (for fake_api.py --script)")
     a = ap.parse_args(argv)
     scenario = json.load(sys.stdin if a.scenario == "-" else open(a.scenario))
+    if a.print_script:
+        print(json.dumps(script_of(scenario, a.workspace), indent=1))
+        return 0
 
     def emit(e: dict) -> None:
         if a.brief:

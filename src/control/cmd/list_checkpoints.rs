@@ -40,7 +40,7 @@ impl Command for ListCheckpoints {
 
 impl ListCheckpoints {
     pub(super) fn apply(self, d: &Daemon) -> Result<CheckpointList, ControlError> {
-        let list = d.engine.store.checkpoints(self.session_id.as_deref())?;
+        let list = d.engine.checkpoints(self.session_id.as_deref())?;
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {

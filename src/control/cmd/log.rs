@@ -60,7 +60,6 @@ impl Command for Log {
 impl Log {
     pub(super) fn apply(self, d: &Daemon) -> Result<LogReply, ControlError> {
         let e = &d.engine;
-        e.recorder.flush_log();
         let rel = match &self.path {
             Some(p) => {
                 Some(
@@ -73,10 +72,8 @@ impl Log {
             }
             None => None,
         };
-        let key = rel.as_ref().map(|r| crate::capture::path_key(r));
-        let entries = e.store.log(key.as_deref(), self.limit)?;
+        let entries = e.log(rel.as_deref(), self.limit)?;
         let cps: HashMap<i64, String> = e
-            .store
             .checkpoints(None)?
             .into_iter()
             .map(|c| (c.checkpoint.seq, c.checkpoint.uuid))

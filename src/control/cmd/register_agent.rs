@@ -31,7 +31,7 @@ impl RegisterAgent {
         if !crate::sys::process_alive(self.pid) {
             return Err(ControlError::NoProcess(self.pid));
         }
-        d.engine.recorder.register_agent(self.pid);
+        d.engine.register_agent(self.pid);
         Ok(Empty {})
     }
 }

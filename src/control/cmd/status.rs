@@ -43,22 +43,22 @@ impl Command for Status {
 impl Status {
     pub(super) fn apply(self, d: &Daemon) -> Result<StatusReply, ControlError> {
         let e = &d.engine;
-        let (current_seq, current_checkpoint, session_id) = e.recorder.current();
-        let (checkpoints, checkpoints_dropped, captures, bytes_captured) = e.store.counts()?;
+        let current = e.current();
+        let counts = e.counts()?;
         Ok(StatusReply {
             workspace: d.workspace.clone(),
             store: d.store_dir.clone(),
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            session_id,
-            current_checkpoint,
-            current_seq,
-            checkpoints,
-            checkpoints_dropped,
-            captures,
-            bytes_captured,
-            agent_pids: e.recorder.agents(),
-            store_bytes: e.store.size_bytes()?,
+            session_id: current.session_id,
+            current_checkpoint: current.uuid,
+            current_seq: current.seq,
+            checkpoints: counts.checkpoints,
+            checkpoints_dropped: counts.checkpoints_dropped,
+            captures: counts.captures,
+            bytes_captured: counts.bytes_captured,
+            agent_pids: current.agent_pids,
+            store_bytes: counts.store_bytes,
             time: crate::store::rfc3339(crate::store::now_ms()),
         })
     }

@@ -37,7 +37,7 @@ impl ToolUse {
             .file_path
             .as_deref()
             .and_then(|p| d.rel_to_workspace(p));
-        d.engine.recorder.tool_span(
+        d.engine.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,
             &self.tool_use_id,
