@@ -2,11 +2,13 @@
 //!
 //! # Layout
 //! Layers, top to bottom; a layer never reaches up:
-//! - `cli` → validated `Config`; `daemon` wires everything and owns the lifetime;
+//! - `cli` (clap) → `config` (the validated `MountConfig`); `daemon` wires everything and owns
+//!   the lifetime; `hook` is the Claude Code hook command;
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
-//! - `sys` (raw system calls, relative to a directory fd).
+//! - `sys` (raw system calls, relative to a directory fd; /proc), `faults` (test-only fault
+//!   injection), `mounts` (the mount table).
 
 pub mod capture;
 pub mod cli;
