@@ -133,14 +133,17 @@ fn run() -> anyhow::Result<ExitCode> {
                 paths,
                 session_id: None,
             })?;
-            print_json_or(json, &r, |r| print_rewind(r, dry_run))?;
+            let ws = client.call(&Status {})?.workspace;
+            print_json_or(json, &r, |r| print_rewind(r, dry_run, &ws))?;
             if !r.can_rewind {
                 return Ok(ExitCode::FAILURE);
             }
         }
         Command::Undo { json, socket } => {
-            let r = connect(&socket)?.call(&UndoRewind {})?;
-            print_json_or(json, &r, print_undo)?;
+            let mut client = connect(&socket)?;
+            let r = client.call(&UndoRewind {})?;
+            let ws = client.call(&Status {})?.workspace;
+            print_json_or(json, &r, |r| print_undo(r, &ws))?;
         }
         Command::Diff {
             uuid,
@@ -447,12 +450,20 @@ fn print_gc(r: &GcReply) {
     }
 }
 
-fn print_undo(r: &UndoReply) {
+fn print_undo(r: &UndoReply, ws: &Path) {
     println!("undid rewind {}", r.undone.as_deref().unwrap_or(""));
-    print_changes(&r.files_changed, r.insertions, r.deletions, "changed");
+    print_changes(&r.files_changed, r.insertions, r.deletions, "changed", ws);
 }
 
-fn print_rewind(r: &RewindReply, dry_run: bool) {
+/// An absolute path from a reply, as people read it: relative to the workspace.
+fn shown<'a>(p: &'a str, ws: &Path) -> std::borrow::Cow<'a, str> {
+    match Path::new(p).strip_prefix(ws) {
+        Ok(rel) => rel.to_string_lossy(),
+        Err(_) => p.into(),
+    }
+}
+
+fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
     if let Some(e) = &r.error {
         eprintln!("rewindfs: cannot rewind: {e}");
         if r.files_changed.is_empty() && r.conflicts.is_empty() {
@@ -465,11 +476,11 @@ fn print_rewind(r: &RewindReply, dry_run: bool) {
     } else {
         "changed"
     };
-    print_changes(&r.files_changed, r.insertions, r.deletions, verb);
+    print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws);
     if !r.conflicts.is_empty() {
         println!("conflicts (also changed by other actors):");
         for f in &r.conflicts {
-            println!("  {f}");
+            println!("  {}", shown(f, ws));
         }
     }
     if r.skipped_links > 0 {
@@ -477,12 +488,12 @@ fn print_rewind(r: &RewindReply, dry_run: bool) {
     }
 }
 
-fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str) {
+fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str, ws: &Path) {
     println!(
         "{verb} {} file(s), +{insertions} -{deletions} lines",
         files.len()
     );
     for f in files {
-        println!("  {f}");
+        println!("  {}", shown(f, ws));
     }
 }

@@ -21,6 +21,9 @@ pub enum ControlError {
     /// `register_agent` for a pid that does not exist.
     #[error("no process with pid {0}; register a running process")]
     NoProcess(u32),
+    /// A failure of a request in an older protocol, in that protocol's words.
+    #[error("{0}")]
+    Legacy(String),
     /// A path that does not name anything inside the workspace.
     #[error("{path}: not a path inside the workspace {}", workspace.display())]
     OutsideWorkspace { path: String, workspace: PathBuf },

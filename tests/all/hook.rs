@@ -95,7 +95,7 @@ fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
             json!({"user_message_id": prompt, "dry_run": true}),
         )
         .unwrap();
-    assert_eq!(r["filesChanged"], json!(["new.txt"]));
+    assert_eq!(r["filesChanged"], json!([m.dir.join("new.txt")]));
 }
 
 #[test]

@@ -167,6 +167,23 @@ fn every_response_matches_the_protocol_schema() {
         "13",
         "response_undo_rewind",
     );
+    // The older CLIs' subtype, with their error texts (seed 002).
+    let missing = uuid();
+    assert_eq!(
+        err(&c.req(
+            "14",
+            json!({"subtype": "rewind_code", "user_message_id": missing})
+        )),
+        format!("No code checkpoint found for message {missing}")
+    );
+    ok(
+        &c.req(
+            "15",
+            json!({"subtype": "rewind_code", "user_message_id": u1}),
+        ),
+        "15",
+        "response_rewind_files",
+    );
     // The schema rejects what it should (the test can fail).
     let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));

@@ -39,7 +39,9 @@ Output lines: ``{"kind": "prompt", "name", "uuid", "echoed_uuid", "session_id",
 "messages": [...]}`` (``echoed_uuid``: the uuid of the UserMessage the CLI replayed),
 ``{"kind": "rewind", "target", "uuid", "dry_run", "ok", "response" | "error"}``,
 ``{"kind": "shell", "cmd", "rc", "out"}``, ``{"kind": "tree", "entries": {...}}``,
-``{"kind": "restart", "session_id"}``.
+``{"kind": "restart", "session_id"}``. A step may carry ``"expect"`` (see :func:`compare`);
+with ``--check`` the results are compared with it (``scenarios/*.json`` carry the real
+SDK's answers, recorded by ``record_expect.py``).
 
 For rewindfs: :class:`Session` takes ``before_prompt`` (an async callback called with the
 session, the uuid and the text before each prompt is sent: the place for
@@ -174,6 +176,39 @@ def script_of(scenario: dict, ws: str) -> dict:
             "default_text": sc.get("default_text", "Done.")}
 
 
+TREE_FIELDS = ("type", "mode", "text", "sha256", "size", "target", "nlink")
+
+
+def compare(step: dict, r: dict, trees: dict[str, dict]) -> Optional[dict]:
+    """Checks a step's result against its ``expect`` (recorded from the real SDK). Returns
+    None when they agree, else ``{"expected": …, "got": …}``.
+
+    - rewind / rewind_public / control steps: ``expect`` is the answer (``response``) of a
+      success, or ``{"error": TEXT}`` for an error answer; compared exactly (``filesChanged``
+      order included: the SDK lists files in the order they were first tracked).
+    - tree steps: ``expect`` maps each path to the fields in TREE_FIELDS it must have (the
+      whole tree must have exactly those paths); ``"same_inode": {"path": "TREE-NAME"}`` asks
+      that a path keeps the inode it had in an earlier named tree step.
+    - shell steps: ``expect`` is the exact output.
+    """
+    exp = step["expect"]
+    if r["kind"] in ("rewind", "rewind_public", "control"):
+        got = r.get("response") if r.get("ok") else {"error": r.get("error")}
+    elif r["kind"] == "tree":
+        got = {p: {k: v for k, v in e.items() if k in TREE_FIELDS and k in exp.get(p, {})}
+               for p, e in r["entries"].items()}
+        for path, tname in (step.get("same_inode") or {}).items():
+            before = trees.get(tname, {}).get(path, {}).get("ino")
+            now = r["entries"].get(path, {}).get("ino")
+            if before is None or before != now:
+                return {"expected": f"{path} keeps the inode it had in tree {tname!r} ({before})", "got": now}
+    elif r["kind"] == "shell":
+        got = r["out"]
+    else:
+        got = r
+    return None if got == exp else {"expected": exp, "got": got}
+
+
 class Session:
     """Runs one scenario. See the module doc for the callbacks."""
 
@@ -208,6 +243,7 @@ class Session:
         self.turn_msgs: dict[str, list[str]] = {}  # name -> uuids of the turn's other messages
         self.session_id: Optional[str] = None
         self.client: Any = None
+        self.trees: dict[str, dict] = {}     # named tree steps, for "same_inode" checks
         if wire_log:
             install_wire_log(os.path.join(self.log_dir, "wire.jsonl"))
         self.api = FakeAPI(script_of(scenario, self.ws), log_path=os.path.join(self.log_dir, "api.jsonl"))
@@ -367,6 +403,10 @@ class Session:
                 else:
                     raise ValueError(f"unknown step: {step}")
                 r["ms"] = round((time.time() - t0) * 1000)
+                if "expect" in step:
+                    r["mismatch"] = compare(step, r, self.trees)
+                if r["kind"] == "tree" and step.get("name"):
+                    self.trees[step["name"]] = r["entries"]
                 results.append(r)
                 self.emit(r)
         finally:
@@ -386,6 +426,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cli", help="path of the claude binary (default: the one bundled with the SDK)")
     ap.add_argument("--brief", action="store_true", help="omit the messages of each turn")
     ap.add_argument("--stderr", action="store_true", help="print the CLI's stderr to ours")
+    ap.add_argument("--check", action="store_true",
+                    help="compare steps that carry an 'expect' with it; exit 1 on any mismatch")
     ap.add_argument("--print-script", action="store_true",
                     help="only print the fake API script of the scenario (for fake_api.py --script)")
     a = ap.parse_args(argv)
@@ -403,7 +445,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 wire_log=a.wire_log, cli_path=a.cli, emit=emit,
                 stderr=(lambda line: print(line, file=sys.stderr)) if a.stderr else None)
     print(json.dumps({"kind": "start", "workspace": s.ws, "home": s.home, "log_dir": s.log_dir}), flush=True)
-    asyncio.run(s.run())
+    results = asyncio.run(s.run())
+    if a.check:
+        bad = [dict(step=i, **r["mismatch"]) for i, r in enumerate(results) if r.get("mismatch")]
+        checked = sum(1 for st in s.steps if "expect" in st)
+        print(json.dumps({"kind": "check", "checked": checked, "mismatches": bad}), flush=True)
+        return 1 if bad else 0
     return 0
 
 

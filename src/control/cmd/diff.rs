@@ -42,7 +42,7 @@ impl Diff {
                 .diff(&self.user_message_id, self.path.as_deref(), self.scope)?;
         Ok(DiffReply {
             diff,
-            files_changed,
+            files_changed: super::rewind_files::absolute(&d.workspace, files_changed),
         })
     }
 }

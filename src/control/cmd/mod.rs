@@ -11,6 +11,7 @@ mod gc;
 mod list_checkpoints;
 mod log;
 mod register_agent;
+mod rewind_code;
 mod rewind_files;
 mod status;
 mod tool_use;
@@ -26,6 +27,7 @@ pub use self::gc::{Gc, GcReply};
 pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints};
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::register_agent::RegisterAgent;
+pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
 pub use self::status::{Status, StatusReply};
 pub use self::tool_use::{Phase, ToolUse};
@@ -52,6 +54,8 @@ pub enum Request {
     ToolUse(ToolUse),
     RegisterAgent(RegisterAgent),
     RewindFiles(RewindFiles),
+    /// The older CLIs' name for `rewind_files` (tool scope, no dry run).
+    RewindCode(RewindCode),
     UndoRewind(UndoRewind),
     ListCheckpoints(ListCheckpoints),
     Diff(Diff),
@@ -87,6 +91,7 @@ impl Request {
             ToolUse::SUBTYPE => Request::ToolUse(decode(fields)?),
             RegisterAgent::SUBTYPE => Request::RegisterAgent(decode(fields)?),
             RewindFiles::SUBTYPE => Request::RewindFiles(decode(fields)?),
+            RewindCode::SUBTYPE => Request::RewindCode(decode(fields)?),
             UndoRewind::SUBTYPE => Request::UndoRewind(decode(fields)?),
             ListCheckpoints::SUBTYPE => Request::ListCheckpoints(decode(fields)?),
             Diff::SUBTYPE => Request::Diff(decode(fields)?),
@@ -113,6 +118,7 @@ impl Request {
             Request::ToolUse(c) => reply(c.apply(d)),
             Request::RegisterAgent(c) => reply(c.apply(d)),
             Request::RewindFiles(c) => reply(c.run(d)),
+            Request::RewindCode(c) => reply(c.apply(d)),
             Request::UndoRewind(c) => reply(c.apply(d)),
             Request::ListCheckpoints(c) => reply(c.apply(d)),
             Request::Diff(c) => reply(c.apply(d)),

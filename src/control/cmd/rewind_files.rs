@@ -1,6 +1,8 @@
 //! `rewind_files`: the SDK's own request (same subtype, same fields, same answers), with
 //! rewindfs's additions: `scope`, `force`, `paths`, `session_id`.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::Command;
@@ -42,18 +44,26 @@ impl RewindReply {
         }
     }
 
-    fn of(o: Outcome, dry_run: bool) -> RewindReply {
+    fn of(o: Outcome, dry_run: bool, workspace: &Path) -> RewindReply {
         RewindReply {
             can_rewind: o.can_rewind,
             error: o.error,
-            files_changed: o.files_changed,
+            files_changed: absolute(workspace, o.files_changed),
             insertions: o.insertions,
             deletions: o.deletions,
-            conflicts: o.conflicts,
+            conflicts: absolute(workspace, o.conflicts),
             skipped_links: o.skipped_links,
             rewind_id: o.rewind_id.filter(|_| !dry_run),
         }
     }
+}
+
+/// Workspace-relative paths as the SDK answers them: absolute, under the workspace (which, with
+/// the mount in place, is the project's own path).
+pub(super) fn absolute(workspace: &Path, rel: Vec<String>) -> Vec<String> {
+    rel.into_iter()
+        .map(|p| workspace.join(p).to_string_lossy().into_owned())
+        .collect()
 }
 
 impl Command for RewindFiles {
@@ -63,6 +73,10 @@ impl Command for RewindFiles {
 
 impl RewindFiles {
     pub(super) fn run(self, d: &Daemon) -> Result<RewindReply, ControlError> {
-        Ok(RewindReply::of(d.engine.rewind(&self)?, self.dry_run))
+        Ok(RewindReply::of(
+            d.engine.rewind(&self)?,
+            self.dry_run,
+            &d.workspace,
+        ))
     }
 }
