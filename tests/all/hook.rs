@@ -34,9 +34,7 @@ fn line(v: serde_json::Value) -> String {
 
 #[test]
 fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let transcript = m.tmp.path().join("t.jsonl");
     let (prompt, tool_result) = (uuid(), uuid());
@@ -100,9 +98,7 @@ fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
 
 #[test]
 fn user_prompt_submit_waits_for_a_lagging_transcript() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let transcript = m.tmp.path().join("t.jsonl");
     fs::write(&transcript, "").unwrap();
@@ -147,9 +143,7 @@ fn the_hook_never_blocks_the_agent_when_the_daemon_is_down() {
 
 #[test]
 fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     let store = tmp.path().join("s");

@@ -72,9 +72,7 @@ fn err(v: &Value) -> String {
 
 #[test]
 fn every_response_matches_the_protocol_schema() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let mut c = Raw::new(&a.m);
     let u1 = uuid();
@@ -178,9 +176,7 @@ fn every_response_matches_the_protocol_schema() {
 /// the capture journal, not yet in the database.
 #[test]
 fn a_checkpoint_begins_once() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let mut c = Raw::new(&a.m);
     let (u1, u2) = (uuid(), uuid());
@@ -211,9 +207,7 @@ fn a_checkpoint_begins_once() {
 
 #[test]
 fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let mut c = Raw::new(&m);
     assert_eq!(
@@ -280,9 +274,7 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
 
 #[test]
 fn a_peer_with_another_uid_is_refused() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let sock = m.socket();
     assert_eq!(
