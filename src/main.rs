@@ -277,6 +277,10 @@ fn exec(
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+    let cwd = exec_cwd(&cfg.dir);
+    // This process waits for the command and unmounts: it holds nothing in the directory, so
+    // it is never one left underneath the mount, nor what keeps the unmount busy.
+    std::env::set_current_dir("/").context("changing to /")?;
     daemon::spawn_detached(&cfg)?;
     let sock = cfg.store.join(daemon::files::SOCKET);
     let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
@@ -290,9 +294,6 @@ fn exec(
             0,
         )
         .with_context(|| format!("creating {}", gate.display()))?;
-        // Re-enter the current directory: a cwd inside DIR from before the mount still points
-        // at the directory underneath it.
-        let cwd = std::env::current_dir()?;
         let mut child = std::process::Command::new("sh")
             .current_dir(&cwd)
             .arg("-c")
@@ -319,6 +320,17 @@ fn exec(
         (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Where `rewindfs exec`'s command starts: inside the mount, at the caller's place when the
+/// caller is inside the workspace, else at its root. It is entered by path once the mount is
+/// live: the caller's own cwd, taken before the mount, still points at the directory underneath,
+/// where nothing is recorded.
+fn exec_cwd(workspace: &Path) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.starts_with(workspace) => cwd,
+        _ => workspace.to_path_buf(),
+    }
 }
 
 fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
