@@ -6,7 +6,8 @@
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
-//! - `sys` (raw system calls, relative to a directory fd).
+//! - `sys` (raw system calls, relative to a directory fd); beside the layers, `mounts` (the
+//!   mount table) and `procs` (processes left underneath a mount, from /proc).
 
 pub mod capture;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod daemon;
 pub mod fs;
 pub mod hook;
 pub mod mounts;
+pub mod procs;
 pub mod rewind;
 pub mod store;
 pub mod sys;

@@ -11,7 +11,7 @@ use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
     BeginMessage, CheckpointList, Diff, Gc, GcReply, ListCheckpoints, Log, LogReply, RegisterAgent,
-    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind,
+    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind, unprotected_warning,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
@@ -69,6 +69,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 daemon::run(cfg)?;
             } else {
                 daemon::spawn_detached(&cfg)?;
+                warn_unprotected(&cfg.store);
             }
         }
         Command::Umount { dir, lazy } => daemon::umount(&dir, lazy)?,
@@ -108,7 +109,11 @@ fn run() -> anyhow::Result<ExitCode> {
             print_json_or(json, &r, print_log)?;
         }
         Command::Status { json, socket } => {
-            let r = connect(&socket)?.call(&Status {})?;
+            let mut r = connect(&socket)?.call(&Status {})?;
+            // Run from a shell left underneath, this process is there too: the shell is the one
+            // that matters.
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
             print_json_or(json, &r, print_status)?;
         }
         Command::Rewind {
@@ -183,6 +188,29 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// After a mount: warns about the processes that were inside the directory before it and
+/// still see the one underneath (a shell that `cd`'d into it, an editor holding a file).
+fn warn_unprotected(store: &Path) {
+    let r =
+        Client::connect(&store.join(daemon::files::SOCKET)).and_then(|mut c| c.call(&Status {}));
+    match r {
+        Ok(mut r) => {
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
+            if !r.unprotected_processes.is_empty() {
+                eprintln!(
+                    "rewindfs: warning: {}",
+                    unprotected_warning(&r.workspace, &r.unprotected_processes)
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "rewindfs: warning: mounted, but could not check for processes left underneath the \
+             mount (`rewindfs status` lists them): {e}"
+        ),
+    }
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -438,6 +466,12 @@ fn print_status(r: &StatusReply) {
     ];
     for (k, v) in rows {
         println!("{k:<18} {v}");
+    }
+    if !r.unprotected_processes.is_empty() {
+        println!(
+            "unprotected: {}",
+            unprotected_warning(&r.workspace, &r.unprotected_processes)
+        );
     }
 }
 

@@ -553,6 +553,20 @@ pub fn statfs_type(path: &Path) -> io::Result<i64> {
     rustix::fs::statfs(path).map(|s| s.f_type).map_err(errno)
 }
 
+/// The device (major, minor) of what `path` names, from what the kernel has cached: with
+/// `AT_STATX_DONT_SYNC` a FUSE inode costs no request (not even to this daemon's own mount).
+pub fn dev_cached(path: &Path) -> io::Result<(u32, u32)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::empty(),
+    )
+    .map(|s| (s.stx_dev_major, s.stx_dev_minor))
+    .map_err(|e| ctx(errno(e), format!("statx({path:?}, AT_STATX_DONT_SYNC)")))
+}
+
 /// The `/proc/self/fd/N` name of an fd: how xattr calls reach an `O_PATH` handle.
 fn proc_fd(fd: BorrowedFd<'_>) -> PathBuf {
     use std::os::fd::AsRawFd;
