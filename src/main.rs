@@ -477,18 +477,28 @@ fn print_status(r: &StatusReply) {
 
 fn print_gc(r: &GcReply) {
     let b = rewindfs::store::gc::human_bytes;
+    let size = if r.bytes_freed > 0 {
+        format!(
+            "the store went from {} to {}",
+            b(r.bytes_before),
+            b(r.bytes_after)
+        )
+    } else {
+        format!("the store holds {}", b(r.bytes_after))
+    };
     println!(
-        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: {size}",
         r.checkpoints_dropped,
         r.captures_deleted,
         r.blobs_deleted,
         b(r.bytes_freed),
-        b(r.bytes_before),
-        b(r.bytes_after)
     );
     if r.over_budget {
         println!(
-            "still over the budget: the current checkpoint and live sessions' first captures are kept"
+            "still over the budget of {}: what is left is the current checkpoint and what the live \
+             session needs to rewind to its first message, which gc never drops (a larger \
+             --max-store-bytes, or a new session, lets it go)",
+            b(r.max_store_bytes.unwrap_or(0))
         );
     }
 }

@@ -75,6 +75,13 @@ pub enum RewindError {
     /// gc removed the checkpoint's captures: the SDK's message, with the cause.
     #[error("No file checkpoint found for this message. (It was removed by gc at {at}: {why}.)")]
     Dropped { at: String, why: String },
+    /// `undo` with no rewind left to undo (not a failed rewind: no "Failed to rewind" prefix).
+    #[error(
+        "there is no rewind to undo: none was made since the store began, each one was undone \
+         already, or gc dropped what undoing it needs; `rewindfs list` shows the checkpoints \
+         you can rewind to (`rewindfs rewind UUID`)"
+    )]
+    NothingToUndo,
     /// Anything else, in the SDK's "Failed to rewind: <cause>" form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -772,7 +779,7 @@ impl Engine {
     pub fn undo(&self) -> Result<Outcome, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let Some(last) = self.store.last_done_rewind()? else {
-            return Err(RewindError::Failed("nothing to undo".into()));
+            return Err(RewindError::NothingToUndo);
         };
         let cp = self
             .store
@@ -1149,10 +1156,19 @@ impl Engine {
         out.files_changed.sort();
         if req.scope == Scope::Agent && !out.conflicts.is_empty() && !req.force {
             out.can_rewind = false;
+            const SHOWN: usize = 10;
+            let more = match out.conflicts.len().saturating_sub(SHOWN) {
+                0 => String::new(),
+                n => format!(" and {n} more (`conflicts` lists them)"),
+            };
             out.error = Some(format!(
-                "{} path(s) were also changed by someone other than the agent since this message: {}; pass force to rewind anyway",
+                "{} path(s) were also changed by someone other than the agent since message {}: \
+                 {}{more}; nothing was rewound. To rewind them anyway, losing those changes, \
+                 repeat with --force (on the socket, \"force\": true); to keep them, rewind only \
+                 the other paths",
                 out.conflicts.len(),
-                out.conflicts.join(", ")
+                req.user_message_id,
+                out.conflicts[..out.conflicts.len().min(SHOWN)].join(", ")
             ));
         }
         Ok(out)

@@ -75,8 +75,9 @@ fn errno(e: rustix::io::Errno) -> io::Error {
 pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
     match e.raw_os_error() {
         Some(code) => {
+            // `base` says "… (os error N)" itself.
             let base = io::Error::from_raw_os_error(code);
-            io::Error::new(base.kind(), format!("{what}: {base} (os error {code})"))
+            io::Error::new(base.kind(), format!("{what}: {base}"))
         }
         None => io::Error::new(e.kind(), format!("{what}: {e}")),
     }
