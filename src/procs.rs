@@ -125,6 +125,13 @@ mod tests {
             .current_dir(dir.path())
             .spawn()
             .unwrap();
+        // A vfork'ed child's parent resumes before exec has set the new command line.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(&cmdline).unwrap_or_default() != b"sleep\x0030\x00" {
+            assert!(std::time::Instant::now() < end, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let dir_path = dir.path().canonicalize().unwrap();
         let real = crate::sys::dev_cached(&dir_path).unwrap();
         let me = std::process::id();
