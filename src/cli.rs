@@ -188,8 +188,9 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
-    /// Mount DIR, run COMMAND as the agent (REWINDFS_SOCKET set, its pid registered),
-    /// unmount when it exits, and exit with its status.
+    /// Mount DIR, run COMMAND inside it (at the caller's place when the caller is inside DIR,
+    /// else at its root) as the agent (REWINDFS_SOCKET set, its pid registered), unmount when
+    /// it exits, and exit with its status.
     Exec {
         /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
         #[arg(long, value_parser = ["tool", "agent", "all"])]

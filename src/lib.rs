@@ -8,7 +8,8 @@
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
 //! - `sys` (raw system calls, relative to a directory fd; /proc), `faults` (test-only fault
-//!   injection), `mounts` (the mount table).
+//!   injection); beside the layers, `mounts` (the mount table) and `procs` (processes left
+//!   underneath a mount, from /proc).
 
 pub mod capture;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod faults;
 pub mod fs;
 pub mod hook;
 pub mod mounts;
+pub mod procs;
 pub mod rewind;
 pub mod store;
 pub mod sys;

@@ -11,7 +11,7 @@ use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
     BeginMessage, CheckpointList, Diff, Gc, GcReply, ListCheckpoints, Log, LogReply, RegisterAgent,
-    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind,
+    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind, unprotected_warning,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
@@ -69,6 +69,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 daemon::run(cfg)?;
             } else {
                 daemon::spawn_detached(&cfg)?;
+                warn_unprotected(&cfg.store);
             }
         }
         Command::Umount { dir, lazy } => daemon::umount(&dir, lazy)?,
@@ -108,7 +109,11 @@ fn run() -> anyhow::Result<ExitCode> {
             print_json_or(json, &r, print_log)?;
         }
         Command::Status { json, socket } => {
-            let r = connect(&socket)?.call(&Status {})?;
+            let mut r = connect(&socket)?.call(&Status {})?;
+            // Run from a shell left underneath, this process is there too: the shell is the one
+            // that matters.
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
             print_json_or(json, &r, print_status)?;
         }
         Command::Rewind {
@@ -186,6 +191,29 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// After a mount: warns about the processes that were inside the directory before it and
+/// still see the one underneath (a shell that `cd`'d into it, an editor holding a file).
+fn warn_unprotected(store: &Path) {
+    let r =
+        Client::connect(&store.join(daemon::files::SOCKET)).and_then(|mut c| c.call(&Status {}));
+    match r {
+        Ok(mut r) => {
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
+            if !r.unprotected_processes.is_empty() {
+                eprintln!(
+                    "rewindfs: warning: {}",
+                    unprotected_warning(&r.workspace, &r.unprotected_processes)
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "rewindfs: warning: mounted, but could not check for processes left underneath the \
+             mount (`rewindfs status` lists them): {e}"
+        ),
+    }
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -280,6 +308,10 @@ fn exec(
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+    let cwd = exec_cwd(&cfg.dir);
+    // This process waits for the command and unmounts: it holds nothing in the directory, so
+    // it is never one left underneath the mount, nor what keeps the unmount busy.
+    std::env::set_current_dir("/").context("changing to /")?;
     daemon::spawn_detached(&cfg)?;
     let sock = cfg.store.join(daemon::files::SOCKET);
     let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
@@ -293,9 +325,6 @@ fn exec(
             0,
         )
         .with_context(|| format!("creating {}", gate.display()))?;
-        // Re-enter the current directory: a cwd inside DIR from before the mount still points
-        // at the directory underneath it.
-        let cwd = std::env::current_dir()?;
         let mut child = std::process::Command::new("sh")
             .current_dir(&cwd)
             .arg("-c")
@@ -322,6 +351,17 @@ fn exec(
         (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Where `rewindfs exec`'s command starts: inside the mount, at the caller's place when the
+/// caller is inside the workspace, else at its root. It is entered by path once the mount is
+/// live: the caller's own cwd, taken before the mount, still points at the directory underneath,
+/// where nothing is recorded.
+fn exec_cwd(workspace: &Path) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.starts_with(workspace) => cwd,
+        _ => workspace.to_path_buf(),
+    }
 }
 
 fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
@@ -430,22 +470,38 @@ fn print_status(r: &StatusReply) {
     for (k, v) in rows {
         println!("{k:<18} {v}");
     }
+    if !r.unprotected_processes.is_empty() {
+        println!(
+            "unprotected: {}",
+            unprotected_warning(&r.workspace, &r.unprotected_processes)
+        );
+    }
 }
 
 fn print_gc(r: &GcReply) {
     let b = rewindfs::store::gc::human_bytes;
+    let size = if r.bytes_freed > 0 {
+        format!(
+            "the store went from {} to {}",
+            b(r.bytes_before),
+            b(r.bytes_after)
+        )
+    } else {
+        format!("the store holds {}", b(r.bytes_after))
+    };
     println!(
-        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: {size}",
         r.checkpoints_dropped,
         r.captures_deleted,
         r.blobs_deleted,
         b(r.bytes_freed),
-        b(r.bytes_before),
-        b(r.bytes_after)
     );
     if r.over_budget {
         println!(
-            "still over the budget: the current checkpoint and live sessions' first captures are kept"
+            "still over the budget of {}: what is left is the current checkpoint and what the live \
+             session needs to rewind to its first message, which gc never drops (a larger \
+             --max-store-bytes, or a new session, lets it go)",
+            b(r.max_store_bytes.unwrap_or(0))
         );
     }
 }

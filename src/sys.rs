@@ -75,8 +75,9 @@ fn errno(e: rustix::io::Errno) -> io::Error {
 pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
     match e.raw_os_error() {
         Some(code) => {
+            // `base` says "… (os error N)" itself.
             let base = io::Error::from_raw_os_error(code);
-            io::Error::new(base.kind(), format!("{what}: {base} (os error {code})"))
+            io::Error::new(base.kind(), format!("{what}: {base}"))
         }
         None => io::Error::new(e.kind(), format!("{what}: {e}")),
     }
@@ -551,6 +552,20 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::StatVfs> {
 
 pub fn statfs_type(path: &Path) -> io::Result<i64> {
     rustix::fs::statfs(path).map(|s| s.f_type).map_err(errno)
+}
+
+/// The device (major, minor) of what `path` names, from what the kernel has cached: with
+/// `AT_STATX_DONT_SYNC` a FUSE inode costs no request (not even to this daemon's own mount).
+pub fn dev_cached(path: &Path) -> io::Result<(u32, u32)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::empty(),
+    )
+    .map(|s| (s.stx_dev_major, s.stx_dev_minor))
+    .map_err(|e| ctx(errno(e), format!("statx({path:?}, AT_STATX_DONT_SYNC)")))
 }
 
 /// The `/proc/self/fd/N` name of an fd: how xattr calls reach an `O_PATH` handle.

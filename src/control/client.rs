@@ -16,7 +16,13 @@ pub enum ClientError {
     /// No socket could be found.
     #[error("no rewindfs daemon found: {0}")]
     NotFound(String),
-    /// Connecting or talking failed.
+    /// No daemon answers at the socket.
+    #[error(
+        "no rewindfs daemon answers at {path} ({err}): is its directory mounted? `rewindfs mount \
+         DIR` starts one; `rewindfs umount DIR` clears a mount whose daemon died"
+    )]
+    Connect { path: String, err: io::Error },
+    /// Talking to the daemon failed.
     #[error("control socket {path}")]
     Io { path: String, source: io::Error },
     /// The daemon answered with an error (its exact message).
@@ -68,7 +74,10 @@ impl Client {
             path: path.display().to_string(),
             source,
         };
-        let s = UnixStream::connect(path).map_err(io_err)?;
+        let s = UnixStream::connect(path).map_err(|err| ClientError::Connect {
+            path: path.display().to_string(),
+            err,
+        })?;
         s.set_read_timeout(Some(Duration::from_secs(600)))
             .map_err(io_err)?;
         let r = s.try_clone().map_err(io_err)?;

@@ -95,6 +95,14 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         })?;
     let flush_stop = Arc::new(AtomicBool::new(false));
     let flusher = start_background(&parts, &flush_stop)?;
+    if !cfg.detached {
+        // Run in the foreground, this is where the user looks; a detached daemon's CLI says it.
+        let list = crate::control::cmd::unprotected_processes(&cfg.dir, &[]);
+        if !list.is_empty() {
+            let msg = crate::control::cmd::unprotected_warning(&cfg.dir, &list);
+            tracing::warn!("{msg}");
+        }
+    }
 
     let daemon = Arc::new(Daemon {
         engine: parts.engine.clone(),

@@ -84,6 +84,13 @@ pub enum RewindError {
         /// The retention rule that dropped it.
         why: String,
     },
+    /// `undo` with no rewind left to undo (not a failed rewind: no "Failed to rewind" prefix).
+    #[error(
+        "there is no rewind to undo: none was made since the store began, each one was undone \
+         already, or gc dropped what undoing it needs; `rewindfs list` shows the checkpoints \
+         you can rewind to (`rewindfs rewind UUID`)"
+    )]
+    NothingToUndo,
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -368,7 +375,7 @@ impl Engine {
     pub fn undo(&self) -> Result<Outcome, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let Some(last) = self.store.last_done_rewind()? else {
-            return Err(RewindError::Failed("nothing to undo".into()));
+            return Err(RewindError::NothingToUndo);
         };
         let cp = self
             .store

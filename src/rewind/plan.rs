@@ -291,10 +291,19 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
 fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
     if req.scope == Scope::Agent && !out.conflicts.is_empty() && !req.force {
         out.can_rewind = false;
+        const SHOWN: usize = 10;
+        let more = match out.conflicts.len().saturating_sub(SHOWN) {
+            0 => String::new(),
+            n => format!(" and {n} more (`conflicts` lists them)"),
+        };
         out.error = Some(format!(
-            "{} path(s) were also changed by someone other than the agent since this message: {}; pass force to rewind anyway",
+            "{} path(s) were also changed by someone other than the agent since message {}: \
+             {}{more}; nothing was rewound. To rewind them anyway, losing those changes, \
+             repeat with --force (on the socket, \"force\": true); to keep them, rewind only \
+             the other paths",
             out.conflicts.len(),
-            out.conflicts.join(", ")
+            req.user_message_id,
+            out.conflicts[..out.conflicts.len().min(SHOWN)].join(", ")
         ));
     }
 }

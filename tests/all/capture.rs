@@ -89,9 +89,7 @@ fn file(content: &[u8], mode: u32) -> Option<Pre> {
 
 #[test]
 fn every_kind_of_change_captures_exactly_the_old_state() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| {
         for n in ["w", "t", "o", "u", "rs", "rd", "ch", "x", "fa", "mm"] {
             fs::write(d.join(n), format!("old {n}\n")).unwrap();
@@ -195,9 +193,7 @@ fn blob_files(m: &Mounted) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_deleted_file_is_kept_by_a_link_and_a_failed_deletion_leaves_the_blob_a_copy() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     // The directory underneath the mount, to lift the append-only flag before the rewind (FUSE
@@ -268,9 +264,7 @@ fn a_deleted_file_is_kept_by_a_link_and_a_failed_deletion_leaves_the_blob_a_copy
 /// gives the process a copy of its own, so the pre-image stays what was deleted.
 #[test]
 fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::io::{Read, Seek, SeekFrom, Write};
     let mut a = Agent::new(|d| fs::write(d.join("held.txt"), "held content\n").unwrap());
     let cp = a.turn();
@@ -312,9 +306,7 @@ fn a_file_held_open_through_its_deletion_stays_usable_and_its_pre_image_intact()
 /// not a read by anyone, so the file's access time stays what it was.
 #[test]
 fn capturing_a_file_leaves_its_access_time_alone() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::os::unix::fs::MetadataExt;
     let mut a = Agent::new(|d| {
         fs::write(d.join("t.txt"), "truncated later\n").unwrap();
@@ -345,9 +337,7 @@ fn capturing_a_file_leaves_its_access_time_alone() {
 /// file as it was before the rewind.
 #[test]
 fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::io::Read;
     use std::os::unix::fs::FileExt;
     let mut a = Agent::new(|d| fs::write(d.join("f"), "version one\n").unwrap());
@@ -376,9 +366,7 @@ fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
 
 #[test]
 fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|_| {});
     a.turn();
     fs::write(a.m.p("by_agent.txt"), b"t").unwrap();
@@ -438,9 +426,7 @@ fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
 
 #[test]
 fn a_full_store_refuses_the_change_and_loses_nothing() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     fs::create_dir(&store).unwrap();
@@ -500,9 +486,7 @@ fn a_full_store_refuses_the_change_and_loses_nothing() {
 
 #[test]
 fn a_message_boundary_flushes_mmap_data_into_the_previous_checkpoint() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("m.bin"), vec![b'.'; 8192]).unwrap());
     let t1 = a.turn();
     let mut py = Command::new("python3")
@@ -543,9 +527,7 @@ fn a_message_boundary_flushes_mmap_data_into_the_previous_checkpoint() {
 
 #[test]
 fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let rounds: usize = std::env::var("CRASH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -678,9 +660,7 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
 
 #[test]
 fn killing_the_daemon_in_the_middle_of_a_large_rewind_finishes_it_at_the_next_mount() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut m = Mounted::with(|d| {
         for i in 0..3000 {
             fs::write(d.join(format!("f{i:04}")), format!("v1 {i}\n")).unwrap();
@@ -749,9 +729,7 @@ fn store_bytes(m: &Mounted) -> u64 {
 
 #[test]
 fn a_small_change_to_a_large_file_stores_only_the_bytes_it_overwrites() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::FileExt;
     // 64 MiB of non-repeating content.
@@ -849,9 +827,7 @@ fn unnamed_blobs(m: &Mounted) -> Vec<String> {
 /// reads it: none of them leaves a blob file that no row names, which only a gc would find.
 #[test]
 fn dry_runs_diffs_and_rewinds_leave_no_blob_file_that_no_row_names() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let mut a = Agent::with_args(
         |d| fs::write(d.join("big.bin"), &big).unwrap(),
@@ -902,9 +878,7 @@ fn dry_runs_diffs_and_rewinds_leave_no_blob_file_that_no_row_names() {
     ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
 )]
 fn a_write_in_flight_lands_before_a_removal_adopts_its_file() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut m = Mounted::with(|d| fs::write(d.join("f"), b"before").unwrap());
     m.umount();
     m.mount_with_env(&[], &[("REWINDFS_TEST_HOLD_NAMED_WRITE_MS", "1500")]);

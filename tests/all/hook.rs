@@ -34,9 +34,7 @@ fn line(v: serde_json::Value) -> String {
 
 #[test]
 fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let transcript = m.tmp.path().join("t.jsonl");
     let (prompt, tool_result) = (uuid(), uuid());
@@ -100,9 +98,7 @@ fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
 
 #[test]
 fn user_prompt_submit_waits_for_a_lagging_transcript() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let transcript = m.tmp.path().join("t.jsonl");
     fs::write(&transcript, "").unwrap();
@@ -147,9 +143,7 @@ fn the_hook_never_blocks_the_agent_when_the_daemon_is_down() {
 
 #[test]
 fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     let store = tmp.path().join("s");
@@ -187,4 +181,65 @@ fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
         )
         .unwrap();
     assert_eq!(actor, "tool", "the command itself is the agent");
+}
+
+/// `rewindfs exec` from outside the workspace starts the command at its root, and from a
+/// directory inside it (entered before the mount, so underneath it) at the same place, through
+/// the mount: its writes are in the log.
+#[test]
+fn exec_runs_the_command_inside_the_mount_at_the_callers_place() {
+    require_fuse();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    let exec = |store: &str, cwd: &std::path::Path, file: &str| {
+        let out = Command::new(BIN)
+            .args(["exec", dir.to_str().unwrap(), "--store"])
+            .arg(tmp.path().join(store))
+            .args(["--", "bash", "-c"])
+            .arg(format!(
+                "set -e; pwd; test \"$(stat -f -c %t .)\" = 65735546; echo made > {file}; \"$RW\" log"
+            ))
+            .env("RW", BIN)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "exec from {}: {}\n{stdout}{}",
+            cwd.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+
+    let out = exec("s1", tmp.path(), "top.txt");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(dir.to_str().unwrap()),
+        "starts at the root: {out}"
+    );
+    assert!(
+        lines.any(|l| l.contains(" top.txt ")),
+        "the write is recorded: {out}"
+    );
+    assert!(dir.join("top.txt").exists() && !tmp.path().join("top.txt").exists());
+
+    let sub = dir.join("sub");
+    let out = exec("s2", &sub, "inner.txt");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(sub.to_str().unwrap()),
+        "starts in sub: {out}"
+    );
+    assert!(
+        lines.any(|l| l.contains(" sub/inner.txt ")),
+        "the write is recorded: {out}"
+    );
+    assert!(sub.join("inner.txt").exists());
+    assert!(!is_fuse(&dir), "unmounted after the command");
 }

@@ -10,6 +10,7 @@ mod faults;
 mod fuzz;
 mod hook;
 mod lifecycle;
+mod messages;
 mod model;
 mod nonroot;
 mod posix;
@@ -17,6 +18,7 @@ mod protocol;
 mod retention;
 mod rewind;
 mod transport;
+mod unprotected;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

@@ -11,9 +11,7 @@ use crate::support::{require_fuse, tree};
 
 #[test]
 fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|_| {});
     let t1 = a.turn();
     a.tool_write("made_by_tool.txt", b"one\ntwo\n");
@@ -36,9 +34,7 @@ fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
 
 #[test]
 fn a_file_only_touched_by_bash_is_never_restored() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("s.txt"), "orig\n").unwrap());
     let t1 = a.turn();
     a.bash("echo more >> s.txt; echo new > n.txt");
@@ -50,9 +46,7 @@ fn a_file_only_touched_by_bash_is_never_restored() {
 
 #[test]
 fn later_bash_changes_to_a_tracked_file_are_undone_and_a_deleted_one_comes_back() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::create_dir(d.join("keep")).unwrap());
     let t1 = a.turn();
     a.tool_write("src/deep/t.txt", b"tool v1\n");
@@ -98,9 +92,7 @@ fn later_bash_changes_to_a_tracked_file_are_undone_and_a_deleted_one_comes_back(
 
 #[test]
 fn bash_then_edit_in_one_turn_restores_the_state_just_before_the_edit() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("h.txt"), "start\n").unwrap());
     let t1 = a.turn();
     a.bash("echo from-bash >> h.txt");
@@ -112,9 +104,7 @@ fn bash_then_edit_in_one_turn_restores_the_state_just_before_the_edit() {
 
 #[test]
 fn a_tracked_file_moved_by_bash_is_recreated_and_the_edited_target_stays() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|_| {});
     let t0 = a.turn();
     a.tool_write("a.txt", b"alpha\n");
@@ -139,9 +129,7 @@ fn a_tracked_file_moved_by_bash_is_recreated_and_the_edited_target_stays() {
 
 #[test]
 fn binary_content_and_modes_come_back_byte_exact() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let bin: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     let mut a = Agent::new(|_| {});
     let t0 = a.turn();
@@ -171,9 +159,7 @@ fn binary_content_and_modes_come_back_byte_exact() {
 
 #[test]
 fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|_| {});
     a.turn();
     let missing = uuid();
@@ -195,9 +181,7 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
 
 #[test]
 fn agent_scope_undoes_shell_work_including_directories_renames_and_symlinks() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| {
         fs::create_dir_all(d.join("lib/sub")).unwrap();
         fs::write(d.join("lib/sub/m.py"), "print(1)\n").unwrap();
@@ -217,9 +201,7 @@ fn agent_scope_undoes_shell_work_including_directories_renames_and_symlinks() {
 
 #[test]
 fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("f.txt"), "v0\n").unwrap());
     let t1 = a.turn();
     a.tool_write("f.txt", b"agent\n");
@@ -259,9 +241,7 @@ fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
 
 #[test]
 fn undo_restores_the_exact_pre_rewind_tree_and_rewinding_again_works() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("base.txt"), "base\n").unwrap());
     let t1 = a.turn();
     a.tool_write("a.txt", b"a\n");
@@ -282,9 +262,7 @@ fn undo_restores_the_exact_pre_rewind_tree_and_rewinding_again_works() {
 
 #[test]
 fn a_rewind_is_seen_at_once_by_processes_that_cached_the_old_state() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| fs::write(d.join("c.txt"), "old\n").unwrap());
     let t1 = a.turn();
     a.tool_write("c.txt", b"new\n");
@@ -302,9 +280,7 @@ fn a_rewind_is_seen_at_once_by_processes_that_cached_the_old_state() {
 
 #[test]
 fn chained_directory_renames_rewind_to_the_checkpoint() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     // `mv x d/e` then `mv d x`: each name maps into the other's subtree, which once made the
     // planner chain renames without end (x/a -> d/e/a -> x/e/a -> d/e/e/a -> ...).
     let mut a = Agent::new(|d| {
@@ -331,9 +307,7 @@ fn chained_directory_renames_rewind_to_the_checkpoint() {
 
 #[test]
 fn a_restored_file_whose_directory_was_removed_is_seen_at_once() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     // Long cache lifetimes: only the rewind's invalidation can make the kernel look again.
     let mut a = Agent::with_args(|_| {}, &["--ttl", "600"]);
     let _t0 = a.turn();
@@ -353,9 +327,7 @@ fn a_restored_file_whose_directory_was_removed_is_seen_at_once() {
 /// reads as a failure of the undo itself.
 #[test]
 fn a_command_whose_stdout_is_closed_ends_by_sigpipe_after_its_work() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::os::unix::process::ExitStatusExt;
     use std::process::{Command, Stdio};
     let mut a = Agent::new(|d| fs::write(d.join("f.txt"), "one\n").unwrap());

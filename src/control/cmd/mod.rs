@@ -29,7 +29,9 @@ pub use self::log::{Log, LogLine, LogReply};
 pub use self::register_agent::RegisterAgent;
 pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
-pub use self::status::{Status, StatusReply};
+pub use self::status::{
+    Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
+};
 pub use self::tool_use::{Phase, ToolUse};
 pub use self::undo_rewind::{UndoReply, UndoRewind};
 use super::Daemon;

@@ -1,12 +1,14 @@
-//! `status`: the daemon, its store and its current checkpoint.
+//! `status`: the daemon, its store, its current checkpoint, and the processes left underneath
+//! its mount.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
+use crate::procs::{Holds, Underneath};
 
 /// Asks for the daemon's status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +35,83 @@ pub struct StatusReply {
     pub store_bytes: u64,
     /// RFC 3339 UTC, now.
     pub time: String,
+    /// Processes that still see the directory underneath the mount (they were inside it
+    /// before the mount): what they change is not recorded. Computed at each request.
+    #[serde(default)]
+    pub unprotected_processes: Vec<UnprotectedProcess>,
+}
+
+/// A process whose cwd, root or an open file is on the directory underneath the mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnprotectedProcess {
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// What it holds there: `cwd`, `root` or `file`.
+    pub holds: Holds,
+    /// That directory or file.
+    pub path: PathBuf,
+}
+
+impl From<Underneath> for UnprotectedProcess {
+    fn from(u: Underneath) -> Self {
+        UnprotectedProcess {
+            pid: u.pid,
+            command: u.command,
+            holds: u.holds,
+            path: u.path,
+        }
+    }
+}
+
+impl UnprotectedProcess {
+    /// One line for people: `pid 1234 (bash): current directory /w/src`.
+    pub fn describe(&self) -> String {
+        let what = match self.holds {
+            Holds::Cwd => "current directory",
+            Holds::Root => "root directory",
+            Holds::File => "open file",
+        };
+        format!(
+            "pid {} ({}): {what} {}",
+            self.pid,
+            self.command,
+            self.path.display()
+        )
+    }
+}
+
+/// The warning about `list` for people: who, why it matters, and what to do.
+pub fn unprotected_warning(workspace: &Path, list: &[UnprotectedProcess]) -> String {
+    let lines: Vec<String> = list.iter().map(|p| format!("  {}", p.describe())).collect();
+    format!(
+        "{} process(es) entered {ws} before it was mounted and still see the directory \
+         underneath the mount: what they change there is not recorded and cannot be rewound:\n\
+         {}\n\
+         In a shell, cd out and back in (`cd \"$PWD\"` is enough); restart other programs. \
+         `rewindfs status` lists them while they remain.",
+        list.len(),
+        lines.join("\n"),
+        ws = workspace.display(),
+    )
+}
+
+/// The processes left underneath the mount over `workspace` (none if it is not mounted), the
+/// daemon itself and `skip` aside.
+pub fn unprotected_processes(workspace: &Path, skip: &[u32]) -> Vec<UnprotectedProcess> {
+    let Ok(Some(m)) = crate::mounts::mount_at(workspace) else {
+        return Vec::new();
+    };
+    if m.fstype != crate::mounts::FSTYPE {
+        return Vec::new();
+    }
+    let mut skip = skip.to_vec();
+    skip.push(std::process::id());
+    crate::procs::underneath(workspace, m.dev, &skip)
+        .into_iter()
+        .map(UnprotectedProcess::from)
+        .collect()
 }
 
 impl Command for Status {
@@ -60,6 +139,7 @@ impl Status {
             agent_pids: current.agent_pids,
             store_bytes: counts.store_bytes,
             time: crate::store::rfc3339(crate::store::now_ms()),
+            unprotected_processes: unprotected_processes(&d.workspace, &[]),
         })
     }
 }
