@@ -6,7 +6,8 @@ Needs the venv made by ``install.sh`` (claude-agent-sdk, which bundles the CLI):
     $REWINDFS_CLIENTS_DIR/venv/bin/python tests/clients/run_session.py SCENARIO.json \\
         --workspace /tmp/ws [--home DIR] [--log-dir DIR] [--hook-log] [--wire-log]
 
-It starts :mod:`fake_api` on a free port, starts ``ClaudeSDKClient`` with
+The workspace should be empty (scenarios create what they need with ``shell`` steps); it is
+not cleaned. It starts :mod:`fake_api` on a free port, starts ``ClaudeSDKClient`` with
 ``enable_file_checkpointing=True`` and ``replay-user-messages`` in the workspace, runs
 the scenario's steps and prints one JSON object per line for each step (see below).
 
