@@ -178,11 +178,13 @@ pub enum Command {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse): reads the hook
-    /// JSON on stdin and tells the daemon the current message and the tool call. Never blocks
-    /// the agent: if the daemon is down it warns and lets the tool run.
+    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse, PostToolUseFailure,
+    /// Stop, SessionEnd; `rewindfs setup claude` writes them): reads the hook JSON on stdin and
+    /// tells the daemon where a prompt begins and which tool call is running. Never blocks the
+    /// agent: if the daemon is down it warns and lets the tool run.
     Hook {
-        /// How long to wait for a lagging transcript, in milliseconds.
+        /// For CLIs whose hooks carry no prompt_id: how long UserPromptSubmit waits for the
+        /// prompt to appear in the transcript, in milliseconds.
         #[arg(long, default_value_t = 2000)]
         wait_ms: u64,
         #[command(flatten)]
@@ -201,6 +203,23 @@ pub enum Command {
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Write `rewindfs hook` into Claude Code's settings (a project's .claude/settings.json,
+    /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool
+    /// calls become rewindfs checkpoints and tool spans; --remove takes them out again.
+    Setup {
+        /// The agent whose settings to write: `claude` (Claude Code).
+        #[arg(value_parser = ["claude"])]
+        agent: String,
+        /// The project whose .claude/settings.json to write (default: the current directory).
+        #[arg(long, conflicts_with = "user")]
+        project: Option<PathBuf>,
+        /// Write the user's ~/.claude/settings.json instead (every project).
+        #[arg(long)]
+        user: bool,
+        /// Take the hooks out instead.
+        #[arg(long)]
+        remove: bool,
     },
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {

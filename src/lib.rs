@@ -22,5 +22,7 @@ pub mod hook;
 pub mod mounts;
 pub mod procs;
 pub mod rewind;
+pub mod setup;
 pub mod store;
 pub mod sys;
+pub mod transcript;

@@ -186,6 +186,12 @@ fn run() -> anyhow::Result<ExitCode> {
             store,
             command,
         } => return exec(dir, store, scope, command),
+        Command::Setup {
+            agent: _,
+            project,
+            user,
+            remove,
+        } => setup(project, user, remove)?,
         Command::Agent { pid, socket } => {
             connect(&socket)?.call(&RegisterAgent { pid })?;
         }
@@ -214,6 +220,42 @@ fn warn_unprotected(store: &Path) {
              mount (`rewindfs status` lists them): {e}"
         ),
     }
+}
+
+/// `rewindfs setup claude`: the settings file, then what was done to it.
+fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyhow::Result<()> {
+    let path = if user {
+        let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
+        PathBuf::from(home).join(".claude/settings.json")
+    } else {
+        let dir = match project {
+            Some(p) => p,
+            None => std::env::current_dir()?,
+        };
+        std::path::absolute(dir)?.join(".claude/settings.json")
+    };
+    if remove {
+        let o = rewindfs::setup::remove(&path)?;
+        println!(
+            "{}: removed {} rewindfs hook(s)",
+            o.path.display(),
+            o.changed
+        );
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("finding the rewindfs binary")?;
+    let command = format!("{} hook", exe.display());
+    let o = rewindfs::setup::install(&path, &command)?;
+    if o.changed == 0 {
+        println!("{}: the rewindfs hooks are there already", o.path.display());
+    } else {
+        println!(
+            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting claude, and `rewindfs list` shows a checkpoint per prompt",
+            o.path.display(),
+            o.changed
+        );
+    }
+    Ok(())
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -414,18 +456,21 @@ fn print_json_or<R: Serialize>(json: bool, r: &R, lines: impl FnOnce(&R)) -> any
 
 fn print_checkpoints(r: &CheckpointList) {
     println!(
-        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION",
-        "UUID", "KIND", "BEGAN", "PATHS", "BYTES"
+        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  PROMPT",
+        "UUID", "KIND", "BEGAN", "PATHS", "BYTES", "SESSION"
     );
     for c in &r.checkpoints {
+        let session = c.session_id.as_deref().unwrap_or("-");
+        // A session id is a uuid: its first block tells sessions apart.
+        let session = session.get(..12).unwrap_or(session);
+        let prompt = match (&c.prompt, c.bound) {
+            (Some(p), true) => p.clone(),
+            (Some(p), false) => format!("{p}  (message uuid not known yet; this is the prompt_id)"),
+            (None, _) => String::new(),
+        };
         println!(
-            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
-            c.uuid,
-            c.kind,
-            c.began_at,
-            c.paths_changed,
-            c.bytes_captured,
-            c.session_id.as_deref().unwrap_or("-")
+            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
+            c.uuid, c.kind, c.began_at, c.paths_changed, c.bytes_captured, session, prompt
         );
     }
 }

@@ -27,11 +27,27 @@ use crate::sys;
 pub(super) struct Actors {
     /// Registered agent processes (thread-group ids).
     agents: HashSet<u32>,
-    /// Open tool spans: tool_use_id → (tool name, file path).
-    spans: HashMap<String, (String, Option<PathBuf>)>,
+    /// Open tool spans, by tool_use_id.
+    spans: HashMap<String, Span>,
     /// pid → classification, valid for a short while (pids are reused).
     cache: HashMap<u32, ProcInfo>,
 }
+
+/// An open tool call (between its PreToolUse and PostToolUse hooks).
+#[derive(Debug, Clone)]
+struct Span {
+    tool: String,
+    /// The file it writes, workspace-relative.
+    file: Option<PathBuf>,
+    /// The agent session whose hook opened it (`None`: a client that did not say).
+    session: Option<String>,
+}
+
+/// The tools that change files and run one at a time (the CLI runs only read-only tools
+/// concurrently): a new tool call of the session means such a span has ended, even when its
+/// PostToolUse never came (a tool that fails after PreToolUse, e.g. an Edit refused on a
+/// symlink, gets neither PostToolUse nor PostToolUseFailure).
+const FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
 
 /// One process as the classifier saw it.
 #[derive(Debug, Clone)]
@@ -58,15 +74,42 @@ impl Recorder {
         a.cache.clear();
     }
 
-    /// A tool call starts (`pre`) or ends (`post`).
-    pub fn tool_span(&self, pre: bool, tool_name: &str, tool_use_id: &str, file: Option<PathBuf>) {
+    /// A tool call of `session` starts (`pre`) or ends (`post`). A start also ends the
+    /// session's file-tool spans still open (see [`FILE_TOOLS`]).
+    pub fn tool_span(
+        &self,
+        pre: bool,
+        tool_name: &str,
+        tool_use_id: &str,
+        file: Option<PathBuf>,
+        session: Option<&str>,
+    ) {
         let mut a = self.actors.lock().unwrap();
         if pre {
-            a.spans
-                .insert(tool_use_id.to_string(), (tool_name.to_string(), file));
+            a.spans.retain(|_, s| {
+                !(s.session.as_deref() == session && FILE_TOOLS.contains(&s.tool.as_str()))
+            });
+            a.spans.insert(
+                tool_use_id.to_string(),
+                Span {
+                    tool: tool_name.to_string(),
+                    file,
+                    session: session.map(str::to_string),
+                },
+            );
         } else {
             a.spans.remove(tool_use_id);
         }
+    }
+
+    /// Ends every open span of `session` (and those of no session): its turn ended, or a new
+    /// prompt began. Returns how many were open.
+    pub fn close_spans(&self, session: Option<&str>) -> usize {
+        let mut a = self.actors.lock().unwrap();
+        let before = a.spans.len();
+        a.spans
+            .retain(|_, s| s.session.is_some() && s.session.as_deref() != session);
+        before - a.spans.len()
     }
 
     /// The actor behind `pid` changing `path`, the process's name, and the tool span the
@@ -132,8 +175,8 @@ impl Actors {
 
     /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is.
     fn span_for(&self, p: &Path) -> Option<String> {
-        self.spans.iter().find_map(|(id, (_, f))| {
-            let f = f.as_deref()?;
+        self.spans.iter().find_map(|(id, s)| {
+            let f = s.file.as_deref()?;
             let hit = p == f
                 || (is_tool_temp(p)
                     && p.parent() == f.parent()

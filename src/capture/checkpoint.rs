@@ -27,8 +27,8 @@ use super::ranges::Partial;
 use super::snapshot::{snapshot, stat_of};
 use super::{Need, Op, Recorder, path_key};
 use crate::store::Actor;
-use crate::store::CheckpointKind;
 use crate::store::Purpose;
+use crate::store::{CheckpointKind, Prompt};
 
 /// Paths a checkpoint's set must have held for its end to trim the heap.
 const TRIM_AFTER_PATHS: usize = 10_000;
@@ -79,12 +79,26 @@ impl Recorder {
         session: Option<&str>,
         kind: CheckpointKind,
     ) -> io::Result<i64> {
+        self.begin_for(uuid, session, kind, None)
+    }
+
+    /// Begins the checkpoint of a message whose uuid is not known yet: a hook's `prompt`,
+    /// under its prompt_id (see [`crate::store::Prompt`]).
+    pub fn begin_for(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+        prompt: Option<&Prompt>,
+    ) -> io::Result<i64> {
         // The backlog goes to SQLite before changes are held up: under the capture lock only
         // the checkpoint's own row is written (a boundary used to stall every change for the
         // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
         self.flush_log();
         let _g = self.capture.lock().unwrap();
-        let seq = self.store.begin_checkpoint(uuid, session, kind)?;
+        let seq = self
+            .store
+            .begin_checkpoint_for(uuid, session, kind, prompt)?;
         let mut s = self.state.lock().unwrap();
         s.seq = seq;
         s.uuid = uuid.to_string();
@@ -110,6 +124,14 @@ impl Recorder {
         s.seen = HashMap::new();
         s.partial = HashMap::new();
         Ok(seq)
+    }
+
+    /// Checkpoint `seq` is now known as `uuid` (its message uuid, bound after it began).
+    pub fn renamed(&self, seq: i64, uuid: &str) {
+        let mut s = self.state.lock().unwrap();
+        if s.seq == seq {
+            s.uuid = uuid.to_string();
+        }
     }
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).

@@ -21,6 +21,11 @@ pub enum ControlError {
     /// `register_agent` for a pid that does not exist.
     #[error("no process with pid {0}; register a running process")]
     NoProcess(u32),
+    /// `bind_message` for a prompt no checkpoint began under.
+    #[error(
+        "no checkpoint began under prompt {0}: its UserPromptSubmit hook did not reach the daemon (was the hook set up, and the workspace mounted, when it was typed?)"
+    )]
+    NoSuchPrompt(String),
     /// A failure of a request in an older protocol, in that protocol's words.
     #[error("{0}")]
     Legacy(String),

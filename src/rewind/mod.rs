@@ -112,8 +112,9 @@ impl From<crate::store::StoreError> for RewindError {
 /// the wire (the SDK's own fields, then rewindfs's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
-    /// The checkpoint: the UUID of the user message it began with.
-    #[serde(deserialize_with = "crate::store::message_id")]
+    /// The checkpoint: the UUID of the user message it began with (missing: no checkpoint, as
+    /// the SDK answers).
+    #[serde(default, deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     /// Plan and report only; change nothing.
     #[serde(default)]
@@ -313,16 +314,15 @@ impl Engine {
         &self,
         req: &Request,
     ) -> Result<(String, crate::store::Checkpoint, Filter), RewindError> {
-        let uuid = uuid::Uuid::parse_str(&req.user_message_id)
-            .map_err(|_| {
-                RewindError::Failed(format!(
-                    "user_message_id {:?} is not a UUID",
-                    req.user_message_id
-                ))
-            })?
-            .hyphenated()
-            .to_string();
-        let Some(cp) = self.store.checkpoint(&uuid)? else {
+        let uuid = crate::store::normalize_message_id(&req.user_message_id);
+        let cp = match self.store.checkpoint(&uuid)? {
+            Some(cp) => Some(cp),
+            // A prompt the plain CLI's hooks began may not be bound to its uuid yet: the
+            // transcript may show it by now.
+            None if self.bind_from_transcripts() > 0 => self.store.checkpoint(&uuid)?,
+            None => None,
+        };
+        let Some(cp) = cp else {
             return Err(RewindError::NoCheckpoint);
         };
         if let Some((at, why)) = self.store.dropped(cp.seq)? {

@@ -3,10 +3,11 @@
 //! tell about the history (checkpoints, the change log, counts). The control layer reaches the
 //! recorder and the store only through these.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::Engine;
-use crate::store::{CheckpointKind, CheckpointSummary, LogEntry, StoreError};
+use crate::store::{CheckpointKind, CheckpointSummary, LogEntry, Prompt, StoreError};
 
 /// Why a message's checkpoint could not begin.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,7 @@ impl Engine {
         if self.store.checkpoint_began(uuid)? {
             return Err(BeginError::AlreadyBegan(uuid.to_string()));
         }
+        self.recorder.close_spans(Some(session_id));
         // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
         self.kernel.flush();
         self.recorder
@@ -74,9 +76,117 @@ impl Engine {
             })
     }
 
-    /// A tool call starts (`pre`) or ends: writes to `file` in between are the tool's.
-    pub fn tool_span(&self, pre: bool, tool_name: &str, tool_use_id: &str, file: Option<PathBuf>) {
-        self.recorder.tool_span(pre, tool_name, tool_use_id, file);
+    /// A typed prompt of the plain CLI begins (its UserPromptSubmit hook: nothing of the turn
+    /// has run yet). Its checkpoint begins under the hooks' prompt_id, and takes the message
+    /// uuid when [`Engine::bind_prompt`] learns it from the transcript. Beginning the current
+    /// prompt again is a no-op. Returns the checkpoint's sequence number.
+    ///
+    /// # Errors
+    /// [`BeginError::AlreadyBegan`] for a prompt that began earlier and is not the current
+    /// one; store and I/O errors.
+    pub fn begin_prompt(&self, session_id: &str, prompt: &Prompt) -> Result<i64, BeginError> {
+        if let Some(c) = self.store.checkpoint_of_prompt(&prompt.prompt_id)? {
+            if c.seq == self.recorder.current().0 {
+                return Ok(c.seq);
+            }
+            return Err(BeginError::AlreadyBegan(prompt.prompt_id.clone()));
+        }
+        if self.store.checkpoint_began(&prompt.prompt_id)? {
+            return Err(BeginError::AlreadyBegan(prompt.prompt_id.clone()));
+        }
+        self.recorder.close_spans(Some(session_id));
+        self.kernel.flush();
+        self.recorder
+            .begin_for(
+                &prompt.prompt_id,
+                Some(session_id),
+                CheckpointKind::Message,
+                Some(prompt),
+            )
+            .map_err(|source| BeginError::Record {
+                uuid: prompt.prompt_id.clone(),
+                source,
+            })
+    }
+
+    /// The checkpoint begun under `prompt_id` is message `uuid`'s (the transcript showed it):
+    /// from now on it answers to `uuid`. Returns its seq (`None`: no checkpoint began under
+    /// that prompt_id).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when it is bound to another uuid, or the uuid is taken.
+    pub fn bind_prompt(&self, prompt_id: &str, uuid: &str) -> Result<Option<i64>, StoreError> {
+        let seq = self.store.bind_prompt(prompt_id, uuid)?;
+        if let Some(seq) = seq {
+            self.recorder.renamed(seq, uuid);
+        }
+        Ok(seq)
+    }
+
+    /// The prompt_ids of `session`'s checkpoints whose message uuid is not known yet.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn unbound_prompts(&self, session_id: Option<&str>) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .store
+            .unbound_prompts(session_id)?
+            .into_iter()
+            .map(|(_, p)| p.prompt_id)
+            .collect())
+    }
+
+    /// Binds every checkpoint whose message uuid its transcript now shows (the hooks bind them
+    /// as they go; this catches up when a hook could not, e.g. before a rewind names a uuid the
+    /// daemon has not heard of). Returns how many were bound.
+    pub fn bind_from_transcripts(&self) -> usize {
+        let Ok(unbound) = self.store.unbound_prompts(None) else {
+            return 0;
+        };
+        let mut by_transcript: HashMap<String, HashSet<String>> = HashMap::new();
+        for (_, p) in unbound {
+            if let Some(t) = p.transcript {
+                by_transcript.entry(t).or_default().insert(p.prompt_id);
+            }
+        }
+        let mut bound = 0;
+        for (t, ids) in by_transcript {
+            let found = match crate::transcript::prompt_uuids(Path::new(&t), &ids) {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::debug!("transcript {t}: {e}");
+                    continue;
+                }
+            };
+            for (prompt_id, uuid) in found {
+                match self.bind_prompt(&prompt_id, &uuid) {
+                    Ok(Some(_)) => bound += 1,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("binding prompt {prompt_id} to {uuid}: {e}"),
+                }
+            }
+        }
+        bound
+    }
+
+    /// A tool call of `session` starts (`pre`) or ends: writes to `file` in between are the
+    /// tool's.
+    pub fn tool_span(
+        &self,
+        pre: bool,
+        tool_name: &str,
+        tool_use_id: &str,
+        file: Option<PathBuf>,
+        session: Option<&str>,
+    ) {
+        self.recorder
+            .tool_span(pre, tool_name, tool_use_id, file, session);
+    }
+
+    /// The turn of `session` ended (its Stop hook): every span it left open ends. Returns how
+    /// many were open.
+    pub fn end_turn(&self, session: Option<&str>) -> usize {
+        self.recorder.close_spans(session)
     }
 
     /// `pid` is an agent: its writes are `tool`, its descendants' `shell`.

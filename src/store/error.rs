@@ -22,6 +22,9 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("store database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// A request that contradicts what the store holds (the message says what and why).
+    #[error("{0}")]
+    Conflict(String),
     /// Blob or directory I/O failed.
     #[error("store: {0}")]
     Io(#[from] std::io::Error),

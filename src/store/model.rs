@@ -437,6 +437,22 @@ pub struct Checkpoint {
     pub session_id: Option<String>,
     pub kind: CheckpointKind,
     pub began_at: i64,
+    /// The prompt that began it, when a hook began it (see [`Prompt`]).
+    pub prompt: Option<String>,
+    /// Whether `uuid` is the message's uuid (false: still the hooks' prompt_id).
+    pub bound: bool,
+}
+
+/// A prompt as the plain CLI's UserPromptSubmit hook reports it: its checkpoint begins under
+/// `prompt_id` and takes the message uuid once the transcript shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// The hooks' `prompt_id` (also the transcript entry's `promptId`).
+    pub prompt_id: String,
+    /// What the user typed.
+    pub text: Option<String>,
+    /// The session transcript (JSONL) that will show the prompt's entry.
+    pub transcript: Option<String>,
 }
 
 /// A checkpoint with its counts, for `list_checkpoints`.
@@ -494,14 +510,27 @@ pub struct RewindRow {
     pub plan: String,
 }
 
-/// Reads a user message uuid (any case) as its lowercase hyphenated form, the form checkpoints
-/// are stored under; anything else is refused with a message naming it.
+/// A user message id as checkpoints are stored under it: a UUID (any case) in its lowercase
+/// hyphenated form; any other id as it is (the CLI takes any string as a message's uuid, and
+/// the SDK answers an id it does not know with "No file checkpoint found").
+pub fn normalize_message_id(s: &str) -> String {
+    match uuid::Uuid::parse_str(s) {
+        Ok(u) => u.hyphenated().to_string(),
+        Err(_) => s.to_string(),
+    }
+}
+
+/// Reads a user message id ([`normalize_message_id`]); refuses an empty one, one over 256
+/// bytes, or one with control characters, naming it.
 ///
 /// # Errors
-/// The value is not a string holding a UUID.
+/// The value is not such a string.
 pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
-    uuid::Uuid::parse_str(&s)
-        .map(|u| u.hyphenated().to_string())
-        .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}")))
+    if s.is_empty() || s.len() > 256 || s.chars().any(char::is_control) {
+        return Err(serde::de::Error::custom(format!(
+            "not a message id (a UUID, or up to 256 printable characters): {s:?}"
+        )));
+    }
+    Ok(normalize_message_id(&s))
 }

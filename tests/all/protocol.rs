@@ -85,7 +85,7 @@ fn every_response_matches_the_protocol_schema() {
         "response_begin_message",
     );
     a.tool_write("a.txt", b"changed\n");
-    ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_empty");
+    ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_unbound");
     ok(
         &c.req(
             "3",
@@ -182,6 +182,47 @@ fn every_response_matches_the_protocol_schema() {
         "15",
         "response_rewind_files",
     );
+    // The plain CLI's hook path: a prompt begins under its prompt_id, is listed as unbound to
+    // the session's hooks until bound, and answers to its message uuid once bound.
+    let (p, u) = (uuid(), uuid());
+    ok(
+        &c.req(
+            "16",
+            json!({"subtype": "begin_prompt", "session_id": "s", "prompt_id": p, "prompt": "hi", "transcript_path": "/nonexistent/t.jsonl"}),
+        ),
+        "16",
+        "response_begin_prompt",
+    );
+    let unbound = ok(
+        &c.req(
+            "17",
+            json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Write", "tool_use_id": "t2", "session_id": "s"}),
+        ),
+        "17",
+        "response_unbound",
+    );
+    assert_eq!(unbound["unboundPromptIds"], json!([p]));
+    ok(
+        &c.req(
+            "18",
+            json!({"subtype": "bind_message", "prompt_id": p, "user_message_id": u}),
+        ),
+        "18",
+        "response_begin_message",
+    );
+    let ended = ok(
+        &c.req("19", json!({"subtype": "end_turn", "session_id": "s"})),
+        "19",
+        "response_unbound",
+    );
+    assert_eq!(ended["unboundPromptIds"], json!([]));
+    assert!(
+        err(&c.req(
+            "20",
+            json!({"subtype": "bind_message", "prompt_id": uuid(), "user_message_id": uuid()})
+        ))
+        .contains("no checkpoint began under prompt")
+    );
     // The schema rejects what it should (the test can fail).
     let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
@@ -238,8 +279,8 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
         (vec![0xff, 0xfe, b'{', b'}'], "invalid JSON"),
         (deep.into_bytes(), "invalid JSON"),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"format_disk"}}"#.to_vec(), "unknown request subtype"),
-        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"begin_message","session_id":"s","user_message_id":"nope"}}"#.to_vec(), "not a UUID"),
-        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files"}}"#.to_vec(), "user_message_id"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"begin_message","session_id":"s","user_message_id":"a\u0007b"}}"#.to_vec(), "not a message id"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files"}}"#.to_vec(), "No file checkpoint found for this message."),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"register_agent","pid":"1"}}"#.to_vec(), "pid"),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","paths":["../../etc/passwd"],"scope":"all"}}"#.to_vec(), ""),
     ];

@@ -25,6 +25,25 @@ pub struct CheckpointInfo {
     pub kind: String,
     pub paths_changed: i64,
     pub bytes_captured: i64,
+    /// The first line of the prompt that began it (checkpoints begun by the CLI's hooks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// False while `uuid` is still the hooks' prompt_id: the message uuid is not known yet.
+    #[serde(default = "yes")]
+    pub bound: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The first line of a prompt, at most 120 characters.
+fn first_line(p: &str) -> String {
+    let line = p.trim_start().lines().next().unwrap_or("");
+    match line.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
 }
 
 /// The checkpoints, oldest first.
@@ -40,6 +59,8 @@ impl Command for ListCheckpoints {
 
 impl ListCheckpoints {
     pub(super) fn apply(self, d: &Daemon) -> Result<CheckpointList, ControlError> {
+        // Prompts the transcript shows by now are listed under their message uuid.
+        d.engine.bind_from_transcripts();
         let list = d.engine.checkpoints(self.session_id.as_deref())?;
         let checkpoints = list
             .into_iter()
@@ -50,6 +71,8 @@ impl ListCheckpoints {
                 kind: c.checkpoint.kind.as_str().to_string(),
                 paths_changed: c.paths_changed,
                 bytes_captured: c.bytes_captured,
+                prompt: c.checkpoint.prompt.as_deref().map(first_line),
+                bound: c.checkpoint.bound,
             })
             .collect();
         Ok(CheckpointList { checkpoints })

@@ -6,7 +6,10 @@
 //! [`Request`] is the one place a request's subtype chooses its type and its handler.
 
 mod begin_message;
+mod begin_prompt;
+mod bind_message;
 mod diff;
+mod end_turn;
 mod gc;
 mod list_checkpoints;
 mod log;
@@ -22,7 +25,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
+pub use self::begin_prompt::{BeginPrompt, BeginPromptReply};
+pub use self::bind_message::BindMessage;
 pub use self::diff::{Diff, DiffReply};
+pub use self::end_turn::EndTurn;
 pub use self::gc::{Gc, GcReply};
 pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints};
 pub use self::log::{Log, LogLine, LogReply};
@@ -32,7 +38,7 @@ pub use self::rewind_files::{RewindFiles, RewindReply};
 pub use self::status::{
     Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
 };
-pub use self::tool_use::{Phase, ToolUse};
+pub use self::tool_use::{Phase, ToolUse, Unbound};
 pub use self::undo_rewind::{UndoReply, UndoRewind};
 use super::Daemon;
 use super::error::ControlError;
@@ -53,6 +59,9 @@ pub struct Empty {}
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     BeginMessage(BeginMessage),
+    BeginPrompt(BeginPrompt),
+    BindMessage(BindMessage),
+    EndTurn(EndTurn),
     ToolUse(ToolUse),
     RegisterAgent(RegisterAgent),
     RewindFiles(RewindFiles),
@@ -90,6 +99,9 @@ impl Request {
     pub fn decode(subtype: &str, fields: Map<String, Value>) -> Result<Request, String> {
         Ok(match subtype {
             BeginMessage::SUBTYPE => Request::BeginMessage(decode(fields)?),
+            BeginPrompt::SUBTYPE => Request::BeginPrompt(decode(fields)?),
+            BindMessage::SUBTYPE => Request::BindMessage(decode(fields)?),
+            EndTurn::SUBTYPE => Request::EndTurn(decode(fields)?),
             ToolUse::SUBTYPE => Request::ToolUse(decode(fields)?),
             RegisterAgent::SUBTYPE => Request::RegisterAgent(decode(fields)?),
             RewindFiles::SUBTYPE => Request::RewindFiles(decode(fields)?),
@@ -117,6 +129,9 @@ impl Request {
     pub fn apply(self, d: &Daemon) -> Result<Value, ControlError> {
         match self {
             Request::BeginMessage(c) => reply(c.apply(d)),
+            Request::BeginPrompt(c) => reply(c.apply(d)),
+            Request::BindMessage(c) => reply(c.apply(d)),
+            Request::EndTurn(c) => reply(c.apply(d)),
             Request::ToolUse(c) => reply(c.apply(d)),
             Request::RegisterAgent(c) => reply(c.apply(d)),
             Request::RewindFiles(c) => reply(c.run(d)),
