@@ -401,7 +401,8 @@ impl RewindState {
 /// after a crash, and gc keeps every blob it names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanTarget {
-    /// Workspace-relative path, as bytes.
+    /// Workspace-relative path, as bytes (journalled as a string when it is UTF-8).
+    #[serde(with = "path_bytes")]
     pub path: Vec<u8>,
     /// What it should be: absent, file, dir, symlink or other.
     pub kind: Kind,
@@ -533,4 +534,55 @@ pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::E
         )));
     }
     Ok(normalize_message_id(&s))
+}
+
+/// A path's bytes in JSON: a string when they are UTF-8 (a third of the size of an array of
+/// numbers), else the array; both are read.
+mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(p) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => p.serialize(s),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(match Either::deserialize(d)? {
+            Either::Text(t) => t.into_bytes(),
+            Either::Bytes(b) => b,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Paths in a plan: UTF-8 as a string, anything else as bytes, both read back exactly.
+    #[test]
+    fn a_plans_paths_round_trip_whatever_their_bytes() {
+        for path in [b"src/a.rs".to_vec(), b"bad\xff/name".to_vec(), Vec::new()] {
+            let t = PlanTarget {
+                path: path.clone(),
+                kind: Kind::Absent,
+                blob: None,
+                mode: 0,
+                uid: 0,
+                gid: 0,
+                target: None,
+                rdev: 0,
+            };
+            let json = serde_json::to_string(&[t.clone()]).unwrap();
+            assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
+        }
+    }
 }

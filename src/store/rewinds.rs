@@ -26,10 +26,13 @@ impl Store {
         })
     }
 
+    /// Moves a rewind on in its life. Its plan is needed only while it is 'applying' (to
+    /// finish it after a crash): once done or undone the plan is emptied — it was most of
+    /// the database's growth per rewind (1.5 MB for 3,000 paths, as JSON).
     pub fn set_rewind_state(&self, id: &str, state: RewindState) -> Result<()> {
         self.with(|c| {
             c.execute(
-                "UPDATE rewinds SET state = ?2 WHERE id = ?1",
+                "UPDATE rewinds SET state = ?2, plan = CASE WHEN ?2 = 'applying' THEN plan ELSE '' END WHERE id = ?1",
                 params![id, state],
             )?;
             Ok(())
