@@ -102,8 +102,21 @@ pub enum Command {
     Log {
         /// Only changes to this path (or beneath it).
         path: Option<PathBuf>,
+        /// Show at most this many changes, the newest (default 1000; `rewindfs log` says when
+        /// there are more).
         #[arg(long, default_value_t = 1000)]
         limit: i64,
+        /// Only changes made since this checkpoint began (a message uuid from `rewindfs list`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Newest first.
+        #[arg(long)]
+        newest_first: bool,
+        /// Every entry as recorded (a file written beside its target and renamed over it is
+        /// otherwise shown as one change to the target).
+        #[arg(long)]
+        raw: bool,
+        /// JSON lines, one change per line, streamed page by page.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -97,6 +97,9 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Log {
             path,
             limit,
+            since,
+            newest_first,
+            raw,
             json,
             socket,
         } => {
@@ -105,8 +108,28 @@ fn run() -> anyhow::Result<ExitCode> {
                 Some(p) => Some(workspace_rel(&mut client, &p)?),
                 None => None,
             };
-            let r = client.call(&Log { path, limit })?;
-            print_json_or(json, &r, print_log)?;
+            let req = Log {
+                path,
+                since,
+                limit,
+                after: None,
+                newest_first,
+                raw,
+            };
+            if json {
+                log_json_lines(&mut client, req)?;
+            } else {
+                let r = client.call(&req)?;
+                print_log(&r);
+                if r.truncated {
+                    eprintln!(
+                        "rewindfs: showing the newest {} of {} change(s); `--limit {}` shows them all, `--since UUID` those since a checkpoint",
+                        r.entries.len(),
+                        r.total,
+                        r.total
+                    );
+                }
+            }
         }
         Command::Status { json, socket } => {
             let mut r = connect(&socket)?.call(&Status {})?;
@@ -256,6 +279,42 @@ fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyhow::Result<(
         );
     }
     Ok(())
+}
+
+/// `rewindfs log --json`: one change per line. The whole log (a limit at or above its size)
+/// streams in pages, so no reply holds all of it; a window of the newest is one request.
+fn log_json_lines(client: &mut Client, req: Log) -> anyhow::Result<()> {
+    use std::io::Write;
+    const PAGE: i64 = 5000;
+    let first = client.call(&Log {
+        limit: 1,
+        newest_first: false,
+        ..req.clone()
+    })?;
+    let mut out = std::io::stdout().lock();
+    if req.limit < first.total || req.newest_first {
+        for e in client.call(&req)?.entries {
+            serde_json::to_writer(&mut out, &e)?;
+            out.write_all(b"\n")?;
+        }
+        return Ok(());
+    }
+    let mut after = 0;
+    loop {
+        let page = client.call(&Log {
+            limit: PAGE,
+            after: Some(after),
+            ..req.clone()
+        })?;
+        for e in &page.entries {
+            serde_json::to_writer(&mut out, e)?;
+            out.write_all(b"\n")?;
+        }
+        match page.next_after {
+            Some(n) => after = n,
+            None => return Ok(()),
+        }
+    }
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -477,11 +536,11 @@ fn print_checkpoints(r: &CheckpointList) {
 
 fn print_log(r: &LogReply) {
     for e in &r.entries {
-        let p2 = e
-            .path2
-            .as_deref()
-            .map(|p| format!(" -> {p}"))
-            .unwrap_or_default();
+        let p2 = match (&e.path2, &e.via) {
+            (Some(p), _) => format!(" -> {p}"),
+            (None, Some(t)) => format!(" (via {t})"),
+            (None, None) => String::new(),
+        };
         println!(
             "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
             e.time,

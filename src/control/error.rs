@@ -21,6 +21,9 @@ pub enum ControlError {
     /// `register_agent` for a pid that does not exist.
     #[error("no process with pid {0}; register a running process")]
     NoProcess(u32),
+    /// A checkpoint named by a request that no checkpoint began under.
+    #[error("no checkpoint {0}: `rewindfs list` shows the checkpoints")]
+    NoSuchCheckpoint(String),
     /// `bind_message` for a prompt no checkpoint began under.
     #[error(
         "no checkpoint began under prompt {0}: its UserPromptSubmit hook did not reach the daemon (was the hook set up, and the workspace mounted, when it was typed?)"

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::Engine;
-use crate::store::{CheckpointKind, CheckpointSummary, LogEntry, Prompt, StoreError};
+use crate::store::{CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Prompt, StoreError};
 
 /// Why a message's checkpoint could not begin.
 #[derive(Debug, thiserror::Error)]
@@ -213,15 +213,35 @@ impl Engine {
         self.store.checkpoints(session)
     }
 
-    /// The newest `limit` change-log entries (of `path` and beneath it, if given), oldest
-    /// first; everything buffered so far is included.
+    /// The change-log entries `q` selects (with `q.path` as a workspace-relative path),
+    /// oldest first, and how many match in all; everything buffered so far is included.
     ///
     /// # Errors
     /// Store errors.
-    pub fn log(&self, path: Option<&Path>, limit: i64) -> Result<Vec<LogEntry>, StoreError> {
+    pub fn log(
+        &self,
+        path: Option<&Path>,
+        q: LogQuery<'_>,
+    ) -> Result<(Vec<LogEntry>, i64), StoreError> {
         self.recorder.flush_log();
         let key = path.map(crate::capture::path_key);
-        self.store.log(key.as_deref(), limit)
+        self.store.log(&LogQuery {
+            path: key.as_deref(),
+            ..q
+        })
+    }
+
+    /// The seq of checkpoint `uuid`, if it began (binding prompts the transcripts show first).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn checkpoint_seq(&self, uuid: &str) -> Result<Option<i64>, StoreError> {
+        let uuid = crate::store::normalize_message_id(uuid);
+        if let Some(c) = self.store.checkpoint(&uuid)? {
+            return Ok(Some(c.seq));
+        }
+        self.bind_from_transcripts();
+        Ok(self.store.checkpoint(&uuid)?.map(|c| c.seq))
     }
 
     /// What the store holds.

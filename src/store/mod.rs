@@ -55,6 +55,7 @@ use rusqlite::Connection;
 
 use self::apply::Pending;
 pub use self::blobs::Blobs;
+pub use self::changes::LogQuery;
 pub use self::error::{Result, StoreError};
 pub use self::fsck::fsck;
 use self::migrate::migrate;

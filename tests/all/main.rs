@@ -10,6 +10,7 @@ mod faults;
 mod fuzz;
 mod hook;
 mod lifecycle;
+mod log;
 mod messages;
 mod model;
 mod nonroot;
