@@ -581,7 +581,7 @@ mod tests {
                 target: None,
                 rdev: 0,
             };
-            let json = serde_json::to_string(&[t.clone()]).unwrap();
+            let json = serde_json::to_string(std::slice::from_ref(&t)).unwrap();
             assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
         }
     }
