@@ -646,6 +646,15 @@ fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
     if r.skipped_links > 0 {
         println!("skipped {} symlink(s)", r.skipped_links);
     }
+    if let Some(o) = &r.omitted {
+        let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        println!(
+            "left out {} path(s) changed since the checkpoint by actors this scope does not restore ({}): `{}` includes them",
+            o.count,
+            who.join(", "),
+            o.command
+        );
+    }
 }
 
 fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str, ws: &Path) {

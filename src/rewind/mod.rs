@@ -41,6 +41,7 @@ mod apply;
 mod diff;
 mod filter;
 mod history;
+mod omitted;
 mod patched;
 mod plan;
 mod recovery;
@@ -56,6 +57,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use self::filter::Filter;
+pub use self::omitted::Omitted;
 pub use self::session::{BeginError, Counts, Current};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
@@ -188,6 +190,8 @@ pub struct Outcome {
     pub rewind_id: Option<String>,
     /// What the rewind sets each changed path to, in path order.
     pub targets: Vec<Target>,
+    /// Paths changed since the checkpoint that the scope leaves out.
+    pub omitted: Omitted,
 }
 
 /// The kernel side of a rewind: flush what the kernel still holds, and invalidate what it
@@ -256,7 +260,9 @@ impl Engine {
             self.kernel.flush();
             let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
             self.discard();
-            return out;
+            let mut out = out?;
+            out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
+            return Ok(out);
         }
         let t0 = std::time::Instant::now();
         self.kernel.flush();
@@ -297,6 +303,8 @@ impl Engine {
             out
         };
         self.kernel.invalidate(&changed);
+        let mut outcome = outcome;
+        outcome.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
         tracing::info!(
             "rewind to {uuid}: {} paths in {:?} (flush {t1:?}, plan {:?}, apply {:?}, invalidate {:?})",
             changed.len(),

@@ -357,3 +357,57 @@ fn a_command_whose_stdout_is_closed_ends_by_sigpipe_after_its_work() {
         "the undo was done"
     );
 }
+
+/// A scope that leaves out changes made since the checkpoint says so — how many, by whom, and
+/// the command that includes them — in the socket's answer and the CLI's lines; it used to say
+/// "changed 0 file(s)" and nothing else after a shell's `sed -i` and `rm -rf`.
+#[test]
+fn a_scope_that_leaves_out_changes_says_so_and_how_to_include_them() {
+    require_fuse();
+    let mut a = Agent::new(|d| {
+        fs::write(d.join("conf.txt"), "a=1\n").unwrap();
+        fs::create_dir_all(d.join("d/e")).unwrap();
+        fs::write(d.join("d/e/x.txt"), "x\n").unwrap();
+    });
+    let t1 = a.turn();
+    a.bash("sed -i s/1/2/ conf.txt && rm -rf d");
+    let dry = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(a.files(&dry), Vec::<String>::new());
+    let o = &dry["omitted"];
+    assert!(o["count"].as_u64().unwrap() >= 3, "{dry}");
+    assert_eq!(o["byActor"]["shell"], o["count"], "{dry}");
+    assert_eq!(o["scope"], json!("agent"));
+    assert_eq!(
+        o["command"],
+        json!(format!("rewindfs rewind {t1} --scope agent --dry-run"))
+    );
+    // Agent scope includes them: nothing left out.
+    let dry = a.rewind(&t1, "agent", true).unwrap();
+    assert!(dry.get("omitted").is_none(), "{dry}");
+    // Someone else's change needs scope all; the CLI says so too.
+    std::process::Command::new("setsid")
+        .args([
+            "-f",
+            "bash",
+            "-c",
+            &format!("echo user > {}", a.m.p("notes.txt").display()),
+        ])
+        .status()
+        .unwrap();
+    assert!(crate::support::wait_until(5, || a
+        .m
+        .p("notes.txt")
+        .exists()));
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["rewind", &t1, "--scope", "agent", "--dry-run"])
+        .current_dir(&a.m.dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("left out 1 path(s)")
+            && stdout.contains("external 1")
+            && stdout.contains(&format!("rewindfs rewind {t1} --scope all --dry-run")),
+        "{stdout}"
+    );
+}

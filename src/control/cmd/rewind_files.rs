@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::rewind::Outcome;
+use crate::rewind::{Outcome, Scope};
 
 /// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
 /// the checkpoint `user_message_id`: the rewind engine's own request type.
@@ -32,6 +32,23 @@ pub struct RewindReply {
     /// A real rewind's id (what `undo_rewind` undoes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_id: Option<String>,
+    /// Paths changed since the checkpoint that this scope leaves out (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<OmittedReply>,
+}
+
+/// What a scope left out, and how to include it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OmittedReply {
+    /// How many paths changed since the checkpoint the scope does not restore.
+    pub count: u64,
+    /// How many of them each actor changed (`shell`, `external`, …).
+    pub by_actor: std::collections::BTreeMap<String, u64>,
+    /// The scope that includes them.
+    pub scope: Scope,
+    /// The command that would include them.
+    pub command: String,
 }
 
 impl RewindReply {
@@ -44,7 +61,17 @@ impl RewindReply {
         }
     }
 
-    fn of(o: Outcome, dry_run: bool, workspace: &Path) -> RewindReply {
+    fn of(o: Outcome, dry_run: bool, workspace: &Path, uuid: &str) -> RewindReply {
+        let omitted = o.omitted.scope.map(|scope| OmittedReply {
+            count: o.omitted.count,
+            by_actor: o.omitted.by_actor.clone(),
+            scope,
+            command: format!(
+                "rewindfs rewind {uuid} --scope {}{}",
+                scope.as_str(),
+                if dry_run { " --dry-run" } else { "" }
+            ),
+        });
         RewindReply {
             can_rewind: o.can_rewind,
             error: o.error,
@@ -54,6 +81,7 @@ impl RewindReply {
             conflicts: absolute(workspace, o.conflicts),
             skipped_links: o.skipped_links,
             rewind_id: o.rewind_id.filter(|_| !dry_run),
+            omitted,
         }
     }
 }
@@ -77,6 +105,7 @@ impl RewindFiles {
             d.engine.rewind(&self)?,
             self.dry_run,
             &d.workspace,
+            &self.user_message_id,
         ))
     }
 }
