@@ -229,7 +229,8 @@ impl Actors {
     }
 }
 
-/// Whether a name is the temp file of a tool's write-then-rename (`<target>.tmp.<pid>.<ms>`).
+/// Whether a name is the temp file of a tool's write-then-rename
+/// (`<target>.tmp.<pid>.<12 hex digits>`, or `.<ms>` from older CLIs).
 pub(super) fn is_tool_temp(p: &Path) -> bool {
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return false;
@@ -240,9 +241,33 @@ pub(super) fn is_tool_temp(p: &Path) -> bool {
     else {
         return false;
     };
+    // The CLI (2.1.330) ends the name with 12 random hex digits; older ones with the time in
+    // milliseconds (tests/clients/FINDINGS.md §6).
     tmp == "tmp"
         && !base.is_empty()
         && !ms.is_empty()
-        && ms.bytes().all(|b| b.is_ascii_digit())
+        && ms.bytes().all(|b| b.is_ascii_hexdigit())
+        && !pid.is_empty()
         && pid.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_tool_temp;
+    use std::path::Path;
+
+    #[test]
+    fn a_tools_temporary_is_known_by_its_name() {
+        for (name, yes) in [
+            ("d/a.txt.tmp.7751.c1605b101fba", true), // CLI 2.1.330
+            ("a.txt.tmp.123.1700000000000", true),   // older CLIs: milliseconds
+            ("a.txt.tmp..123", false),
+            ("a.txt.tmp.12x.abc", false),
+            (".tmp.1.2", false),
+            ("a.txt.tmp.1.", false),
+            ("a.txt", false),
+        ] {
+            assert_eq!(is_tool_temp(Path::new(name)), yes, "{name}");
+        }
+    }
 }
