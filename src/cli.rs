@@ -112,6 +112,9 @@ pub enum Command {
         /// Newest first.
         #[arg(long)]
         newest_first: bool,
+        /// Only changes by this session's actors.
+        #[arg(long)]
+        session: Option<String>,
         /// Every entry as recorded (a file written beside its target and renamed over it is
         /// otherwise shown as one change to the target).
         #[arg(long)]
@@ -237,6 +240,9 @@ pub enum Command {
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,
+        /// The session it works for (its writes and its children's belong to that session).
+        #[arg(long)]
+        session: Option<String>,
         #[command(flatten)]
         socket: SocketArgs,
     },

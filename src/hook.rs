@@ -83,7 +83,8 @@ pub fn handle(
     let unbound = match event {
         "UserPromptSubmit" => {
             if let Some(pid) = agent_pid() {
-                if client.call(&RegisterAgent { pid }).is_ok() {
+                let session_id = Some(session.clone());
+                if client.call(&RegisterAgent { pid, session_id }).is_ok() {
                     report.agent = Some(pid);
                 }
             }

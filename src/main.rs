@@ -99,6 +99,7 @@ fn run() -> anyhow::Result<ExitCode> {
             limit,
             since,
             newest_first,
+            session,
             raw,
             json,
             socket,
@@ -111,6 +112,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let req = Log {
                 path,
                 since,
+                session_id: session,
                 limit,
                 after: None,
                 newest_first,
@@ -215,8 +217,15 @@ fn run() -> anyhow::Result<ExitCode> {
             user,
             remove,
         } => setup(project, user, remove)?,
-        Command::Agent { pid, socket } => {
-            connect(&socket)?.call(&RegisterAgent { pid })?;
+        Command::Agent {
+            pid,
+            session,
+            socket,
+        } => {
+            connect(&socket)?.call(&RegisterAgent {
+                pid,
+                session_id: session,
+            })?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -437,7 +446,10 @@ fn exec(
             .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
             .spawn()
             .with_context(|| format!("running {}", command[0]))?;
-        Client::connect(&sock)?.call(&RegisterAgent { pid: child.id() })?;
+        Client::connect(&sock)?.call(&RegisterAgent {
+            pid: child.id(),
+            session_id: None,
+        })?;
         std::fs::write(&gate, b"go\n")?;
         Ok(child.wait()?)
     };
@@ -573,6 +585,16 @@ fn print_status(r: &StatusReply) {
     ];
     for (k, v) in rows {
         println!("{k:<18} {v}");
+    }
+    for s in &r.sessions {
+        let pids: Vec<String> = s.agent_pids.iter().map(u32::to_string).collect();
+        println!(
+            "session {}  current {}  agents [{}]{}",
+            s.session_id,
+            s.current_checkpoint,
+            pids.join(","),
+            if s.live { "" } else { "  (not live)" }
+        );
     }
     if !r.unprotected_processes.is_empty() {
         println!(

@@ -14,7 +14,7 @@
 //! - `/proc` is read once per new pid with a single small read: this runs on the FUSE request
 //!   path for every process that changes a file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,8 +25,9 @@ use crate::sys;
 /// Which processes are the agent, and which tool call is running.
 #[derive(Debug, Default)]
 pub(super) struct Actors {
-    /// Registered agent processes (thread-group ids).
-    agents: HashSet<u32>,
+    /// Registered agent processes (thread-group ids), each with the session it works for
+    /// (`None`: registered without one — it works for whichever session began a message last).
+    agents: HashMap<u32, Option<String>>,
     /// Open tool spans, by tool_use_id.
     spans: HashMap<String, Span>,
     /// pid → classification, valid for a short while (pids are reused).
@@ -54,7 +55,19 @@ const FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
 struct ProcInfo {
     actor: Actor,
     comm: String,
+    /// The session of the agent it is, or descends from.
+    session: Option<String>,
     at: Instant,
+}
+
+/// Who made a change: the actor, the process's name, the tool span it belongs to, and the
+/// session of the agent or span behind it (`None`: no session said, or an external actor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Who {
+    pub(super) actor: Actor,
+    pub(super) comm: String,
+    pub(super) span: Option<String>,
+    pub(super) session: Option<String>,
 }
 
 /// How long a pid's classification is trusted.
@@ -63,15 +76,38 @@ const PROC_CACHE_TTL: Duration = Duration::from_secs(2);
 impl Recorder {
     /// Registered agent pids.
     pub fn agents(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.actors.lock().unwrap().agents.iter().copied().collect();
+        let mut v: Vec<u32> = self.actors.lock().unwrap().agents.keys().copied().collect();
         v.sort();
         v
     }
 
-    pub fn register_agent(&self, pid: u32) {
+    /// Registered agent pids, with the session each works for.
+    pub fn agents_by_session(&self) -> Vec<(u32, Option<String>)> {
+        let mut v: Vec<(u32, Option<String>)> = self
+            .actors
+            .lock()
+            .unwrap()
+            .agents
+            .iter()
+            .map(|(p, s)| (*p, s.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// `pid` is an agent of `session` (its writes are `tool`, its descendants' `shell`, and
+    /// both that session's); registering it again moves it to the new session.
+    pub fn register_agent(&self, pid: u32, session: Option<&str>) {
         let mut a = self.actors.lock().unwrap();
-        a.agents.insert(pid);
+        a.agents.insert(pid, session.map(str::to_string));
         a.cache.clear();
+    }
+
+    /// Forgets agents that have exited. Returns how many are left.
+    pub fn prune_agents(&self) -> usize {
+        let mut a = self.actors.lock().unwrap();
+        a.agents.retain(|pid, _| sys::process_alive(*pid));
+        a.agents.len()
     }
 
     /// A tool call of `session` starts (`pre`) or ends (`post`). A start also ends the
@@ -112,14 +148,14 @@ impl Recorder {
         before - a.spans.len()
     }
 
-    /// The actor behind `pid` changing `path`, the process's name, and the tool span the
-    /// change belongs to (see [`Actors::classify`]).
-    pub(super) fn classify(
-        &self,
-        pid: u32,
-        path: Option<&Path>,
-    ) -> (Actor, String, Option<String>) {
-        self.actors.lock().unwrap().classify(pid, path)
+    /// Who is behind `pid` changing `path` (see [`Actors::classify`]); an agent registered
+    /// without a session works for the session that began a message last.
+    pub(super) fn classify(&self, pid: u32, path: Option<&Path>) -> Who {
+        let mut who = self.actors.lock().unwrap().classify(pid, path);
+        if who.session.is_none() && who.actor != Actor::External {
+            who.session = self.state.lock().unwrap().session.clone();
+        }
+        who
     }
 }
 
@@ -129,23 +165,25 @@ impl Actors {
     /// (or to that file's `<target>.tmp.<pid>.<ms>`) is `tool` whenever the process is the agent
     /// or one of its descendants — or no agent is registered — which covers SDKs whose hooks
     /// run in the host process rather than in the CLI.
-    fn classify(&mut self, pid: u32, path: Option<&Path>) -> (Actor, String, Option<String>) {
+    fn classify(&mut self, pid: u32, path: Option<&Path>) -> Who {
         let span_for_path = path.and_then(|p| self.span_for(p));
         let any_span = if self.spans.len() == 1 {
             self.spans.keys().next().cloned()
         } else {
             None
         };
+        let session_of =
+            |spans: &HashMap<String, Span>, id: &str| spans.get(id).and_then(|s| s.session.clone());
         let no_agents = self.agents.is_empty();
         let cached = self
             .cache
             .get(&pid)
             .filter(|p| p.at.elapsed() < PROC_CACHE_TTL)
             .cloned();
-        let (actor, comm) = match cached {
-            Some(p) => (p.actor, p.comm),
+        let (actor, comm, session) = match cached {
+            Some(p) => (p.actor, p.comm, p.session),
             None => {
-                let (actor, comm) = self.process_actor(pid);
+                let (actor, comm, session) = self.process_actor(pid);
                 if self.cache.len() > 4096 {
                     self.cache.clear();
                 }
@@ -154,15 +192,22 @@ impl Actors {
                     ProcInfo {
                         actor,
                         comm: comm.clone(),
+                        session: session.clone(),
                         at: Instant::now(),
                     },
                 );
-                (actor, comm)
+                (actor, comm, session)
             }
         };
         if let Some(id) = span_for_path.clone() {
             if no_agents || actor != Actor::External {
-                return (Actor::Tool, comm, Some(id));
+                let session = session_of(&self.spans, &id).or(session);
+                return Who {
+                    actor: Actor::Tool,
+                    comm,
+                    span: Some(id),
+                    session,
+                };
             }
         }
         let span = if actor == Actor::Tool {
@@ -170,7 +215,12 @@ impl Actors {
         } else {
             None
         };
-        (actor, comm, span)
+        Who {
+            actor,
+            comm,
+            span,
+            session,
+        }
     }
 
     /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is.
@@ -191,33 +241,33 @@ impl Actors {
     /// The process-tree classification of one pid (a thread id is mapped to its process).
     /// An ancestor already classified settles it: below an agent or a shell process it is
     /// `shell`, below an external one `external`.
-    fn process_actor(&self, pid: u32) -> (Actor, String) {
+    fn process_actor(&self, pid: u32) -> (Actor, String, Option<String>) {
         let (agents, cache) = (&self.agents, &self.cache);
         if pid == 0 {
-            return (Actor::External, String::new());
+            return (Actor::External, String::new(), None);
         }
         let Some((tgid, ppid, comm)) = sys::proc_status(pid) else {
-            return (Actor::External, String::new());
+            return (Actor::External, String::new(), None);
         };
-        if agents.contains(&tgid) {
-            return (Actor::Tool, comm);
+        if let Some(session) = agents.get(&tgid) {
+            return (Actor::Tool, comm, session.clone());
         }
         if agents.is_empty() {
-            return (Actor::External, comm);
+            return (Actor::External, comm, None);
         }
         let mut cur = ppid;
         for _ in 0..64 {
             if cur <= 1 {
                 break;
             }
-            if agents.contains(&cur) {
-                return (Actor::Shell, comm);
+            if let Some(session) = agents.get(&cur) {
+                return (Actor::Shell, comm, session.clone());
             }
             match cache.get(&cur).filter(|p| p.at.elapsed() < PROC_CACHE_TTL) {
                 Some(p) if matches!(p.actor, Actor::Tool | Actor::Shell) => {
-                    return (Actor::Shell, comm);
+                    return (Actor::Shell, comm, p.session.clone());
                 }
-                Some(p) if p.actor == Actor::External => return (Actor::External, comm),
+                Some(p) if p.actor == Actor::External => return (Actor::External, comm, None),
                 _ => {}
             }
             match sys::proc_status(cur) {
@@ -225,7 +275,7 @@ impl Actors {
                 None => break,
             }
         }
-        (Actor::External, comm)
+        (Actor::External, comm, None)
     }
 }
 

@@ -48,6 +48,19 @@ pub(super) struct State {
     pub(super) tracked: HashMap<String, HashSet<Vec<u8>>>,
     /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
     pub(super) partial: HashMap<Vec<u8>, Partial>,
+    /// Each session's current checkpoint (the last message it began) and when it began.
+    /// Captures go to the checkpoint that began last, whoever's it is (that is enough to
+    /// reconstruct every checkpoint's start); this is what each session is working in.
+    pub(super) sessions: HashMap<String, SessionNow>,
+}
+
+/// A session's current checkpoint.
+#[derive(Debug, Clone)]
+pub struct SessionNow {
+    pub seq: i64,
+    pub uuid: String,
+    /// When its last message began.
+    pub since: std::time::Instant,
 }
 
 impl State {
@@ -60,6 +73,7 @@ impl State {
             seen: HashMap::new(),
             tracked: HashMap::new(),
             partial: HashMap::new(),
+            sessions: HashMap::new(),
         }
     }
 }
@@ -103,6 +117,14 @@ impl Recorder {
         s.seq = seq;
         s.uuid = uuid.to_string();
         if let Some(sess) = session {
+            s.sessions.insert(
+                sess.to_string(),
+                SessionNow {
+                    seq,
+                    uuid: uuid.to_string(),
+                    since: std::time::Instant::now(),
+                },
+            );
             if s.session.as_deref() != Some(sess) {
                 s.session = Some(sess.to_string());
                 if !s.tracked.contains_key(sess) {
@@ -132,6 +154,21 @@ impl Recorder {
         if s.seq == seq {
             s.uuid = uuid.to_string();
         }
+        for now in s.sessions.values_mut().filter(|n| n.seq == seq) {
+            now.uuid = uuid.to_string();
+        }
+    }
+
+    /// Each session's current checkpoint.
+    pub fn sessions(&self) -> Vec<(String, SessionNow)> {
+        let s = self.state.lock().unwrap();
+        let mut v: Vec<_> = s
+            .sessions
+            .iter()
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        v.sort_by_key(|(_, n)| n.seq);
+        v
     }
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
@@ -216,6 +253,7 @@ impl Recorder {
     /// A tool changes `p`: remember the state just before its first tool change in the session.
     pub(super) fn track(
         &self,
+        session: Option<&str>,
         p: &[u8],
         seq: i64,
         fresh_capture: Option<i64>,
@@ -223,8 +261,8 @@ impl Recorder {
     ) -> io::Result<()> {
         let session = {
             let s = self.state.lock().unwrap();
-            match &s.session {
-                Some(sess) if !s.tracked.get(sess).is_some_and(|t| t.contains(p)) => sess.clone(),
+            match session.map(str::to_string).or_else(|| s.session.clone()) {
+                Some(sess) if !s.tracked.get(&sess).is_some_and(|t| t.contains(p)) => sess,
                 _ => return Ok(()),
             }
         };

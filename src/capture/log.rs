@@ -100,7 +100,7 @@ impl Recorder {
 
     /// Buffers the log entry of a change that has happened.
     pub(super) fn log_change(&self, pid: u32, change: &Change<'_>) {
-        let (actor, comm, span) = self.classify(
+        let who = self.classify(
             pid,
             Some(
                 change
@@ -117,10 +117,11 @@ impl Recorder {
             op: change.op,
             path: path_key(change.path),
             path2: change.path2.map(path_key),
-            actor,
+            actor: who.actor,
             pid,
-            process: comm,
-            tool_use_id: span,
+            process: who.comm,
+            tool_use_id: who.span,
+            session: who.session,
         };
         let n = {
             let mut l = self.log.entries.lock().unwrap();

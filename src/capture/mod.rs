@@ -51,8 +51,9 @@ mod op;
 mod ranges;
 mod snapshot;
 
-use actors::Actors;
+use actors::{Actors, Who};
 use adopt::Adopt;
+pub use checkpoint::SessionNow;
 use checkpoint::State;
 use log::ChangeLog;
 use op::Need;
@@ -147,13 +148,15 @@ impl Recorder {
     ///
     /// # Errors
     /// Store errors.
-    pub fn gc(&self, policy: &Policy, full: bool) -> io::Result<Report> {
+    /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
+    pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
         let _g = self.capture.lock().unwrap();
         let (seq, session) = {
             let s = self.state.lock().unwrap();
             (s.seq, s.session.clone())
         };
-        Ok(self.store.gc(policy, seq, session.as_deref(), full)?)
+        let keep_from = hold_from.map_or(seq, |h| h.min(seq));
+        Ok(self.store.gc(policy, keep_from, session.as_deref(), full)?)
     }
 
     /// Removes the blob files among `hashes` that no capture names (see
@@ -187,10 +190,10 @@ impl Observer for Recorder {
         } else {
             change.path
         };
-        let (actor, _, _) = self.classify(pid, Some(subject));
+        let who = self.classify(pid, Some(subject));
         match change.op {
-            Op::Rename | Op::Exchange => self.before_move(change, actor)?,
-            _ => self.before_change(change, actor)?,
+            Op::Rename | Op::Exchange => self.before_move(change, &who)?,
+            _ => self.before_change(change, &who)?,
         }
         Ok(Some(permit))
     }
@@ -212,8 +215,8 @@ impl Observer for Recorder {
 impl Recorder {
     /// Before a rename or exchange: captures both names (adopting the file a rename takes the
     /// last name of), records a directory's move, and tracks a tool's change.
-    fn before_move(&self, change: &Change<'_>, actor: Actor) -> io::Result<()> {
-        let op = change.op;
+    fn before_move(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
+        let (op, actor) = (change.op, who.actor);
         let primary = path_key(change.path);
         let dst = change.path2.map(path_key).unwrap_or_default();
         let (seq, _) = self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
@@ -235,9 +238,10 @@ impl Recorder {
             self.forget_beneath(&primary, &dst);
         }
         if actor == Actor::Tool {
-            self.track(&dst, seq2, fresh, op)?;
+            let session = who.session.as_deref();
+            self.track(session, &dst, seq2, fresh, op)?;
             if op == Op::Exchange {
-                self.track(&primary, seq, None, op)?;
+                self.track(session, &primary, seq, None, op)?;
             }
         }
         Ok(())
@@ -246,8 +250,8 @@ impl Recorder {
     /// Before any other change: captures the other names of the file whose content changes,
     /// then the path itself (adopting the file an unlink takes the last name of, or only the
     /// bytes a write overwrites), and tracks a tool's change.
-    fn before_change(&self, change: &Change<'_>, actor: Actor) -> io::Result<()> {
-        let op = change.op;
+    fn before_change(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
+        let (op, actor) = (change.op, who.actor);
         let primary = path_key(change.path);
         let need = change.need();
         for alias in change.aliases {
@@ -260,7 +264,7 @@ impl Recorder {
         };
         let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
         if actor == Actor::Tool && op != Op::Mkdir {
-            self.track(&primary, seq, fresh, op)?;
+            self.track(who.session.as_deref(), &primary, seq, fresh, op)?;
         }
         Ok(())
     }

@@ -142,7 +142,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let store = Arc::new(Store::open(&cfg.store, cfg.sync)?);
     let recorder = Arc::new(Recorder::new(root.as_fd(), store.clone())?);
     if let Some(pid) = cfg.agent_pid {
-        recorder.register_agent(pid);
+        recorder.register_agent(pid, None);
     }
     recorder.set_range_capture_min(cfg.range_capture_min);
     let observer: Arc<dyn Observer> = recorder.clone();

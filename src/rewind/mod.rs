@@ -58,7 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use self::filter::Filter;
 pub use self::omitted::Omitted;
-pub use self::session::{BeginError, Counts, Current};
+pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
 use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
@@ -372,7 +372,19 @@ impl Engine {
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(self.recorder.gc(policy, full)?)
+        // Every live session stays rewindable to its first message: nothing from the first
+        // checkpoint of the earliest one on is dropped (the recorder keeps the current
+        // session's history from its own first checkpoint, as with one session).
+        let mut hold_from = None;
+        let current = self.recorder.current().2;
+        for s in self.live_sessions() {
+            if s.live && Some(&s.session_id) != current.as_ref() {
+                if let Some(first) = self.store.first_checkpoint_of(&s.session_id)? {
+                    hold_from = Some(hold_from.map_or(first, |h: i64| h.min(first)));
+                }
+            }
+        }
+        Ok(self.recorder.gc(policy, full, hold_from)?)
     }
 
     /// Undoes the last rewind that has not been undone: every path it captured under its own

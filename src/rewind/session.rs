@@ -38,6 +38,24 @@ pub struct Current {
     pub agent_pids: Vec<u32>,
 }
 
+/// A session at work in the workspace.
+#[derive(Debug, Clone)]
+pub struct LiveSession {
+    pub session_id: String,
+    /// The last message it began.
+    pub current_checkpoint: String,
+    pub current_seq: i64,
+    /// Its registered agent processes still running.
+    pub agent_pids: Vec<u32>,
+    /// Whether it still counts as at work: an agent of it runs, or it began a message within
+    /// [`SESSION_IDLE`]. A session that is not live keeps its checkpoints (still rewindable),
+    /// but retention no longer holds its history back.
+    pub live: bool,
+}
+
+/// How long a session without a running agent process stays live after its last message.
+pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 /// What the store holds, in numbers.
 #[derive(Debug, Clone, Copy)]
 pub struct Counts {
@@ -189,9 +207,40 @@ impl Engine {
         self.recorder.close_spans(session)
     }
 
-    /// `pid` is an agent: its writes are `tool`, its descendants' `shell`.
-    pub fn register_agent(&self, pid: u32) {
-        self.recorder.register_agent(pid);
+    /// `pid` is an agent (of `session`, if given): its writes are `tool`, its descendants'
+    /// `shell`, and both belong to the session.
+    pub fn register_agent(&self, pid: u32, session: Option<&str>) {
+        self.recorder.register_agent(pid, session);
+    }
+
+    /// The sessions that began a message since the mount, each with its current checkpoint and
+    /// agents, in the order their current checkpoints began.
+    pub fn live_sessions(&self) -> Vec<LiveSession> {
+        self.recorder.prune_agents();
+        let agents = self.recorder.agents_by_session();
+        let latest = self.recorder.current().2;
+        self.recorder
+            .sessions()
+            .into_iter()
+            .map(|(id, now)| {
+                // An agent registered without a session works for the latest one.
+                let pids: Vec<u32> = agents
+                    .iter()
+                    .filter(|(_, s)| {
+                        s.as_deref() == Some(id.as_str())
+                            || (s.is_none() && latest.as_deref() == Some(id.as_str()))
+                    })
+                    .map(|(p, _)| *p)
+                    .collect();
+                LiveSession {
+                    live: !pids.is_empty() || now.since.elapsed() < SESSION_IDLE,
+                    session_id: id,
+                    current_checkpoint: now.uuid,
+                    current_seq: now.seq,
+                    agent_pids: pids,
+                }
+            })
+            .collect()
     }
 
     /// The current checkpoint and the registered agents.

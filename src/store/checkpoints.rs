@@ -143,6 +143,17 @@ impl Store {
         })
     }
 
+    /// The first checkpoint of `session` still kept.
+    pub fn first_checkpoint_of(&self, session: &str) -> Result<Option<i64>> {
+        self.conn_only(|c| {
+            c.query_row(
+                "SELECT min(seq) FROM checkpoints WHERE session_id = ?1 AND dropped_at IS NULL",
+                [session],
+                |r| r.get(0),
+            )
+        })
+    }
+
     /// The checkpoint a hook began under `prompt_id`.
     pub fn checkpoint_of_prompt(&self, prompt_id: &str) -> Result<Option<Checkpoint>> {
         self.conn_only(|c| {

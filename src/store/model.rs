@@ -490,6 +490,8 @@ pub struct LogEntry {
     pub pid: u32,
     pub process: String,
     pub tool_use_id: Option<String>,
+    /// The session of the actor that made it (`None`: an external actor).
+    pub session: Option<String>,
 }
 
 /// A file a tool changed in a session.

@@ -887,12 +887,22 @@ fn a_write_in_flight_lands_before_a_removal_adopts_its_file() {
     let turn = uuid();
     rewindfs_ok(&["checkpoint", &turn, "--session", "s", "--socket", sock]);
     let dir = m.dir.clone();
+    // The writer says when it has the file mapped and dirtied (on a loaded machine python
+    // can take longer to start than any fixed wait), then writes it back.
+    let marker = m.tmp.path().join("mapped");
+    let mark = marker.display().to_string();
     let writer = std::thread::spawn(move || {
         sh(
             &dir,
-            "python3 -c \"import mmap\nf=open('f','r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:6]=b'AFTER!'\nm.close()\nf.close()\"",
+            &format!(
+                "python3 -c \"import mmap\nf=open('f','r+b')\nm=mmap.mmap(f.fileno(),0)\nm[0:6]=b'AFTER!'\nopen('{mark}','w').close()\nm.close()\nf.close()\""
+            ),
         )
     });
+    assert!(
+        crate::support::wait_until(60, || marker.exists()),
+        "the writer never mapped the file"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(!writer.is_finished(), "the write-back was not held");
     fs::remove_file(m.p("f")).unwrap();

@@ -18,6 +18,7 @@ mod posix;
 mod protocol;
 mod retention;
 mod rewind;
+mod sessions;
 mod transport;
 mod unprotected;
 mod workloads;

@@ -177,7 +177,10 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
     let bad = a.rewind("not-a-uuid", "tool", false).unwrap_err();
     assert_eq!(bad, "No file checkpoint found for this message.");
     let dry = a.rewind("not-a-uuid", "tool", true).unwrap();
-    assert_eq!(dry["error"], json!("No file checkpoint found for this message."));
+    assert_eq!(
+        dry["error"],
+        json!("No file checkpoint found for this message.")
+    );
     // The connection is still usable.
     assert!(a.c.request("status", json!({})).is_ok());
 }

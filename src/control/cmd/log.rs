@@ -21,6 +21,9 @@ pub struct Log {
     /// Only changes made since this checkpoint began (its message uuid).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
+    /// Only changes by this session's actors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     /// How many entries at most (default 1000).
     #[serde(default = "default_limit", deserialize_with = "positive")]
     pub limit: i64,
@@ -65,6 +68,9 @@ pub struct LogLine {
     /// The checkpoint's uuid (`None`: dropped by gc).
     pub checkpoint: Option<String>,
     pub tool_use_id: Option<String>,
+    /// The session of the actor that made it (absent: an external actor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// The temporary file the change was written to before it was renamed over `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<String>,
@@ -121,6 +127,7 @@ impl Log {
                 since_checkpoint: since,
                 after: self.after,
                 limit: self.limit,
+                session: self.session_id.as_deref(),
             },
         )?;
         let returned = entries.len() as i64;
@@ -129,11 +136,25 @@ impl Log {
             None => returned < total,
             Some(_) => returned == self.limit && last_seq.is_some(),
         };
-        let cps: HashMap<i64, String> = e
-            .checkpoints(None)?
-            .into_iter()
-            .map(|c| (c.checkpoint.seq, c.checkpoint.uuid))
+        let all = e.checkpoints(None)?;
+        let cps: HashMap<i64, String> = all
+            .iter()
+            .map(|c| (c.checkpoint.seq, c.checkpoint.uuid.clone()))
             .collect();
+        // An entry of a session shows under that session's checkpoint at the time (captures go
+        // to the checkpoint that began last, which may be another session's).
+        let mut by_session: HashMap<&str, Vec<i64>> = HashMap::new();
+        for c in &all {
+            if let Some(s) = c.checkpoint.session_id.as_deref() {
+                by_session.entry(s).or_default().push(c.checkpoint.seq);
+            }
+        }
+        let shown_checkpoint = |seq: i64, session: Option<&str>| {
+            let own = session
+                .and_then(|s| by_session.get(s))
+                .and_then(|seqs| seqs.iter().rev().find(|s| **s <= seq).copied());
+            cps.get(&own.unwrap_or(seq)).cloned()
+        };
         let mut entries: Vec<LogLine> = entries
             .into_iter()
             .map(|x| LogLine {
@@ -145,8 +166,9 @@ impl Log {
                 actor: x.actor.as_str().to_string(),
                 pid: x.pid,
                 process: x.process,
-                checkpoint: cps.get(&x.checkpoint).cloned(),
+                checkpoint: shown_checkpoint(x.checkpoint, x.session.as_deref()),
                 tool_use_id: x.tool_use_id,
+                session: x.session,
                 via: None,
             })
             .collect();
@@ -252,6 +274,7 @@ mod tests {
             process: "p".into(),
             checkpoint: None,
             tool_use_id: None,
+            session: None,
             via: None,
         }
     }

@@ -39,6 +39,22 @@ pub struct StatusReply {
     /// before the mount): what they change is not recorded. Computed at each request.
     #[serde(default)]
     pub unprotected_processes: Vec<UnprotectedProcess>,
+    /// The sessions at work in the workspace since the mount, each with its current
+    /// checkpoint and agents.
+    #[serde(default)]
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// A session and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub current_checkpoint: String,
+    pub agent_pids: Vec<u32>,
+    /// False once its agents have exited and it has begun no message for 30 minutes (its
+    /// checkpoints stay rewindable).
+    pub live: bool,
 }
 
 /// A process whose cwd, root or an open file is on the directory underneath the mount.
@@ -140,6 +156,16 @@ impl Status {
             store_bytes: counts.store_bytes,
             time: crate::store::rfc3339(crate::store::now_ms()),
             unprotected_processes: unprotected_processes(&d.workspace, &[]),
+            sessions: e
+                .live_sessions()
+                .into_iter()
+                .map(|s| SessionInfo {
+                    session_id: s.session_id,
+                    current_checkpoint: s.current_checkpoint,
+                    agent_pids: s.agent_pids,
+                    live: s.live,
+                })
+                .collect(),
         })
     }
 }
