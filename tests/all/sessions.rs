@@ -223,3 +223,222 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
         "undo restores all"
     );
 }
+
+mod model {
+    //! Model-based: random turns and writes of two or three sessions' agents (their own
+    //! writes and their shells') and of an external writer, interleaved; then an agent-scope
+    //! rewind of a random session's checkpoint. The model knows who changed each path since
+    //! each checkpoint began: what that session changed goes back to the checkpoint's start,
+    //! everything else stays byte-identical, and a path it and someone else changed is a
+    //! conflict (listed by the dry run; the forced rewind restores it). Undo gives back all.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+    use rewindfs::control::client::Client;
+    use serde_json::json;
+
+    use super::SessionAgent;
+    use crate::support::{Mounted, require_fuse, tree};
+
+    const PATHS: &[&str] = &["a0", "a1", "b0", "b1", "shared0", "shared1"];
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Session `s` begins a message.
+        Turn(usize),
+        /// Session `s`'s agent writes the file itself (`tool`).
+        Write(usize, usize, u8),
+        /// Session `s`'s shell appends (`shell`).
+        Append(usize, usize, u8),
+        /// Session `s`'s shell removes the file.
+        Remove(usize, usize),
+        /// Someone else writes the file (`external`).
+        External(usize, u8),
+    }
+
+    fn step(sessions: usize) -> impl Strategy<Value = Step> {
+        let s = 0..sessions;
+        let p = 0..PATHS.len();
+        prop_oneof![
+            2 => s.clone().prop_map(Step::Turn),
+            4 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Write(s, p, b)),
+            2 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Append(s, p, b)),
+            1 => (s, p.clone()).prop_map(|(s, p)| Step::Remove(s, p)),
+            1 => (p, any::<u8>()).prop_map(|(p, b)| Step::External(p, b)),
+        ]
+    }
+
+    /// Who changed a path: a session's actors, or someone outside every session.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Who {
+        Session(usize),
+        External,
+    }
+
+    struct Checkpoint {
+        session: usize,
+        uuid: String,
+        at_start: BTreeMap<String, String>,
+        /// Who changed each path since it began.
+        changed: BTreeMap<&'static str, BTreeSet<Who>>,
+    }
+
+    fn tree_map(m: &Mounted) -> BTreeMap<String, String> {
+        tree(&m.dir)
+            .into_iter()
+            .map(|l| (l.split(' ').next().unwrap().to_string(), l))
+            .collect()
+    }
+
+    fn check(n: usize, steps: Vec<Step>, pick: usize) -> Result<(), TestCaseError> {
+        let m = Mounted::with(|d| {
+            for p in PATHS {
+                std::fs::write(d.join(p), format!("{p} at mount\n")).unwrap();
+            }
+        });
+        let mut c = Client::connect(&m.socket()).unwrap();
+        let mut agents: Vec<SessionAgent> = (0..n)
+            .map(|i| SessionAgent::start(&m, &mut c, &format!("session-{i}")))
+            .collect();
+        let mut cps: Vec<Checkpoint> = Vec::new();
+        // Every session begins a first message.
+        let steps: Vec<Step> = (0..n).map(Step::Turn).chain(steps).collect();
+        for s in &steps {
+            let (who, path) = match s {
+                Step::Turn(i) => {
+                    let at_start = tree_map(&m);
+                    let uuid = agents[*i].turn(&mut c);
+                    cps.push(Checkpoint {
+                        session: *i,
+                        uuid,
+                        at_start,
+                        changed: BTreeMap::new(),
+                    });
+                    continue;
+                }
+                Step::Write(i, p, b) => {
+                    agents[*i].run(&format!("echo 'tool {i} {b}' > {}", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::Append(i, p, b) => {
+                    agents[*i].run(&format!("sh -c \"echo 'shell {i} {b}' >> {}\"", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::Remove(i, p) => {
+                    if !m.p(PATHS[*p]).exists() {
+                        continue;
+                    }
+                    agents[*i].run(&format!("rm -f {}", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::External(p, b) => {
+                    // This test process is no session's agent: an external writer.
+                    std::fs::write(m.p(PATHS[*p]), format!("external {b}\n")).unwrap();
+                    (Who::External, PATHS[*p])
+                }
+            };
+            for cp in &mut cps {
+                cp.changed.entry(path).or_default().insert(who);
+            }
+        }
+        let end = tree_map(&m);
+        let cp = &cps[pick % cps.len()];
+        let me = Who::Session(cp.session);
+        let mine: BTreeSet<&str> = cp
+            .changed
+            .iter()
+            .filter(|(_, w)| w.contains(&me))
+            .map(|(p, _)| *p)
+            .collect();
+        let want_conflicts: BTreeSet<String> = cp
+            .changed
+            .iter()
+            .filter(|(_, w)| w.contains(&me) && w.iter().any(|x| *x != me))
+            .map(|(p, _)| m.p(p).display().to_string())
+            .collect();
+        let dry = c
+            .request(
+                "rewind_files",
+                json!({"user_message_id": cp.uuid, "scope": "agent", "dry_run": true}),
+            )
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got_conflicts: BTreeSet<String> = dry["conflicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        prop_assert_eq!(
+            &got_conflicts,
+            &want_conflicts,
+            "conflicts of {}: {}",
+            cp.session,
+            dry
+        );
+        prop_assert_eq!(
+            dry["canRewind"].as_bool(),
+            Some(want_conflicts.is_empty()),
+            "{}",
+            dry
+        );
+        c.request(
+            "rewind_files",
+            json!({"user_message_id": cp.uuid, "scope": "agent", "force": true}),
+        )
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = tree_map(&m);
+        for p in PATHS {
+            let want = if mine.contains(p) {
+                cp.at_start.get(*p)
+            } else {
+                end.get(*p)
+            };
+            prop_assert_eq!(
+                got.get(*p),
+                want,
+                "{} (session {} changed: {})",
+                p,
+                cp.session,
+                mine.contains(p)
+            );
+        }
+        if dry["filesChanged"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+        {
+            c.request("undo_rewind", json!({}))
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        prop_assert_eq!(tree_map(&m), end, "undo gives back everything");
+        Ok(())
+    }
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_rewind_of_one_session_restores_exactly_its_own_changes(
+            n in 2usize..4,
+            steps in prop::collection::vec(step(3), 1..24),
+            pick in any::<usize>(),
+        ) {
+            require_fuse();
+            let steps: Vec<Step> = steps.into_iter().map(|s| match s {
+                Step::Turn(i) => Step::Turn(i % n),
+                Step::Write(i, p, b) => Step::Write(i % n, p, b),
+                Step::Append(i, p, b) => Step::Append(i % n, p, b),
+                Step::Remove(i, p) => Step::Remove(i % n, p),
+                e => e,
+            }).collect();
+            check(n, steps, pick)?;
+        }
+    }
+}
