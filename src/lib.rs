@@ -11,18 +11,18 @@
 //!   injection); beside the layers, `mounts` (the mount table) and `procs` (processes left
 //!   underneath a mount, from /proc).
 
-pub mod capture;
+pub(crate) mod capture;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod faults;
-pub mod fs;
+pub(crate) mod faults;
+pub(crate) mod fs;
 pub mod hook;
-pub mod mounts;
+pub(crate) mod mounts;
 pub mod procs;
 pub mod rewind;
 pub mod setup;
 pub mod store;
 pub mod sys;
-pub mod transcript;
+pub(crate) mod transcript;

@@ -11,7 +11,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -705,13 +705,6 @@ pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
     rustix::mount::unmount(path, flags).map_err(errno)
 }
 
-/// Sends a signal to a process (used by `umount` to wait for and by tests to kill a daemon).
-pub fn kill(pid: u32, sig: rustix::process::Signal) -> io::Result<()> {
-    let pid = rustix::process::Pid::from_raw(pid as i32)
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
-    rustix::process::kill_process(pid, sig).map_err(errno)
-}
-
 /// Whether a process exists and has not exited (a zombie waiting to be reaped counts as gone).
 pub fn process_alive(pid: u32) -> bool {
     let exists = match rustix::process::Pid::from_raw(pid as i32) {
@@ -742,10 +735,6 @@ pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
     rustix::net::sockopt::socket_peercred(fd)
         .map(|c| c.uid.as_raw())
         .map_err(errno)
-}
-
-pub fn as_fd<T: AsFd>(t: &T) -> BorrowedFd<'_> {
-    t.as_fd()
 }
 
 /// Mounts a FUSE filesystem as an ordinary user through the setuid `fusermount3` helper and

@@ -53,7 +53,6 @@ mod snapshot;
 
 use actors::{Actors, Who};
 use adopt::Adopt;
-pub use checkpoint::SessionNow;
 use checkpoint::State;
 use log::ChangeLog;
 use op::Need;
@@ -75,10 +74,12 @@ pub trait Observer: Send + Sync {
     fn failed(&self, _change: &Change<'_>) {}
 }
 
-/// An observer that records nothing: a plain passthrough.
+/// An observer that records nothing: a plain passthrough (the FUSE core's unit tests).
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Passthrough;
 
+#[cfg(test)]
 impl Observer for Passthrough {
     fn before(&self, _pid: u32, _change: &Change<'_>) -> io::Result<Permit<'_>> {
         Ok(None)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::cmd::Command;
-use super::protocol::{CONTROL_REQUEST, Response, ResponseFrame};
+use super::protocol::{CONTROL_REQUEST, RequestFrame, Response, ResponseFrame};
 
 /// Errors talking to the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +110,11 @@ impl Client {
         if let Value::Object(m) = fields {
             req.extend(m);
         }
-        let line = json!({"type": CONTROL_REQUEST, "request_id": id, "request": req});
+        let line = RequestFrame {
+            kind: CONTROL_REQUEST.into(),
+            request_id: id,
+            request: req,
+        };
         let io_err = |source| ClientError::Io {
             path: self.path.display().to_string(),
             source,

@@ -119,11 +119,7 @@ async fn handle_connection(
     mut shutdown: broadcast::Receiver<()>,
     my_uid: u32,
 ) -> std::io::Result<()> {
-    let peer_uid = {
-        let cred = rustix::net::sockopt::socket_peercred(stream.as_fd())
-            .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
-        cred.uid.as_raw()
-    };
+    let peer_uid = crate::sys::peer_uid(stream.as_fd())?;
     let (rd, mut wr) = stream.into_split();
     if peer_uid != my_uid && peer_uid != 0 {
         write_line(

@@ -206,14 +206,6 @@ pub trait KernelCache: Send + Sync {
     fn invalidate(&self, paths: &[PathBuf]);
 }
 
-/// No kernel to talk to (tests of the engine on a plain directory).
-pub struct NoKernel;
-
-impl KernelCache for NoKernel {
-    fn flush(&self) {}
-    fn invalidate(&self, _paths: &[PathBuf]) {}
-}
-
 /// Plans and applies rewinds.
 pub struct Engine {
     /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.

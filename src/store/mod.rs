@@ -80,8 +80,6 @@ pub struct Store {
     pending: Mutex<Pending>,
     /// The blob directory, `<store>/blobs`.
     pub blobs: Blobs,
-    /// The store's directory.
-    pub dir: std::path::PathBuf,
 }
 
 impl Store {
@@ -111,7 +109,6 @@ impl Store {
             applying: Mutex::new(()),
             pending: Mutex::new(pending),
             blobs,
-            dir: dir.to_owned(),
         })
     }
 }
