@@ -226,8 +226,10 @@ impl Lineage {
 enum Base {
     /// No file: zeros.
     None,
-    /// An open file (a blob, or the file as it is now).
+    /// The file as it is now.
     File(std::fs::File),
+    /// A blob, verified once read to its end (see [`crate::store::blobs::BlobReader`]).
+    Blob(crate::store::blobs::BlobReader),
 }
 
 /// One range pre-image in a chain of them (see [`Patched`]): the bytes it saved and the size
@@ -258,7 +260,7 @@ impl Patched<'_> {
         let r = &layer.ranges[i];
         if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
             let data = match &r.content {
-                crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                crate::store::RangeContent::Blob(h) => self.store.blobs.read_verified(h)?,
                 crate::store::RangeContent::Inline(d) => d.clone(),
             };
             if data.len() as u64 != r.length {
@@ -284,9 +286,9 @@ impl Patched<'_> {
     }
 
     /// Reads from the base at `pos`, up to `end`; zero past its end.
-    fn read_base(&self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+    fn read_base(&mut self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
         let n = (end - self.pos) as usize;
-        let got = match &self.base {
+        let got = match &mut self.base {
             Base::File(f) => {
                 use std::os::unix::fs::FileExt;
                 let mut k = 0;
@@ -296,6 +298,16 @@ impl Patched<'_> {
                         Ok(m) => k += m,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(e),
+                    }
+                }
+                k
+            }
+            Base::Blob(b) => {
+                let mut k = 0;
+                while k < n {
+                    match b.read_at(&mut buf[k..n], self.pos + k as u64)? {
+                        0 => break,
+                        m => k += m,
                     }
                 }
                 k
@@ -311,6 +323,10 @@ impl io::Read for Patched<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let size = self.layers.first().map_or(0, |l| l.size);
         if self.pos >= size || buf.is_empty() {
+            if let Base::Blob(b) = &mut self.base {
+                // Not a byte of it is used unless all of it hashes to its name.
+                b.finish()?;
+            }
             return Ok(0);
         }
         // This read stops before the first place where the layer that answers changes.
@@ -862,7 +878,11 @@ impl Engine {
             let now = now_state(self.root(), rel)?;
             let old = now.content.unwrap_or_default();
             let new = match (&t.blob, t.kind()) {
-                (Some(b), Kind::File) => self.store.blobs.read(b)?,
+                (Some(b), Kind::File) => self
+                    .store
+                    .blobs
+                    .read_verified(b)
+                    .map_err(|e| sys::ctx(e, rel.display()))?,
                 _ => Vec::new(),
             };
             let name = rel.display().to_string();
@@ -926,6 +946,12 @@ impl Engine {
     /// laid over it. Stored as a blob. A next state that is itself a range pre-image is
     /// completed the same way: the chain is read in one pass (see [`Patched`]).
     fn materialize(&self, hist: &History, c: &Capture, at: &[u8]) -> Result<PreImage, RewindError> {
+        // A saved range or base that is missing or corrupt stops the plan, naming where.
+        let unusable_here = |e: io::Error| {
+            let cp = self.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
+            let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
+            unusable(&c.path, &cp, e)
+        };
         let mut layers = Vec::new();
         let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
         let base = loop {
@@ -936,7 +962,7 @@ impl Engine {
             });
             match hist.lineage_from(&cur_at, (cur.id, 0)) {
                 Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
-                Lineage::Pre(p) => break self.blob_base(&p)?,
+                Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable_here)?,
                 Lineage::Current(now) => {
                     let rel = Path::new(OsStr::from_bytes(&now));
                     break match sys::open_beneath(
@@ -961,7 +987,7 @@ impl Engine {
             base,
             pos: 0,
         };
-        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
         self.scratch.lock().unwrap().push(hash.clone());
         Ok(PreImage {
             blob: Some(hash),
@@ -973,8 +999,8 @@ impl Engine {
 
     fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
         Ok(match (&p.kind, &p.blob) {
-            (Kind::File, Some(h)) => match self.store.blobs.open_blob(h)? {
-                Some(f) => Base::File(f),
+            (Kind::File, Some(h)) => match self.store.blobs.open_verified(h)? {
+                Some(b) => Base::Blob(b),
                 None => Base::None, // the empty blob
             },
             _ => Base::None,
@@ -1120,7 +1146,12 @@ impl Engine {
             let rel = Path::new(OsStr::from_bytes(&p));
             let now = now_state(root, rel)?;
             let new_content = match (&target.kind, &target.blob) {
-                (Kind::File, Some(b)) => Some(self.store.blobs.read(b)?),
+                (Kind::File, Some(b)) => Some(
+                    self.store
+                        .blobs
+                        .read_verified(b)
+                        .map_err(|e| unusable(&p, &req.user_message_id, e))?,
+                ),
                 (Kind::File, None) => Some(Vec::new()),
                 _ => None,
             };
@@ -1177,7 +1208,9 @@ impl Engine {
             state: "applying".into(),
             plan,
         })?;
-        apply_plan(&self.recorder, &self.store, targets, id)?;
+        apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
+            RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
+        })?;
         self.store.set_rewind_state(id, "done")?;
         Ok(())
     }
@@ -1204,6 +1237,15 @@ impl Engine {
         }
         Ok(pending.len())
     }
+}
+
+/// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
+/// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
+fn unusable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
+    RewindError::Failed(format!(
+        "{}: its content at checkpoint {checkpoint} cannot be restored: {e}; nothing was changed (`rewindfs fsck` checks the whole store)",
+        String::from_utf8_lossy(path)
+    ))
 }
 
 /// Fault injection for tests only (`REWINDFS_TEST_FAIL_REWIND_AFTER=N`): a rewind fails after
@@ -1380,11 +1422,10 @@ fn write_beside(
                     }
                     r => r?,
                 };
+                // Hashed while copied: a blob changed since the plan read it is never put
+                // in place.
                 if let Some(hash) = &t.blob {
-                    if let Some(src) = store.blobs.open_blob(hash)? {
-                        let len = src.metadata()?.len();
-                        sys::copy_all(src.as_fd(), fd.as_fd(), len)?;
-                    }
+                    store.blobs.copy_verified(hash, fd.as_fd())?;
                 }
                 if sys::geteuid() == 0 {
                     let _ = rustix::fs::fchown(

@@ -352,7 +352,7 @@ mod tests {
         let caps = s.captures_in(k).unwrap();
         let h = blake3::hash(b"deleted content").to_hex().to_string();
         assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
-        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
+        assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
         capture(&s, "also");
         std::mem::forget(s);
         let (problems, _) = fsck(&store_dir).unwrap();
@@ -361,7 +361,7 @@ mod tests {
         let caps = s.captures_in(k).unwrap();
         let h2 = blake3::hash(b"other content").to_hex().to_string();
         assert_eq!(caps[1].pre.blob.as_deref(), Some(h2.as_str()));
-        assert_eq!(s.blobs.read(&h2).unwrap(), b"other content");
+        assert_eq!(s.blobs.read_verified(&h2).unwrap(), b"other content");
         assert_eq!(
             std::fs::read_dir(store_dir.join("blobs/pending"))
                 .unwrap()
@@ -395,7 +395,7 @@ mod tests {
         let s = Store::open(&crashed, false).unwrap();
         let caps = s.captures_in(k).unwrap();
         assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
-        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
+        assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
     }
 
     #[test]

@@ -465,7 +465,7 @@ impl Journal {
     pub fn open(dir: &Path, sync: bool) -> io::Result<Journal> {
         let paths = FILES.map(|n| dir.join(n));
         let open = |p: &Path| -> io::Result<File> {
-            let f = OpenOptions::new().create(true).append(true).open(p)?;
+            let f = super::private::open_file(p, OpenOptions::new().create(true).append(true))?;
             f.set_len(0)?;
             Ok(f)
         };

@@ -13,6 +13,7 @@ mod lifecycle;
 mod model;
 mod nonroot;
 mod posix;
+mod privacy;
 mod protocol;
 mod retention;
 mod rewind;
