@@ -426,19 +426,14 @@ pub struct Recorder {
     gate: RwLock<()>,
     /// Actor classification.
     actors: Mutex<Actors>,
-    /// Change-log entries not yet written (flushed with the next capture, at boundaries,
-    /// and by the daemon's timer).
-    log: Mutex<Vec<LogEntry>>,
     /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
     /// that removes the file's name has happened → the pending blob key.
     adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images.
     range_capture_min: std::sync::atomic::AtomicU64,
-    /// Set (and the flusher woken) when the change log has grown enough to be written.
+    /// Set (and the flusher woken) when the journal has grown enough to be applied.
     flush_wanted: Mutex<bool>,
     flush_wake: std::sync::Condvar,
-    /// Held while a batch of the change log is written, so batches land in order.
-    flushing: Mutex<()>,
     /// A checkpoint dropped a large set of paths: the flusher returns the memory.
     trim_wanted: std::sync::atomic::AtomicBool,
 }
@@ -446,9 +441,10 @@ pub struct Recorder {
 /// Paths a checkpoint's set must have held for its end to trim the heap.
 const TRIM_AFTER_PATHS: usize = 10_000;
 
-/// Change-log entries buffered before the flusher is woken.
+/// Journal records pending (change-log entries and captures) at which the flusher is woken
+/// (and at every multiple).
 const LOG_FLUSH_AT: usize = 512;
-/// Change-log entries buffered before a change writes them itself (the flusher is behind).
+/// Journal records pending at which a change applies them itself (the flusher is behind).
 const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
 
 impl Recorder {
@@ -475,12 +471,10 @@ impl Recorder {
             capture: Mutex::new(()),
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
-            log: Mutex::new(Vec::new()),
             adopted: Mutex::new(HashMap::new()),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
             flush_wanted: Mutex::new(false),
             flush_wake: std::sync::Condvar::new(),
-            flushing: Mutex::new(()),
             trim_wanted: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -1018,7 +1012,7 @@ impl Recorder {
         Ok(seq)
     }
 
-    /// Writes the change log and applies the capture journal every `every`, and at once when
+    /// Applies the journal (pre-images and change-log entries) every `every`, and at once when
     /// changes ask for it, until `stop` is set (checked at each wake-up). Runs on its own
     /// thread, so SQLite stays off the FUSE request path.
     pub fn run_flusher(&self, every: std::time::Duration, stop: &std::sync::atomic::AtomicBool) {
@@ -1052,13 +1046,8 @@ impl Recorder {
         self.flush_wake.notify_one();
     }
 
-    /// Writes buffered change-log entries.
+    /// Applies the journal — captures and change-log entries — to the database now.
     pub fn flush_log(&self) {
-        let _order = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = std::mem::take(&mut *self.log.lock().unwrap());
-        if let Err(e) = self.store.append_log(&entries) {
-            tracing::error!("change log: {e}; {} entries lost", entries.len());
-        }
         if let Err(e) = self.store.flush_journal() {
             tracing::error!("capture journal: {e}; its records stay pending");
         }
@@ -1087,25 +1076,21 @@ impl Recorder {
             process: comm,
             tool_use_id: span,
         };
-        let n = {
-            let mut l = self.log.lock().unwrap();
-            // Consecutive writes to one file are one entry.
-            if let Some(last) = l.last() {
-                if last.op == e.op
-                    && e.op == "write"
-                    && last.path == e.path
-                    && last.pid == e.pid
-                    && last.checkpoint == e.checkpoint
-                {
-                    return;
-                }
+        // Journalled, as pre-images are: a crash of the daemon loses no entry of a change that
+        // was done (consecutive writes to one file by one process are one entry).
+        let n = match self.store.log_change(e) {
+            Ok(n) => n,
+            Err(err) => {
+                tracing::error!(
+                    "change log: {err}; an entry for {} is lost",
+                    change.path.display()
+                );
+                return;
             }
-            l.push(e);
-            l.len()
         };
         if n >= LOG_FLUSH_INLINE_AT {
             self.flush_log();
-        } else if n == LOG_FLUSH_AT {
+        } else if n % LOG_FLUSH_AT == 0 {
             self.wake_flusher();
         }
     }

@@ -42,7 +42,7 @@ pub mod files {
     pub const SOCKET: &str = "control.sock";
 }
 
-/// How often buffered change-log entries and journal records reach SQLite.
+/// How often the journal's records (pre-images and change-log entries) reach SQLite.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// The parts a running daemon is made of.

@@ -35,11 +35,16 @@ use super::{PreImage, RangeContent, Result, Store};
 /// The capture journal and the next ids it hands out (ids are allocated here, not by SQLite,
 /// so a capture is durable with one append; see [`journal`]).
 pub(super) struct Pending {
-    journal: Journal,
+    pub(super) journal: Journal,
     /// Next `captures.id`.
     pub(super) next_capture: i64,
     /// Next `moves.seq`.
     pub(super) next_move: i64,
+    /// Next `changes.seq`.
+    pub(super) next_change: i64,
+    /// The last change-log entry journalled, if a write: the next write by the same process to
+    /// the same file in the same checkpoint is that entry (see `Store::log_change`).
+    pub(super) last_write: Option<super::LogEntry>,
 }
 
 impl Pending {
@@ -76,6 +81,8 @@ impl Pending {
             journal,
             next_capture: next("captures", "id")?,
             next_move: next("moves", "seq")?,
+            next_change: next("changes", "seq")?,
+            last_write: None,
         };
         Ok((pending, conn))
     }
@@ -210,6 +217,12 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![seq, checkpoint, src, dst, *exchange as i64, after_capture, actor.as_str(), at]),
+        Record::Log(e) => tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO changes (seq, at, checkpoint, op, path, path2, actor, pid, process, tool_use_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![e.seq, e.at, e.checkpoint, e.op, e.path, e.path2, e.actor, e.pid, e.process, e.tool_use_id]),
         Record::Epoch(_) => Ok(0),
     }
 }
