@@ -622,6 +622,7 @@ impl Blobs {
             hash: hash.to_string(),
             hasher: Box::default(),
             hashed: 0,
+            used: false,
             verified: false,
         }))
     }
@@ -666,7 +667,8 @@ fn check(hash: &str, got: blake3::Hash) -> io::Result<()> {
 /// pre-images, where the ranges cover some of it): each byte is read once — the bytes skipped
 /// are hashed on the way to the next read — and [`finish`](Self::finish) hashes the rest and
 /// checks the whole against the blob's name. Whatever was read from it must not be used
-/// unless `finish` returned `Ok`.
+/// unless `finish` returned `Ok`. A reader nothing was read from is not checked (nothing of it
+/// is used: the ranges covered the whole file).
 #[derive(Debug)]
 pub struct BlobReader {
     file: File,
@@ -675,6 +677,8 @@ pub struct BlobReader {
     hasher: Box<blake3::Hasher>,
     /// Bytes `[0, hashed)` went into the hasher.
     hashed: u64,
+    /// Something was read from it.
+    used: bool,
     verified: bool,
 }
 
@@ -685,6 +689,7 @@ impl BlobReader {
     /// # Errors
     /// I/O errors, naming the blob.
     pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.used = true;
         if off > self.hashed {
             self.hash_to(Some(off))?;
         }
@@ -698,12 +703,12 @@ impl BlobReader {
     }
 
     /// Hashes the rest of the blob and checks it against its name (once; later calls return
-    /// the same answer without reading).
+    /// the same answer without reading). Nothing to check if nothing was read.
     ///
     /// # Errors
     /// `InvalidData` when the content does not hash to the blob's name; I/O errors.
     pub fn finish(&mut self) -> io::Result<()> {
-        if !self.verified {
+        if self.used && !self.verified {
             self.hash_to(None)?;
             check(&self.hash, self.hasher.finalize())?;
             self.verified = true;
@@ -832,6 +837,8 @@ mod tests {
                 "{what}: {e}"
             );
         }
+        // A reader nothing was read from has nothing to vouch for (and reads nothing).
+        b.open_verified(&h).unwrap().unwrap().finish().unwrap();
         fs::remove_file(b.path(&h)).unwrap();
         let e = b.read_verified(&h).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
