@@ -234,11 +234,9 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                 }
                 r => r?,
             };
+            // Hashed while copied: a blob changed since the plan read it is never put in place.
             if let Some(hash) = &t.blob {
-                if let Some(src) = store.blobs.open_blob(hash)? {
-                    let len = src.metadata()?.len();
-                    sys::copy_all(src.as_fd(), fd.as_fd(), len)?;
-                }
+                store.blobs.copy_verified(hash, fd.as_fd())?;
             }
             if sys::geteuid() == 0 {
                 let _ = rustix::fs::fchown(

@@ -49,7 +49,11 @@ impl Engine {
             let now = now_state(self.root(), rel)?;
             let old = now.content.unwrap_or_default();
             let new = match (&t.blob, t.kind()) {
-                (Some(b), Kind::File) => self.store.blobs.read(b)?,
+                (Some(b), Kind::File) => self
+                    .store
+                    .blobs
+                    .read_verified(b)
+                    .map_err(|e| crate::sys::ctx(e, rel.display()))?,
                 _ => Vec::new(),
             };
             let name = rel.display().to_string();

@@ -63,6 +63,15 @@ use crate::capture::Recorder;
 pub use crate::store::Scope;
 use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
 
+/// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
+/// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
+fn unusable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
+    RewindError::Failed(format!(
+        "{}: its content at checkpoint {checkpoint} cannot be restored: {e}; nothing was changed (`rewindfs fsck` checks the whole store)",
+        String::from_utf8_lossy(path)
+    ))
+}
+
 /// Actor bits whose changes a scope restores (for agent/all).
 fn inside(scope: Scope) -> u8 {
     match scope {

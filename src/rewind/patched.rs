@@ -42,6 +42,12 @@ impl Engine {
         c: &Capture,
         at: &[u8],
     ) -> Result<PreImage, RewindError> {
+        // A saved range or base that is missing or corrupt stops the plan, naming where.
+        let unusable_here = |e: io::Error| {
+            let cp = self.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
+            let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
+            super::unusable(&c.path, &cp, e)
+        };
         let mut layers = Vec::new();
         let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
         let base = loop {
@@ -52,7 +58,7 @@ impl Engine {
             });
             match hist.lineage_from(&cur_at, (cur.id, 0)) {
                 Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
-                Lineage::Pre(p) => break self.blob_base(&p)?,
+                Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable_here)?,
                 Lineage::Current(now) => {
                     let rel = Path::new(OsStr::from_bytes(&now));
                     break match sys::open_beneath(
@@ -77,7 +83,7 @@ impl Engine {
             base,
             pos: 0,
         };
-        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
         self.scratch
             .lock()
             .unwrap()
@@ -94,8 +100,8 @@ impl Engine {
     /// file, or nothing (zeros) for an absent path, a directory or the empty blob.
     fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
         Ok(match (&p.kind, &p.blob) {
-            (Kind::File, Some(h)) => match self.store.blobs.open_blob(h)? {
-                Some(f) => Base::File(f),
+            (Kind::File, Some(h)) => match self.store.blobs.open_verified(h)? {
+                Some(b) => Base::Blob(b),
                 None => Base::None, // the empty blob
             },
             _ => Base::None,
@@ -107,8 +113,10 @@ impl Engine {
 enum Base {
     /// No file: zeros.
     None,
-    /// An open file (a blob, or the file as it is now).
+    /// The file as it is now.
     File(std::fs::File),
+    /// A blob, verified once read to its end (see [`crate::store::blobs::BlobReader`]).
+    Blob(crate::store::blobs::BlobReader),
 }
 
 /// One range pre-image in a chain of them (see [`Patched`]): the bytes it saved and the size
@@ -139,7 +147,7 @@ impl Patched<'_> {
         let r = &layer.ranges[i];
         if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
             let data = match &r.content {
-                crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                crate::store::RangeContent::Blob(h) => self.store.blobs.read_verified(h)?,
                 crate::store::RangeContent::Inline(d) => d.clone(),
             };
             if data.len() as u64 != r.length {
@@ -165,9 +173,9 @@ impl Patched<'_> {
     }
 
     /// Reads from the base at `pos`, up to `end`; zero past its end.
-    fn read_base(&self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+    fn read_base(&mut self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
         let n = (end - self.pos) as usize;
-        let got = match &self.base {
+        let got = match &mut self.base {
             Base::File(f) => {
                 use std::os::unix::fs::FileExt;
                 let mut k = 0;
@@ -177,6 +185,16 @@ impl Patched<'_> {
                         Ok(m) => k += m,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(e),
+                    }
+                }
+                k
+            }
+            Base::Blob(b) => {
+                let mut k = 0;
+                while k < n {
+                    match b.read_at(&mut buf[k..n], self.pos + k as u64)? {
+                        0 => break,
+                        m => k += m,
                     }
                 }
                 k
@@ -192,6 +210,10 @@ impl io::Read for Patched<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let size = self.layers.first().map_or(0, |l| l.size);
         if self.pos >= size || buf.is_empty() {
+            if let Base::Blob(b) = &mut self.base {
+                // Not a byte of it is used unless all of it hashes to its name.
+                b.finish()?;
+            }
             return Ok(0);
         }
         // This read stops before the first place where the layer that answers changes.

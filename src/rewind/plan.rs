@@ -63,7 +63,7 @@ impl Engine {
             }
         };
         out.conflicts.sort();
-        self.keep_differing(wanted, &mut out)?;
+        self.keep_differing(wanted, &req.user_message_id, &mut out)?;
         out.files_changed.sort();
         refuse_on_conflicts(req, &mut out);
         Ok(out)
@@ -243,13 +243,23 @@ impl Engine {
 
     /// Keeps, of the wanted states, those that differ from the present, as the outcome's
     /// targets, and counts the lines they add and remove.
-    fn keep_differing(&self, wanted: Wanted, out: &mut Outcome) -> Result<(), RewindError> {
+    fn keep_differing(
+        &self,
+        wanted: Wanted,
+        req_uuid: &str,
+        out: &mut Outcome,
+    ) -> Result<(), RewindError> {
         let root = self.root();
         for (p, target) in wanted {
             let rel = Path::new(OsStr::from_bytes(&p));
             let now = now_state(root, rel)?;
             let new_content = match (&target.kind, &target.blob) {
-                (Kind::File, Some(b)) => Some(self.store.blobs.read(b)?),
+                (Kind::File, Some(b)) => Some(
+                    self.store
+                        .blobs
+                        .read_verified(b)
+                        .map_err(|e| super::unusable(&p, req_uuid, e))?,
+                ),
                 (Kind::File, None) => Some(Vec::new()),
                 _ => None,
             };

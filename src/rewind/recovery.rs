@@ -42,7 +42,9 @@ impl Engine {
             state: RewindState::Applying,
             plan,
         })?;
-        apply_plan(&self.recorder, &self.store, targets, id)?;
+        apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
+            RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
+        })?;
         self.store.set_rewind_state(id, RewindState::Done)?;
         Ok(())
     }

@@ -20,7 +20,8 @@
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
 //! `changes.rs` and `rewinds.rs` the queries, by table; `blobs.rs` the blob directory;
-//! `gc.rs` retention; `fsck.rs` the read-only check.
+//! `gc.rs` retention; `fsck.rs` the read-only check; `private.rs` who may use the store, and
+//! the modes of what it creates.
 //!
 //! Invariants:
 //! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
@@ -30,7 +31,10 @@
 //!   runs; only checkpoint rows bypass the journal, and need nothing in it (`checkpoints.rs`);
 //! - one connection behind a mutex, held for one statement or transaction; lock order
 //!   `applying` → `conn` → `pending`, and no change waits for SQLite (`apply.rs`);
-//! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`).
+//! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`);
+//! - the store is private: directories 0700, files 0600 (blobs 0400) whatever the umask, and
+//!   another user's store is refused (`private.rs`); what a rewind reads of a blob is checked
+//!   against its hash first (`blobs.rs`).
 
 mod apply;
 pub mod blobs;
@@ -44,6 +48,7 @@ pub mod journal;
 pub mod layout;
 mod migrate;
 mod model;
+pub mod private;
 mod rewinds;
 mod sql;
 mod time;
@@ -88,8 +93,18 @@ impl Store {
     /// # Errors
     /// [`StoreError::TooNew`] for a store written by a newer rewindfs; SQLite and I/O errors.
     pub fn open(dir: &Path, sync: bool) -> Result<Store> {
-        std::fs::create_dir_all(dir)?;
+        private::create_dir(dir)?;
         let db = dir.join(layout::DB);
+        // Created here, 0600, rather than by SQLite (0644 under the daemon's empty umask); SQLite
+        // gives the -wal and -shm files the database's mode.
+        drop(private::open_file(
+            &db,
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )?);
         let mut conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Room for every statement the journal's applier and gc run per row (the default 16

@@ -478,7 +478,7 @@ pub struct Move {
 }
 
 /// A change-log entry.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogEntry {
     pub seq: i64,
     pub at: i64,

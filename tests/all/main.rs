@@ -15,6 +15,7 @@ mod messages;
 mod model;
 mod nonroot;
 mod posix;
+mod privacy;
 mod protocol;
 mod retention;
 mod rewind;
