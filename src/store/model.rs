@@ -417,6 +417,32 @@ pub struct PlanTarget {
     pub target: Option<Vec<u8>>,
     /// A special file's device number.
     pub rdev: u64,
+    /// How the state is put in place. Plans journalled before this field existed read as
+    /// [`Apply::Replace`], which is how they were applied.
+    #[serde(default, skip_serializing_if = "Apply::is_replace")]
+    pub apply: Apply,
+}
+
+/// How a plan's target is put in place (`rewinds.plan`, field `apply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Apply {
+    /// Written beside the path and exchanged with it (atomic per path; a new inode): scopes
+    /// `agent` and `all`, undo. Applied in passes (removals, directories, entries, modes).
+    #[default]
+    Replace,
+    /// As the SDK's own rewind does it (scope `tool`): a file rewritten in place (same inode:
+    /// truncated, written, its mode set), or unlinked when its target is absent; one path after
+    /// the other in plan order, each skipped if it is no longer a regular file with one link
+    /// under real directories. Not atomic: recovery writes it again.
+    InPlace,
+}
+
+impl Apply {
+    /// The default, left out of the journalled JSON.
+    pub fn is_replace(&self) -> bool {
+        *self == Apply::Replace
+    }
 }
 
 impl PlanTarget {

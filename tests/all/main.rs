@@ -17,6 +17,8 @@ mod posix;
 mod protocol;
 mod retention;
 mod rewind;
+mod sdk_rewind;
+mod sdk_scenarios;
 mod transport;
 mod unprotected;
 mod workloads;
