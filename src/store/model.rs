@@ -531,3 +531,25 @@ pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::E
         .map(|u| u.hyphenated().to_string())
         .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Apply, Kind, PlanTarget};
+
+    /// A plan journalled before `apply` existed (as a crash may leave one for a newer build to
+    /// finish) reads as `replace`, the way it was applied; `replace` is left out of new plans,
+    /// so their JSON is what it was, and `in_place` round-trips.
+    #[test]
+    fn plans_without_apply_read_as_replace_and_in_place_round_trips() {
+        let old = r#"[{"path":[97],"kind":"file","blob":"ab","mode":33188,"uid":0,"gid":0,"target":null,"rdev":0}]"#;
+        let plan = PlanTarget::parse_plan(old).unwrap();
+        assert_eq!(plan[0].apply, Apply::Replace);
+        assert_eq!(plan[0].kind, Kind::File);
+        assert_eq!(serde_json::to_string(&plan).unwrap(), old);
+        let mut t = plan[0].clone();
+        t.apply = Apply::InPlace;
+        let json = serde_json::to_string(&[t.clone()]).unwrap();
+        assert!(json.contains(r#""apply":"in_place""#), "{json}");
+        assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t]);
+    }
+}
