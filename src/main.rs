@@ -666,7 +666,12 @@ fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
         }
     }
     if r.skipped_links > 0 {
-        println!("skipped {} symlink(s)", r.skipped_links);
+        let verb = if dry_run { "would skip" } else { "skipped" };
+        println!(
+            "{verb} {} path(s) as the SDK does: a symlink, not a regular file, hard linked, or \
+             beneath a symlink or a non-directory",
+            r.skipped_links
+        );
     }
     if let Some(o) = &r.omitted {
         let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();

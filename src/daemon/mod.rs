@@ -183,7 +183,9 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         core: core.clone(),
         dir: cfg.dir.clone(),
     });
-    let engine = Arc::new(Engine::new(recorder.clone(), store, kernel.clone()));
+    let engine = Arc::new(
+        Engine::new(recorder.clone(), store, kernel.clone()).with_workspace(cfg.dir.clone()),
+    );
     let recovered = engine
         .recover()
         .map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;

@@ -9,6 +9,8 @@
 //! - `patched.rs`: completing a range pre-image (the range-chain reader);
 //! - `filter.rs`: which paths a request names;
 //! - `plan.rs`: planning — which paths change, and to what;
+//! - `tool.rs`: scope `tool`, the SDK's own rewind path by path (its answers, its skips, its
+//!   test of what differs);
 //! - `apply.rs`: applying a plan to the tree;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `diff.rs`: the diff text and the line counts.
@@ -22,9 +24,9 @@
 //! **Applying.** Every target is first made self-contained (a pre-image with its content in a
 //! blob), journalled as the rewind's plan, and each path's current state is captured under the
 //! rewind's own checkpoint before it is overwritten — so a rewind can be undone, and a crash
-//! in the middle is finished at the next mount. Files are written beside and exchanged with
-//! the current ones (atomic per file); writers through the mount are held off for the whole
-//! rewind.
+//! in the middle is finished at the next mount. Scopes `agent` and `all` write files beside the
+//! current ones and exchange them (atomic per file); scope `tool` rewrites them in place (same
+//! inode), as the SDK does. Writers through the mount are held off for the whole rewind.
 //!
 //! # Invariants
 //! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
@@ -46,6 +48,7 @@ mod patched;
 mod plan;
 mod recovery;
 mod session;
+mod tool;
 
 use std::ffi::OsStr;
 use std::io;
@@ -61,7 +64,7 @@ pub use self::omitted::Omitted;
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
-use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
+use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
 
 /// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
 /// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
@@ -165,6 +168,7 @@ impl Target {
             gid: pre.gid,
             target: pre.target.clone(),
             rdev: if pre.kind == Kind::Other { pre.size } else { 0 },
+            apply: Apply::Replace,
         }
     }
 
@@ -185,22 +189,49 @@ pub struct Outcome {
     pub can_rewind: bool,
     /// Why it cannot.
     pub error: Option<String>,
-    /// Workspace-relative paths the rewind changes, sorted.
+    /// Workspace-relative paths the rewind changes (a real rewind: changed). Scope `tool`: a
+    /// dry run's are the SDK's list, in tracked order (see `tool.rs`); a real rewind's, the
+    /// paths it changed, in the order it changed them. Other scopes: sorted.
     pub files_changed: Vec<String>,
-    /// Lines the rewind adds, current → target (0 for binary content).
+    /// Lines the rewind adds to those paths, current → target, counted as the SDK counts
+    /// them (binary content too).
     pub insertions: u64,
     /// Lines the rewind removes.
     pub deletions: u64,
     /// Paths changed by the agent and by someone else since the checkpoint, sorted.
     pub conflicts: Vec<String>,
-    /// Symlinks the `tool` scope left alone.
+    /// Paths the `tool` scope leaves alone, as the SDK does (a symlink, not a regular file, hard
+    /// linked, beneath a symlink or a non-directory); a dry run counts those it would.
     pub skipped_links: u64,
     /// The id of the rewind applied (or, for an undo, undone).
     pub rewind_id: Option<String>,
-    /// What the rewind sets each changed path to, in path order.
+    /// What the rewind sets each changed path to: in path order, or (scope `tool`) in
+    /// tracked order.
     pub targets: Vec<Target>,
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
+    /// The lines each target adds and removes (parallel to `targets`).
+    pub(super) lines: Vec<(u64, u64)>,
+}
+
+impl Outcome {
+    /// After a tool-scope rewind is applied: the paths it changed, their lines, and the ones it
+    /// skipped after all (made unsafe by its own earlier steps).
+    fn settle(&mut self, applied: &apply::Applied) {
+        self.files_changed.clear();
+        self.insertions = 0;
+        self.deletions = 0;
+        for (t, (i, d)) in self.targets.iter().zip(&self.lines) {
+            if applied.untouched.contains(&t.path) {
+                continue;
+            }
+            self.files_changed
+                .push(String::from_utf8_lossy(&t.path).into_owned());
+            self.insertions += i;
+            self.deletions += d;
+        }
+        self.skipped_links += applied.skipped.len() as u64;
+    }
 }
 
 /// The kernel side of a rewind: flush what the kernel still holds, and invalidate what it
@@ -228,6 +259,9 @@ pub struct Engine {
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
     scratch: Mutex<Vec<BlobRef>>,
+    /// The workspace's absolute path (the mount is in place): the tool scope follows an
+    /// absolute symlink into it as the SDK would (see `tool.rs`). Set once, at start.
+    workspace: Option<PathBuf>,
 }
 
 impl Engine {
@@ -239,7 +273,15 @@ impl Engine {
             kernel,
             apply: Mutex::new(()),
             scratch: Mutex::default(),
+            workspace: None,
         }
+    }
+
+    /// The same engine, told the workspace's absolute path (the mount point).
+    #[must_use]
+    pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
+        self.workspace = Some(dir);
+        self
     }
 
     /// The workspace's root fd, which every path is resolved beneath.
@@ -292,13 +334,25 @@ impl Engine {
             let applied =
                 self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out.targets);
             self.discard();
-            applied?;
             changed = out
                 .targets
                 .iter()
                 .map(|t| t.rel().to_path_buf())
                 .collect::<Vec<_>>();
+            // Failed or not, the kernel hears of what may have changed: a failure part-way
+            // leaves some paths done (and a file restored in place maybe cut short).
             self.kernel.replaced(&changed);
+            let applied = match applied {
+                Ok(a) => a,
+                Err(e) => {
+                    drop(_gate);
+                    self.kernel.invalidate(&changed);
+                    return Err(e);
+                }
+            };
+            if req.scope == Scope::Tool {
+                out.settle(&applied);
+            }
             t3 = t0.elapsed();
             out.rewind_id = Some(id);
             out
@@ -434,15 +488,20 @@ impl Engine {
             let id = uuid::Uuid::new_v4().to_string();
             let applied = self.apply_targets(&id, &last.id, RewindScope::Undo, &out.targets);
             self.discard();
-            applied?;
-            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
-            out.rewind_id = Some(last.id.clone());
             let changed = out
                 .targets
                 .iter()
                 .map(|t| t.rel().to_path_buf())
                 .collect::<Vec<_>>();
+            // As for a rewind: the kernel hears of a failure part-way too.
             self.kernel.replaced(&changed);
+            if let Err(e) = applied {
+                drop(_gate);
+                self.kernel.invalidate(&changed);
+                return Err(e);
+            }
+            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
+            out.rewind_id = Some(last.id.clone());
             (out, changed)
         };
         self.kernel.invalidate(&changed);

@@ -1,10 +1,11 @@
 //! Planning a rewind: which paths it changes, and to what.
 //!
-//! [`Engine::plan`] runs in named steps: the state wanted for each path the scope covers
-//! ([`Engine::wanted_by_tool`] for `tool`, [`Engine::wanted_by_actors`] for `agent` and
-//! `all`; design.md §2), then only the paths whose wanted state differs from the present
-//! become targets, with their line counts ([`Engine::keep_differing`]), then an `agent`
-//! rewind over someone else's changes is refused unless forced ([`refuse_on_conflicts`]).
+//! [`Engine::plan`] runs in named steps. Scope `tool` is the SDK's own rewind, path by path
+//! ([`Engine::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (design.md §2): the state
+//! wanted for each path the scope covers ([`Engine::wanted_by_actors`]), then only the paths
+//! whose wanted state differs from the present become targets, with their line counts
+//! ([`Engine::keep_differing`]), then an `agent` rewind over someone else's changes is refused
+//! unless forced ([`refuse_on_conflicts`]).
 //!
 //! Invariants:
 //! - Planning never changes the tree; it only writes blobs. A real rewind plans under the
@@ -13,8 +14,8 @@
 //!   completed from range pre-images is stored as a blob, and a file target always names a
 //!   blob (the empty one for an empty file), so applying a plan never reads the tree it
 //!   rewrites. Blobs put together for a plan go on the engine's scratch list, for `discard`.
-//! - Every target differs from the present; targets are in path order, and the outcome's
-//!   `files_changed` and `conflicts` are sorted.
+//! - Scopes `agent` and `all`: every target differs from the present; targets are in path
+//!   order, and the outcome's `files_changed` and `conflicts` are sorted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -31,7 +32,7 @@ use super::history::{History, Lineage, rebase, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
-use crate::store::{Actor, Kind, PreImage, Tracked};
+use crate::store::{Actor, Kind, PreImage};
 use crate::sys;
 
 /// Path → the state the rewind should give it, in path order.
@@ -56,93 +57,18 @@ impl Engine {
             can_rewind: true,
             ..Default::default()
         };
-        let wanted = match req.scope {
-            Scope::Tool => self.wanted_by_tool(c, session, &hist, filter, &mut out)?,
+        match req.scope {
+            Scope::Tool => self.plan_tool(c, session, &hist, filter, req.dry_run, &mut out)?,
             Scope::Agent | Scope::All => {
-                self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?
+                let wanted =
+                    self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?;
+                self.keep_differing(wanted, &req.user_message_id, &mut out)?;
+                out.files_changed.sort();
             }
-        };
+        }
         out.conflicts.sort();
-        self.keep_differing(wanted, &req.user_message_id, &mut out)?;
-        out.files_changed.sort();
         refuse_on_conflicts(req, &mut out);
         Ok(out)
-    }
-
-    /// Scope `tool`: the regular files a tool changed in the session, each to the state
-    /// [`Engine::tool_target`] names. Symlinks are skipped and counted; directories and
-    /// special files are left alone; a file someone outside the agent also changed is listed
-    /// as a conflict (reported, never refused: the SDK's behaviour).
-    fn wanted_by_tool(
-        &self,
-        c: i64,
-        session: Option<&str>,
-        hist: &History,
-        filter: &Filter,
-        out: &mut Outcome,
-    ) -> Result<Wanted, RewindError> {
-        let session = session
-            .map(str::to_string)
-            .or_else(|| self.recorder.current().2);
-        let tracked = match &session {
-            Some(s) => self.store.tracked(s)?,
-            None => Vec::new(),
-        };
-        let root = self.root();
-        let mut wanted = Wanted::new();
-        for t in tracked {
-            if !filter.matches(&t.path) {
-                continue;
-            }
-            let Some(target) = self.tool_target(c, hist, &t)? else {
-                continue;
-            };
-            let rel = Path::new(OsStr::from_bytes(&t.path));
-            let now = now_state(root, rel)?;
-            if target.kind == Kind::Symlink || now.kind == Kind::Symlink {
-                out.skipped_links += 1;
-                continue;
-            }
-            // Files only: directories and special files are left alone.
-            if !matches!(target.kind, Kind::File | Kind::Absent)
-                || !matches!(now.kind, Kind::File | Kind::Absent)
-            {
-                continue;
-            }
-            if hist.actors(&t.path) & Actor::External.bit() != 0 {
-                out.conflicts
-                    .push(String::from_utf8_lossy(&t.path).into_owned());
-            }
-            wanted.insert(t.path.clone(), target);
-        }
-        Ok(wanted)
-    }
-
-    /// The state a tracked file goes back to (`None`: leave it): first changed by a tool
-    /// before checkpoint `c` began, its state at `c`'s start; otherwise its state just before
-    /// that first tool change (design.md §2), completed if only its ranges were saved.
-    fn tool_target(
-        &self,
-        c: i64,
-        hist: &History,
-        t: &Tracked,
-    ) -> Result<Option<PreImage>, RewindError> {
-        if t.checkpoint < c {
-            return self.state_of(hist, hist.lineage(&t.path), &t.path);
-        }
-        Ok(
-            match t
-                .capture
-                .and_then(|id| self.store.capture_by_id(id).ok().flatten())
-            {
-                Some(cap) if cap.pre.partial => {
-                    let path = cap.path.clone();
-                    Some(self.materialize(hist, &cap, &path)?)
-                }
-                Some(cap) => Some(cap.pre),
-                None => None,
-            },
-        )
     }
 
     /// Scopes `agent` and `all`: every path an actor inside the scope changed since the
@@ -222,7 +148,7 @@ impl Engine {
     /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
     /// state is self-contained: content found elsewhere in the tree, or completed from a range
     /// pre-image, is stored as a blob, so the plan does not depend on the tree it rewrites.
-    fn state_of(
+    pub(super) fn state_of(
         &self,
         hist: &History,
         lin: Lineage,
@@ -273,6 +199,7 @@ impl Engine {
             out.deletions += d;
             out.files_changed
                 .push(String::from_utf8_lossy(&p).into_owned());
+            out.lines.push((i, d));
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));

@@ -10,13 +10,16 @@
 //! Invariants:
 //! - The plan is journalled before the first change to the tree, never after.
 //! - A plan can be applied again over a tree it left half done: a path already in its
-//!   target state is set to the same state again, and a temp file is named after the rewind,
-//!   so a second attempt replaces the first one's.
+//!   target state is set to the same state again, a temp file is named after the rewind, so a
+//!   second attempt replaces the first one's, and a file restored in place (scope `tool`: not
+//!   atomic, possibly left truncated) is written again in full. What a target does is decided
+//!   when it is planned and journalled with it (`apply`), so recovery does the same, only
+//!   checking again that each in-place path is still safe to touch.
 //! - The blobs a plan names outlive it while it is 'applying': `discard` and gc keep them
 //!   (gc reads the plan's `blob` fields, see [`Target`]); once it is done they go unless a
 //!   capture or another unfinished plan names them.
 
-use super::apply::apply_plan;
+use super::apply::{Applied, apply_plan};
 use super::{Engine, RewindError, Target};
 use crate::store::{CheckpointKind, RewindScope, RewindState};
 
@@ -30,7 +33,7 @@ impl Engine {
         target_uuid: &str,
         scope: RewindScope,
         targets: &[Target],
-    ) -> Result<(), RewindError> {
+    ) -> Result<Applied, RewindError> {
         let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
         let plan =
             serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
@@ -42,11 +45,11 @@ impl Engine {
             state: RewindState::Applying,
             plan,
         })?;
-        apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
+        let applied = apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
             RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
         })?;
         self.store.set_rewind_state(id, RewindState::Done)?;
-        Ok(())
+        Ok(applied)
     }
 
     /// Finishes rewinds a crash interrupted (called at mount, before serving), and returns

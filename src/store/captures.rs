@@ -134,11 +134,15 @@ impl Store {
         .map(|_| ())
     }
 
-    /// Every tracked path of a session (to rebuild the in-memory set at mount).
+    /// Every tracked path of a session, in the order a tool first changed each (the order the
+    /// SDK's `trackedFiles` keeps, which its rewind answers in): by the capture taken at that
+    /// change (ids are handed out in the order changes happen), then by row for a row whose
+    /// capture is gone.
     pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
         self.with(|c| {
             let mut st = c.prepare(
-                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 ORDER BY path",
+                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1
+                 ORDER BY capture IS NULL, capture, rowid",
             )?;
             let rows = st.query_map([session], |r| {
                 Ok(Tracked {
@@ -148,6 +152,17 @@ impl Store {
                 })
             })?;
             rows.collect()
+        })
+    }
+
+    /// The last checkpoint before `before` in which `path` was captured (changed), if any.
+    pub fn last_captured_before(&self, path: &[u8], before: i64) -> Result<Option<i64>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT max(checkpoint) FROM captures WHERE path = ?1 AND checkpoint < ?2",
+                rusqlite::params![path, before],
+                |r| r.get(0),
+            )
         })
     }
 

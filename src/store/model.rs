@@ -418,6 +418,32 @@ pub struct PlanTarget {
     pub target: Option<Vec<u8>>,
     /// A special file's device number.
     pub rdev: u64,
+    /// How the state is put in place. Plans journalled before this field existed read as
+    /// [`Apply::Replace`], which is how they were applied.
+    #[serde(default, skip_serializing_if = "Apply::is_replace")]
+    pub apply: Apply,
+}
+
+/// How a plan's target is put in place (`rewinds.plan`, field `apply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Apply {
+    /// Written beside the path and exchanged with it (atomic per path; a new inode): scopes
+    /// `agent` and `all`, undo. Applied in passes (removals, directories, entries, modes).
+    #[default]
+    Replace,
+    /// As the SDK's own rewind does it (scope `tool`): a file rewritten in place (same inode:
+    /// truncated, written, its mode set), or unlinked when its target is absent; one path after
+    /// the other in plan order, each skipped if it is no longer a regular file with one link
+    /// under real directories. Not atomic: recovery writes it again.
+    InPlace,
+}
+
+impl Apply {
+    /// The default, left out of the journalled JSON.
+    pub fn is_replace(&self) -> bool {
+        *self == Apply::Replace
+    }
 }
 
 impl PlanTarget {
@@ -582,9 +608,31 @@ mod tests {
                 gid: 0,
                 target: None,
                 rdev: 0,
+                apply: Apply::Replace,
             };
             let json = serde_json::to_string(std::slice::from_ref(&t)).unwrap();
             assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
         }
+    }
+
+    /// A plan journalled before `apply` existed (as a crash may leave one for a newer build to
+    /// finish) reads as `replace`, the way it was applied; `replace` is left out of new plans,
+    /// so their JSON is what it was, and `in_place` round-trips.
+    #[test]
+    fn plans_without_apply_read_as_replace_and_in_place_round_trips() {
+        let old = r#"[{"path":[97],"kind":"file","blob":"ab","mode":33188,"uid":0,"gid":0,"target":null,"rdev":0}]"#;
+        let plan = PlanTarget::parse_plan(old).unwrap();
+        assert_eq!(plan[0].apply, Apply::Replace);
+        assert_eq!(plan[0].kind, Kind::File);
+        // Written again, the path is a string (smaller) and nothing else changes.
+        assert_eq!(
+            serde_json::to_string(&plan).unwrap(),
+            old.replace("[97]", "\"a\"")
+        );
+        let mut t = plan[0].clone();
+        t.apply = Apply::InPlace;
+        let json = serde_json::to_string(&[t.clone()]).unwrap();
+        assert!(json.contains(r#""apply":"in_place""#), "{json}");
+        assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t]);
     }
 }

@@ -19,6 +19,8 @@ mod privacy;
 mod protocol;
 mod retention;
 mod rewind;
+mod sdk_rewind;
+mod sdk_scenarios;
 mod sessions;
 mod transport;
 mod unprotected;
