@@ -5,9 +5,9 @@
 //! first (so a read-only directory is filled before it is closed).
 //!
 //! Invariants:
-//! - What a pass is about to overwrite, remove or create is captured first, under the
-//!   rewind's own checkpoint (`capture_for_rewind`, `capture_for_replace`), so the rewind can
-//!   be undone.
+//! - What a pass is about to overwrite, remove or create, and a directory whose mode or owner
+//!   it is about to set, is captured first, under the rewind's own checkpoint
+//!   (`capture_for_rewind`, `capture_for_replace`), so the rewind can be undone exactly.
 //! - A file, symlink or special file is written under a temp name beside it and exchanged
 //!   into place: a reader sees the old state or the new one, never a mix.
 //! - Applying can be repeated over a tree it left half done: a path already in its target
@@ -53,7 +53,7 @@ pub(super) fn apply_plan(
     make_dirs(rec, &order)?;
     write_entries(rec, store, &order, id)?;
     order.sort_by_key(|t| Reverse(depth(&t.path)));
-    set_dir_modes(rec.root(), &order)
+    set_dir_modes(rec, &order)
 }
 
 /// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
@@ -132,9 +132,13 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
 }
 
 /// Pass 4, deepest first: directory modes and owners, once nothing more is written into them.
-fn set_dir_modes(root: BorrowedFd<'_>, order: &[&Target]) -> io::Result<()> {
+/// A directory that was already there is captured first (one made in pass 2 was captured as
+/// absent then): without it, an undo would not know the mode and owner it had.
+fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
+    let root = rec.root();
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
+        rec.capture_for_rewind(rel)?;
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }

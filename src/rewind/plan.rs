@@ -312,6 +312,8 @@ fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
 pub(super) struct Now {
     pub(super) kind: Kind,
     pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
     pub(super) content: Option<Vec<u8>>,
     pub(super) target: Option<Vec<u8>>,
 }
@@ -323,6 +325,8 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             return Ok(Now {
                 kind: Kind::Absent,
                 mode: 0,
+                uid: 0,
+                gid: 0,
                 content: None,
                 target: None,
             });
@@ -338,6 +342,8 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             Now {
                 kind: Kind::File,
                 mode: st.st_mode,
+                uid: st.st_uid,
+                gid: st.st_gid,
                 content: Some(buf),
                 target: None,
             }
@@ -345,18 +351,24 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
         libc::S_IFDIR => Now {
             kind: Kind::Dir,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
             content: None,
             target: None,
         },
         libc::S_IFLNK => Now {
             kind: Kind::Symlink,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
             content: None,
             target: Some(sys::readlinkat(root, rel)?.as_bytes().to_vec()),
         },
         _ => Now {
             kind: Kind::Other,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
             content: None,
             target: None,
         },
@@ -365,13 +377,17 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
 
 impl Now {
     /// Whether a rewind to `target` (a file's bytes in `new_content`) would change this: the
-    /// kind, the permission bits (not a symlink's, which mean nothing), a file's bytes or a
-    /// symlink's target.
+    /// kind, the permission bits (not a symlink's, which mean nothing), the owner (only when
+    /// the daemon runs as root, the only case in which a rewind restores it), a file's bytes
+    /// or a symlink's target.
     fn differs_from(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> bool {
         self.kind != target.kind
             || (target.kind != Kind::Absent
                 && self.mode & 0o7777 != target.mode & 0o7777
                 && target.kind != Kind::Symlink)
+            || (target.kind != Kind::Absent
+                && sys::geteuid() == 0
+                && (self.uid, self.gid) != (target.uid, target.gid))
             || (target.kind == Kind::File && self.content != *new_content)
             || (target.kind == Kind::Symlink && self.target != target.target)
     }

@@ -19,6 +19,7 @@ mod protocol;
 mod retention;
 mod rewind;
 mod transport;
+mod undo;
 mod unprotected;
 mod workloads;
 
