@@ -17,7 +17,8 @@
 //! - The caller holds the capture gate (or runs before the mount serves): nothing else
 //!   changes the tree between the passes.
 //! - Owners are restored only when the daemon runs as root; elsewhere a chown could only
-//!   fail, and the rewind does not fail for it.
+//!   fail, and the rewind does not fail for it. Extended attributes are given exactly as
+//!   recorded (see `attrs.rs` for which), after the owner and before the mode.
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -29,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
 
-use super::Target;
+use super::{Target, attrs};
 use crate::capture::Recorder;
 use crate::store::{Kind, Store};
 use crate::sys;
@@ -131,7 +132,8 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
     Ok(())
 }
 
-/// Pass 4, deepest first: directory modes and owners, once nothing more is written into them.
+/// Pass 4, deepest first: directory modes, owners and extended attributes, once nothing more
+/// is written into them.
 /// A directory that was already there is captured first (one made in pass 2 was captured as
 /// absent then): without it, an undo would not know the mode and owner it had.
 fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
@@ -142,6 +144,8 @@ fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }
+        // After the owner (a chown drops some), before the mode (an ACL sets group bits).
+        attrs::restore_at(root, rel, t.xattrs.as_ref());
         sys::chmodat(root, rel, t.mode & 0o7777)?;
     }
     Ok(())
@@ -251,6 +255,8 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                     Some(rustix::fs::Gid::from_raw(t.gid)),
                 );
             }
+            // After the owner (a chown drops security.capability), before the mode.
+            attrs::restore(fd.as_fd(), tmp, t.xattrs.as_ref());
             sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
         }
         Kind::Symlink => {
@@ -267,6 +273,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
             if sys::geteuid() == 0 {
                 let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
             }
+            attrs::restore_at(root, tmp, t.xattrs.as_ref());
             sys::chmodat(root, tmp, t.mode & 0o7777)?;
         }
     }

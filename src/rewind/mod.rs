@@ -10,6 +10,7 @@
 //! - `filter.rs`: which paths a request names;
 //! - `plan.rs`: planning — which paths change, and to what;
 //! - `apply.rs`: applying a plan to the tree;
+//! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `diff.rs`: the diff text and the line counts.
 //!
@@ -38,6 +39,7 @@
 //!   (`Engine::discard`).
 
 mod apply;
+mod attrs;
 mod diff;
 mod filter;
 mod history;
@@ -156,6 +158,7 @@ impl Target {
             gid: pre.gid,
             target: pre.target.clone(),
             rdev: if pre.kind == Kind::Other { pre.size } else { 0 },
+            xattrs: pre.xattrs.clone(),
         }
     }
 

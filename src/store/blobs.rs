@@ -103,6 +103,7 @@ impl Adopted {
             size: self.size,
             target: None,
             partial: false,
+            xattrs: None,
         }
     }
 }

@@ -62,7 +62,7 @@ use self::migrate::migrate;
 pub use self::model::{
     Actor, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry, Move,
     Op, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow, RewindScope,
-    RewindState, Scope, Tracked, message_id, normalize_message_id,
+    RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
 };
 pub use self::time::{now_ms, rfc3339};
 

@@ -72,6 +72,11 @@ fn xattrs(p: &Path) -> Vec<String> {
     out
 }
 
+fn setxattr(p: &Path, name: &str, value: &str) {
+    rustix::fs::lsetxattr(p, name, value.as_bytes(), rustix::fs::XattrFlags::empty())
+        .unwrap_or_else(|e| panic!("setxattr {} {name}: {e}", p.display()));
+}
+
 fn undo(a: &mut Agent) -> serde_json::Value {
     a.c.request("undo_rewind", json!({})).unwrap()
 }
@@ -112,6 +117,38 @@ fn owners_of_files_and_directories_come_back_on_rewind_and_on_undo() {
     let t1 = a.turn();
     let before = full_tree(&a.m.dir);
     a.bash("chown -R 65534:65534 d/0 && chown 65534 d/1 && chgrp 65534 d/2/sub2/f.txt");
+    let after = full_tree(&a.m.dir);
+    assert_ne!(after, before);
+    a.rewind(&t1, "all", false).unwrap();
+    assert_eq!(full_tree(&a.m.dir), before, "the rewind");
+    undo(&mut a);
+    assert_eq!(full_tree(&a.m.dir), after, "the undo");
+}
+
+/// Extended attributes (`user.*`, as `setfattr` sets them) of files and directories come back
+/// on a rewind and on its undo: set, changed and removed ones, on a file whose content
+/// changed in place, on one a tool replaced (a new inode, without them), and on a directory.
+#[test]
+fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo() {
+    require_fuse();
+    let mut a = Agent::new(|d| {
+        fs::create_dir_all(d.join("d/e")).unwrap();
+        for f in ["d/kept.txt", "d/appended.txt", "d/replaced.txt"] {
+            fs::write(d.join(f), "v1\n").unwrap();
+            setxattr(&d.join(f), "user.origin", f);
+        }
+        setxattr(&d.join("d/e"), "user.dir", "old");
+        setxattr(&d.join("d/e"), "user.gone", "soon");
+    });
+    let t1 = a.turn();
+    let before = full_tree(&a.m.dir);
+    setxattr(&a.m.p("d/kept.txt"), "user.origin", "changed");
+    setxattr(&a.m.p("d/kept.txt"), "user.added", "new");
+    a.bash("echo more >> d/appended.txt");
+    a.tool_write("d/replaced.txt", b"v2\n");
+    setxattr(&a.m.p("d/e"), "user.dir", "new");
+    rustix::fs::lremovexattr(a.m.p("d/e"), "user.gone").unwrap();
+    setxattr(&a.m.p("d"), "user.top", "t");
     let after = full_tree(&a.m.dir);
     assert_ne!(after, before);
     a.rewind(&t1, "all", false).unwrap();
