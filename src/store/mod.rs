@@ -64,6 +64,7 @@ pub use self::model::{
     Op, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow, RewindScope,
     RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
 };
+pub use self::rewinds::{Stack, Step};
 pub use self::time::{now_ms, rfc3339};
 
 /// An open store, shared by the daemon's threads; each method takes the locks it needs, in
