@@ -692,7 +692,7 @@ fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
     }
     if done {
         println!(
-            "{} more rewind(s) can be undone, {} redone",
+            "undo can go back {} more rewind(s), redo re-apply {}",
             r.undoable, r.redoable
         );
     }
