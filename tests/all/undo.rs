@@ -195,17 +195,17 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
     assert!(s0 != s1 && s1 != s2 && s0 != s2);
 
     let u = undo(&mut a);
-    assert_eq!(u["undone"], r2);
-    assert_eq!(u["rewoundTo"], json!(t1));
-    assert_eq!((&u["undoable"], &u["redoable"]), (&json!(1), &json!(1)));
     assert_eq!(full_tree(&a.m.dir), s1, "the first undo");
-    let u = undo(&mut a);
-    assert_eq!(u["undone"], r1);
+    let u2 = undo(&mut a);
     assert_eq!(
         full_tree(&a.m.dir),
         s0,
         "the second undo: before the first rewind"
     );
+    assert_eq!(u["undone"], r2);
+    assert_eq!(u["rewoundTo"], json!(t1));
+    assert_eq!((&u["undoable"], &u["redoable"]), (&json!(1), &json!(1)));
+    assert_eq!(u2["undone"], r1);
     let none =
         a.c.request("undo_rewind", json!({}))
             .unwrap_err()
@@ -323,6 +323,7 @@ fn undo_and_redo_never_clobber_a_change_made_since_unless_forced() {
     let dry =
         a.c.request("undo_rewind", json!({"dry_run": true}))
             .unwrap();
+    assert_eq!(full_tree(&a.m.dir), edited, "a dry run changes nothing");
     assert_eq!(dry["canRewind"], json!(false), "{dry}");
     assert_eq!(dry["undone"], rewind);
     assert_eq!(dry["conflicts"], json!([a.m.p("f.txt")]));
