@@ -9,9 +9,9 @@
 //! it is no longer safe to touch.
 //!
 //! Invariants:
-//! - What a pass is about to overwrite, remove or create is captured first, under the
-//!   rewind's own checkpoint (`capture_for_rewind`, `capture_for_replace`), so the rewind can
-//!   be undone.
+//! - What a pass is about to overwrite, remove or create, and a directory whose mode or owner
+//!   it is about to set, is captured first, under the rewind's own checkpoint
+//!   (`capture_for_rewind`, `capture_for_replace`), so the rewind can be undone exactly.
 //! - A replaced file, symlink or special file is written under a temp name beside it and
 //!   exchanged into place: a reader sees the old state or the new one, never a mix. An in-place
 //!   file keeps its inode and is not atomic: it is truncated, then written.
@@ -25,7 +25,8 @@
 //!   changes the tree between the passes.
 //! - Owners are restored only when the daemon runs as root; elsewhere a chown could only
 //!   fail, and the rewind does not fail for it. An in-place file keeps its owner (the SDK's
-//!   does); one it creates gets the target's.
+//!   does); one it creates gets the target's. Extended attributes are given exactly as
+//!   recorded (see `attrs.rs` for which), after the owner and before the mode.
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -37,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{OFlags, Stat};
 
-use super::Target;
+use super::{Target, attrs};
 use crate::capture::Recorder;
 use crate::store::{Apply, Kind, Store};
 use crate::sys;
@@ -74,7 +75,7 @@ pub(super) fn apply_plan(
         make_dirs(rec, &order)?;
         write_entries(rec, store, &order, id)?;
         order.sort_by_key(|t| Reverse(depth(&t.path)));
-        set_dir_modes(rec.root(), &order)?;
+        set_dir_modes(rec, &order)?;
     }
     apply_in_place(rec, store, &in_place)
 }
@@ -307,13 +308,20 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
     Ok(())
 }
 
-/// Pass 4, deepest first: directory modes and owners, once nothing more is written into them.
-fn set_dir_modes(root: BorrowedFd<'_>, order: &[&Target]) -> io::Result<()> {
+/// Pass 4, deepest first: directory modes, owners and extended attributes, once nothing more
+/// is written into them.
+/// A directory that was already there is captured first (one made in pass 2 was captured as
+/// absent then): without it, an undo would not know the mode and owner it had.
+fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
+    let root = rec.root();
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
+        rec.capture_for_rewind(rel)?;
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }
+        // After the owner (a chown drops some), before the mode (an ACL sets group bits).
+        attrs::restore_at(root, rel, t.xattrs.as_ref());
         sys::chmodat(root, rel, t.mode & 0o7777)?;
     }
     Ok(())
@@ -421,6 +429,8 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                     Some(rustix::fs::Gid::from_raw(t.gid)),
                 );
             }
+            // After the owner (a chown drops security.capability), before the mode.
+            attrs::restore(fd.as_fd(), tmp, t.xattrs.as_ref());
             sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
         }
         Kind::Symlink => {
@@ -437,6 +447,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
             if sys::geteuid() == 0 {
                 let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
             }
+            attrs::restore_at(root, tmp, t.xattrs.as_ref());
             sys::chmodat(root, tmp, t.mode & 0o7777)?;
         }
     }

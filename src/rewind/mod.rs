@@ -1,9 +1,9 @@
-//! Rewind: plan (dry run) and apply a rewind, undo the last one, diff, and finish one a crash
-//! interrupted.
+//! Rewind: plan (dry run) and apply a rewind, undo and redo rewinds (a stack), diff, and finish
+//! one a crash interrupted.
 //!
 //! # Layout
-//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `undo`, `gc`) with
-//!   the locking around them;
+//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `gc`) with the
+//!   locking around them;
 //! - `history.rs`: the history of a path through captures and renames (what it was at a
 //!   checkpoint);
 //! - `patched.rs`: completing a range pre-image (the range-chain reader);
@@ -12,7 +12,9 @@
 //! - `tool.rs`: scope `tool`, the SDK's own rewind path by path (its answers, its skips, its
 //!   test of what differs);
 //! - `apply.rs`: applying a plan to the tree;
+//! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
+//! - `stack.rs`: undo and redo, and their check for changes made since by others;
 //! - `diff.rs`: the diff text and the line counts.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
@@ -40,6 +42,7 @@
 //!   (`Engine::discard`).
 
 mod apply;
+mod attrs;
 mod diff;
 mod filter;
 mod history;
@@ -48,6 +51,7 @@ mod patched;
 mod plan;
 mod recovery;
 mod session;
+mod stack;
 mod tool;
 
 use std::ffi::OsStr;
@@ -62,9 +66,10 @@ use serde::{Deserialize, Serialize};
 use self::filter::Filter;
 pub use self::omitted::Omitted;
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
+pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
-use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
+use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, Store};
 
 /// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
 /// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
@@ -105,6 +110,17 @@ pub enum RewindError {
          you can rewind to (`rewindfs rewind UUID`)"
     )]
     NothingToUndo,
+    /// `redo` with no undone rewind left to redo.
+    #[error(
+        "there is no rewind to redo: nothing was undone since the last rewind (a new rewind \
+         clears what can be redone), or gc dropped what redoing it needs; `rewindfs list` shows \
+         the rewinds and what undo or redo does next"
+    )]
+    NothingToRedo,
+    /// An undo or redo refused: someone other than rewindfs changed what it would change (the
+    /// message names them, and says how to go on).
+    #[error("{0}")]
+    Conflicts(String),
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -169,6 +185,7 @@ impl Target {
             target: pre.target.clone(),
             rdev: if pre.kind == Kind::Other { pre.size } else { 0 },
             apply: Apply::Replace,
+            xattrs: pre.xattrs.clone(),
         }
     }
 
@@ -440,71 +457,5 @@ impl Engine {
             }
         }
         Ok(self.recorder.gc(policy, full, hold_from)?)
-    }
-
-    /// Undoes the last rewind that has not been undone: every path it captured under its own
-    /// checkpoint goes back to what it captured.
-    ///
-    /// # Errors
-    /// `Failed` when there is nothing to undo, and for store and file-system errors.
-    pub fn undo(&self) -> Result<Outcome, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(last) = self.store.last_done_rewind()? else {
-            return Err(RewindError::NothingToUndo);
-        };
-        let cp = self
-            .store
-            .checkpoint_by_seq(last.checkpoint)?
-            .ok_or(RewindError::NoCheckpoint)?;
-        let req = Request {
-            user_message_id: cp.uuid,
-            dry_run: false,
-            scope: Scope::All,
-            force: true,
-            paths: Vec::new(),
-            session_id: None,
-        };
-        // Exactly the paths the rewind touched: its targets, the parents it created and what it
-        // removed beneath them — every path it captured under its own checkpoint.
-        let touched = self
-            .store
-            .captures_in(last.checkpoint)?
-            .into_iter()
-            .filter(|c| c.actor == Actor::Rewind)
-            .map(|c| c.path)
-            .collect();
-        let filter = Filter::exactly(touched);
-        self.kernel.flush();
-        let (out, changed) = {
-            let _gate = self.recorder.exclusive();
-            let planned = self.plan(last.checkpoint, None, &req, &filter);
-            let mut out = match planned {
-                Ok(out) => out,
-                Err(e) => {
-                    self.discard();
-                    return Err(e);
-                }
-            };
-            let id = uuid::Uuid::new_v4().to_string();
-            let applied = self.apply_targets(&id, &last.id, RewindScope::Undo, &out.targets);
-            self.discard();
-            let changed = out
-                .targets
-                .iter()
-                .map(|t| t.rel().to_path_buf())
-                .collect::<Vec<_>>();
-            // As for a rewind: the kernel hears of a failure part-way too.
-            self.kernel.replaced(&changed);
-            if let Err(e) = applied {
-                drop(_gate);
-                self.kernel.invalidate(&changed);
-                return Err(e);
-            }
-            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
-            out.rewind_id = Some(last.id.clone());
-            (out, changed)
-        };
-        self.kernel.invalidate(&changed);
-        Ok(out)
     }
 }

@@ -26,13 +26,14 @@ use std::path::Path;
 
 use rustix::fs::OFlags;
 
+use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
-use crate::store::{Actor, Kind, PreImage};
+use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
 
 /// Path → the state the rewind should give it, in path order.
@@ -260,6 +261,10 @@ fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
 pub(super) struct Now {
     pub(super) kind: Kind,
     pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    /// Extended attributes (`None`: a symlink or absent, or they could not be read).
+    pub(super) xattrs: Option<Xattrs>,
     pub(super) content: Option<Vec<u8>>,
     pub(super) target: Option<Vec<u8>>,
 }
@@ -271,6 +276,9 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             return Ok(Now {
                 kind: Kind::Absent,
                 mode: 0,
+                uid: 0,
+                gid: 0,
+                xattrs: None,
                 content: None,
                 target: None,
             });
@@ -286,6 +294,9 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             Now {
                 kind: Kind::File,
                 mode: st.st_mode,
+                uid: st.st_uid,
+                gid: st.st_gid,
+                xattrs: attrs::read(fd.as_fd()),
                 content: Some(buf),
                 target: None,
             }
@@ -293,18 +304,27 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
         libc::S_IFDIR => Now {
             kind: Kind::Dir,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: attrs::read_at(root, rel),
             content: None,
             target: None,
         },
         libc::S_IFLNK => Now {
             kind: Kind::Symlink,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: None,
             content: None,
             target: Some(sys::readlinkat(root, rel)?.as_bytes().to_vec()),
         },
         _ => Now {
             kind: Kind::Other,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: attrs::read_at(root, rel),
             content: None,
             target: None,
         },
@@ -313,13 +333,23 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
 
 impl Now {
     /// Whether a rewind to `target` (a file's bytes in `new_content`) would change this: the
-    /// kind, the permission bits (not a symlink's, which mean nothing), a file's bytes or a
+    /// kind, the permission bits (not a symlink's, which mean nothing), the owner (only when
+    /// the daemon runs as root, the only case in which a rewind restores it), the extended
+    /// attributes a rewind restores (when the target recorded them), a file's bytes or a
     /// symlink's target.
     fn differs_from(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> bool {
         self.kind != target.kind
             || (target.kind != Kind::Absent
                 && self.mode & 0o7777 != target.mode & 0o7777
                 && target.kind != Kind::Symlink)
+            || (target.kind != Kind::Absent
+                && sys::geteuid() == 0
+                && (self.uid, self.gid) != (target.uid, target.gid))
+            || (matches!(target.kind, Kind::File | Kind::Dir | Kind::Other)
+                && target
+                    .xattrs
+                    .as_ref()
+                    .is_some_and(|want| attrs::differ(self.xattrs.as_ref(), want)))
             || (target.kind == Kind::File && self.content != *new_content)
             || (target.kind == Kind::Symlink && self.target != target.target)
     }

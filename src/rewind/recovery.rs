@@ -3,7 +3,8 @@
 //! A rewind is applied under a checkpoint of its own, so that what it overwrites is captured
 //! and it can be undone. Before the tree is touched its plan — the targets, each complete
 //! and self-contained — is written to the rewind's row as 'applying'; the row becomes 'done'
-//! once every target is in place. A crash, or a failure part-way (a full disk), leaves it
+//! once every target is in place (an undo's or redo's, together with the state of the rewind it
+//! undid or redid: `Store::finish_rewind`). A crash, or a failure part-way (a full disk), leaves it
 //! 'applying', and [`Engine::recover`] applies the same plan again at the next mount, before
 //! the mount serves.
 //!
@@ -37,18 +38,20 @@ impl Engine {
         let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
         let plan =
             serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
-        self.store.insert_rewind(&crate::store::RewindRow {
+        let row = crate::store::RewindRow {
             id: id.to_string(),
             checkpoint: seq,
             target: target_uuid.to_string(),
             scope,
             state: RewindState::Applying,
             plan,
-        })?;
+        };
+        self.store.insert_rewind(&row)?;
         let applied = apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
             RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
         })?;
-        self.store.set_rewind_state(id, RewindState::Done)?;
+        // An undo or redo also moves the rewind it undid or redid on the stack.
+        self.store.finish_rewind(&row)?;
         Ok(applied)
     }
 
@@ -70,7 +73,8 @@ impl Engine {
                 targets.len()
             );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
-            self.store.set_rewind_state(&r.id, RewindState::Done)?;
+            // An undo or redo also moves the rewind it undid or redid on the stack.
+            self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
             self.scratch
                 .lock()

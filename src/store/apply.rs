@@ -166,8 +166,8 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                     .execute(params![b, pre.size as i64])?;
             }
             tx.prepare_cached(
-                "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
             .execute(params![
                 id,
@@ -185,7 +185,8 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                 actor.bit() as i64,
                 op,
                 at,
-                pre.partial as i64
+                pre.partial as i64,
+                pre.xattrs
             ])
         }
         Record::Range { capture, range } => {

@@ -108,6 +108,7 @@ impl Adopted {
             size: self.size,
             target: None,
             partial: false,
+            xattrs: None,
         }
     }
 }

@@ -16,15 +16,16 @@ use rusqlite::OptionalExtension;
 
 use super::journal::Record;
 use super::{
-    Actor, Capture, Kind, Move, PreImage, Range, RangeContent, Result, Store, Tracked, now_ms,
+    Actor, Capture, Kind, Move, PreImage, Range, RangeContent, Result, Store, Tracked, Xattrs,
+    now_ms,
 };
 use super::{BlobRef, Op, Purpose};
 
 /// The columns [`row_capture`] reads, in its order.
-const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial";
+const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial, xattrs";
 
 /// A capture from a row of [`CAPTURE_COLS`]; the schema lets mode, uid, gid and size be NULL,
-/// which reads as 0.
+/// which reads as 0, and xattrs that do not decode read as not recorded.
 fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
     Ok(Capture {
         id: r.get(0)?,
@@ -40,6 +41,9 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
             size: r.get::<_, Option<i64>>(9)?.unwrap_or(0) as u64,
             target: r.get(10)?,
             partial: r.get::<_, i64>(14)? != 0,
+            xattrs: r
+                .get::<_, Option<Vec<u8>>>(15)?
+                .and_then(|b| Xattrs::decode(&b)),
         },
         actor: Actor::parse(&r.get::<_, String>(11)?),
         actors: r.get::<_, i64>(12)? as u8,
@@ -273,6 +277,10 @@ mod tests {
             size: n,
             target: None,
             partial: false,
+            xattrs: Some(crate::store::Xattrs::new(vec![(
+                b"user.k".to_vec(),
+                b"v".to_vec(),
+            )])),
         };
         s.insert_capture(
             k,

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::BlobRef;
-use super::{Actor, Kind, LogEntry, PreImage, Range, RangeContent};
+use super::{Actor, Kind, LogEntry, PreImage, Range, RangeContent, Xattrs};
 
 /// The journal's file names in the store directory (`FILES[0]` is the one older versions
 /// wrote alone).
@@ -222,6 +222,11 @@ impl Record {
                 e.bytes(op.as_bytes());
                 e.i64(*at);
                 e.u8(pre.partial as u8);
+                // Last, and only when recorded: a record without it (or from an older
+                // rewindfs) reads as "not recorded".
+                if let Some(x) = &pre.xattrs {
+                    e.bytes(&x.encode());
+                }
             }
             Record::Range { capture, range } => {
                 e.u8(5);
@@ -328,11 +333,15 @@ impl Record {
                     size: d.i64()? as u64,
                     target: d.opt()?,
                     partial: false,
+                    xattrs: None,
                 };
                 let actor = actor_of(d.u8()?)?;
                 let op = d.string()?;
                 let at = d.i64()?;
                 pre.partial = d.u8()? != 0;
+                if !d.0.is_empty() {
+                    pre.xattrs = Some(Xattrs::decode(&d.bytes()?)?);
+                }
                 Record::Capture {
                     id,
                     checkpoint,
@@ -651,6 +660,10 @@ mod tests {
                     size: 12,
                     target: None,
                     partial: true,
+                    xattrs: Some(Xattrs::new(vec![
+                        (b"user.a".to_vec(), b"1".to_vec()),
+                        (b"user.empty".to_vec(), Vec::new()),
+                    ])),
                 },
                 actor: Actor::Shell,
                 op: "write".into(),

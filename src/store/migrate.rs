@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/004_changes_index.sql"),
     include_str!("../../schema/005_prompts.sql"),
     include_str!("../../schema/006_sessions.sql"),
+    include_str!("../../schema/007_xattrs.sql"),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].

@@ -67,8 +67,9 @@ use self::migrate::migrate;
 pub use self::model::{
     Actor, Apply, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry,
     Move, Op, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow, RewindScope,
-    RewindState, Scope, Tracked, message_id, normalize_message_id,
+    RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
 };
+pub use self::rewinds::{Stack, Step};
 pub use self::time::{now_ms, rfc3339};
 
 /// An open store, shared by the daemon's threads; each method takes the locks it needs, in

@@ -23,6 +23,7 @@ mod sdk_rewind;
 mod sdk_scenarios;
 mod sessions;
 mod transport;
+mod undo;
 mod unprotected;
 mod workloads;
 

@@ -13,6 +13,7 @@ mod end_turn;
 mod gc;
 mod list_checkpoints;
 mod log;
+mod redo_rewind;
 mod register_agent;
 mod rewind_code;
 mod rewind_files;
@@ -30,8 +31,9 @@ pub use self::bind_message::BindMessage;
 pub use self::diff::{Diff, DiffReply};
 pub use self::end_turn::EndTurn;
 pub use self::gc::{Gc, GcReply};
-pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints};
+pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints, RewindInfo};
 pub use self::log::{Log, LogLine, LogReply};
+pub use self::redo_rewind::{RedoReply, RedoRewind};
 pub use self::register_agent::RegisterAgent;
 pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
@@ -39,7 +41,7 @@ pub use self::status::{
     Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
 };
 pub use self::tool_use::{Phase, ToolUse, Unbound};
-pub use self::undo_rewind::{UndoReply, UndoRewind};
+pub use self::undo_rewind::{StackReply, UndoReply, UndoRewind};
 use super::Daemon;
 use super::error::ControlError;
 
@@ -68,6 +70,7 @@ pub enum Request {
     /// The older CLIs' name for `rewind_files` (tool scope, no dry run).
     RewindCode(RewindCode),
     UndoRewind(UndoRewind),
+    RedoRewind(RedoRewind),
     ListCheckpoints(ListCheckpoints),
     Diff(Diff),
     Log(Log),
@@ -107,6 +110,7 @@ impl Request {
             RewindFiles::SUBTYPE => Request::RewindFiles(decode(fields)?),
             RewindCode::SUBTYPE => Request::RewindCode(decode(fields)?),
             UndoRewind::SUBTYPE => Request::UndoRewind(decode(fields)?),
+            RedoRewind::SUBTYPE => Request::RedoRewind(decode(fields)?),
             ListCheckpoints::SUBTYPE => Request::ListCheckpoints(decode(fields)?),
             Diff::SUBTYPE => Request::Diff(decode(fields)?),
             Log::SUBTYPE => Request::Log(decode(fields)?),
@@ -137,6 +141,7 @@ impl Request {
             Request::RewindFiles(c) => reply(c.run(d)),
             Request::RewindCode(c) => reply(c.apply(d)),
             Request::UndoRewind(c) => reply(c.apply(d)),
+            Request::RedoRewind(c) => reply(c.apply(d)),
             Request::ListCheckpoints(c) => reply(c.apply(d)),
             Request::Diff(c) => reply(c.apply(d)),
             Request::Log(c) => reply(c.apply(d)),
