@@ -61,6 +61,8 @@ export interface AgentOptionsLike {
 export interface RegisterCliOptions {
   /** Called once the daemon has registered the CLI's pid. */
   onRegistered?: (pid: number) => void;
+  /** The session the CLI works for, when several share the workspace (the id given to sendPrompt). */
+  sessionId?: string;
 }
 
 /** A user message as sendPrompt streams it (an `SDKUserMessage`). */

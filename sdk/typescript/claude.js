@@ -147,7 +147,7 @@ function heldUntil(child, ready) {
  * CLI is not registered (tool spans still work) and a warning says so. `onRegistered(pid)` is
  * called once the daemon knows the pid.
  */
-export function registerCli(options, rw, { onRegistered } = {}) {
+export function registerCli(options, rw, { onRegistered, sessionId } = {}) {
   const base = options ?? {};
   const custom = base.spawnClaudeCodeProcess;
   const spawnClaudeCodeProcess = (spawnOptions) => {
@@ -162,7 +162,7 @@ export function registerCli(options, rw, { onRegistered } = {}) {
       timer = setTimeout(() => fail(new RewindfsError(`no answer in ${REGISTER_TIMEOUT_MS} ms`)), REGISTER_TIMEOUT_MS);
       timer.unref?.();
     });
-    const ready = Promise.race([rw.registerAgent(pid), timeout])
+    const ready = Promise.race([rw.registerAgent(pid, sessionId), timeout])
       .then(() => onRegistered?.(pid))
       .catch((e) => warn(`rewindfs: the CLI (pid ${pid}) was not registered as the agent: ${e?.message ?? e}`))
       .finally(() => clearTimeout(timer));
@@ -176,13 +176,13 @@ export function registerCli(options, rw, { onRegistered } = {}) {
  * there are kept and run too) and the CLI registered as the agent when it is spawned (see
  * registerCli; `{ registerCli: false }` leaves `spawnClaudeCodeProcess` alone).
  */
-export function withRewindfs(options, rw, { registerCli: register = true, onRegistered } = {}) {
+export function withRewindfs(options, rw, { registerCli: register = true, onRegistered, sessionId } = {}) {
   const base = options ?? {};
   const hooks = {};
   for (const [event, matchers] of Object.entries(base.hooks ?? {})) hooks[event] = [...(matchers ?? [])];
   for (const [event, matchers] of Object.entries(toolSpanHooks(rw))) (hooks[event] ??= []).push(...matchers);
   const out = { ...base, hooks };
-  return register ? registerCli(out, rw, { onRegistered }) : out;
+  return register ? registerCli(out, rw, { onRegistered, sessionId }) : out;
 }
 
 /**

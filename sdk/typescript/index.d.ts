@@ -60,8 +60,9 @@ export class RewindfsClient {
   static connect(socket?: string): Promise<RewindfsClient>;
   request(subtype: string, fields?: Record<string, unknown>): Promise<Record<string, any>>;
   beginMessage(sessionId: string, userMessageId: string): Promise<{ checkpoint: string; seq: number }>;
-  toolUse(phase: "pre" | "post", toolName: string, toolUseId: string, filePath?: string): Promise<Record<string, never>>;
-  registerAgent(pid: number): Promise<Record<string, never>>;
+  toolUse(phase: "pre" | "post", toolName: string, toolUseId: string, filePath?: string, sessionId?: string): Promise<{ unboundPromptIds: string[] }>;
+  /** Registers `pid` as an agent, of `sessionId` if given (its writes and its children's belong to that session). */
+  registerAgent(pid: number, sessionId?: string): Promise<Record<string, never>>;
   rewindFiles(
     userMessageId: string,
     opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[] },

@@ -107,11 +107,12 @@ export class RewindfsClient {
   beginMessage(sessionId, userMessageId) {
     return this.request("begin_message", { session_id: sessionId, user_message_id: userMessageId });
   }
-  toolUse(phase, toolName, toolUseId, filePath) {
-    return this.request("tool_use", { phase, tool_name: toolName, tool_use_id: toolUseId, file_path: filePath });
+  toolUse(phase, toolName, toolUseId, filePath, sessionId) {
+    return this.request("tool_use", { phase, tool_name: toolName, tool_use_id: toolUseId, file_path: filePath, session_id: sessionId });
   }
-  registerAgent(pid) {
-    return this.request("register_agent", { pid });
+  /** Registers `pid` as an agent (of `sessionId`: its writes and its children's belong to it). */
+  registerAgent(pid, sessionId) {
+    return this.request("register_agent", { pid, session_id: sessionId });
   }
   async rewindFiles(userMessageId, { dryRun = false, scope = "tool", force = false, paths } = {}) {
     const v = await this.request("rewind_files", { user_message_id: userMessageId, dry_run: dryRun, scope, force, paths });

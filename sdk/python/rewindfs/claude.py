@@ -57,6 +57,8 @@ def span_hooks(rw: AsyncRewindfsClient) -> dict[str, Any]:
         return tool_use_id or str(input_data.get("tool_use_id", "")) or f"hook-{input_data.get('tool_name', '')}"
 
     async def report(phase: str, tool_name: str, span_id: str, file_path: Optional[str]) -> None:
+        # No session_id: the hooks carry the CLI's session id, while checkpoints carry the one
+        # the host gives send_prompt; a span without one belongs to the session of the message.
         try:
             await rw.tool_use(phase, tool_name, span_id, file_path)
         except (RewindfsError, OSError):
@@ -123,11 +125,13 @@ def cli_pid(client: Any) -> Optional[int]:
     return None
 
 
-async def register_cli(client: Any, rw: AsyncRewindfsClient) -> Optional[int]:
-    """Registers the CLI as the agent (its writes are `tool`, its children's `shell`)."""
+async def register_cli(client: Any, rw: AsyncRewindfsClient, session_id: Optional[str] = None) -> Optional[int]:
+    """Registers the CLI as the agent (its writes are `tool`, its children's `shell`), of
+    ``session_id`` when several sessions share the workspace (pass the id you give
+    :func:`send_prompt`: a rewind of that session then restores only its own work)."""
     pid = cli_pid(client)
     if pid is not None:
-        await rw.register_agent(pid)
+        await rw.register_agent(pid, session_id)
     return pid
 
 

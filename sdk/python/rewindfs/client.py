@@ -182,11 +182,13 @@ class RewindfsClient:
     def begin_message(self, session_id: str, user_message_id: str) -> dict[str, Any]:
         return self.request("begin_message", session_id=session_id, user_message_id=user_message_id)
 
-    def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path: Optional[str] = None) -> dict[str, Any]:
-        return self.request("tool_use", phase=phase, tool_name=tool_name, tool_use_id=tool_use_id, file_path=file_path)
+    def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path: Optional[str] = None, session_id: Optional[str] = None) -> dict[str, Any]:
+        return self.request("tool_use", phase=phase, tool_name=tool_name, tool_use_id=tool_use_id, file_path=file_path, session_id=session_id)
 
-    def register_agent(self, pid: int) -> dict[str, Any]:
-        return self.request("register_agent", pid=pid)
+    def register_agent(self, pid: int, session_id: Optional[str] = None) -> dict[str, Any]:
+        """Registers ``pid`` as an agent (of ``session_id``: its writes and its children's
+        belong to that session; without one, to whichever session began a message last)."""
+        return self.request("register_agent", pid=pid, session_id=session_id)
 
     def rewind_files(
         self,
@@ -264,11 +266,13 @@ class AsyncRewindfsClient:
     async def begin_message(self, session_id: str, user_message_id: str) -> dict[str, Any]:
         return await self.request("begin_message", session_id=session_id, user_message_id=user_message_id)
 
-    async def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path: Optional[str] = None) -> dict[str, Any]:
-        return await self.request("tool_use", phase=phase, tool_name=tool_name, tool_use_id=tool_use_id, file_path=file_path)
+    async def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path: Optional[str] = None, session_id: Optional[str] = None) -> dict[str, Any]:
+        return await self.request("tool_use", phase=phase, tool_name=tool_name, tool_use_id=tool_use_id, file_path=file_path, session_id=session_id)
 
-    async def register_agent(self, pid: int) -> dict[str, Any]:
-        return await self.request("register_agent", pid=pid)
+    async def register_agent(self, pid: int, session_id: Optional[str] = None) -> dict[str, Any]:
+        """Registers ``pid`` as an agent (of ``session_id``: its writes and its children's
+        belong to that session; without one, to whichever session began a message last)."""
+        return await self.request("register_agent", pid=pid, session_id=session_id)
 
     async def rewind_files(
         self,
