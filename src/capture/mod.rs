@@ -145,23 +145,29 @@ impl Recorder {
     }
 
     /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
-    /// current session is live. Holds the capture lock so no blob is written meanwhile.
+    /// current session is live. Captures go on meanwhile: the pass takes the capture lock only
+    /// to remove blob files, a batch at a time (no change waits for the whole pass).
     ///
     /// # Errors
     /// Store errors.
     /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
     pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
-        let _g = self.capture.lock().unwrap();
         let (seq, session) = {
             let s = self.state.lock().unwrap();
             (s.seq, s.session.clone())
         };
         let keep_from = hold_from.map_or(seq, |h| h.min(seq));
-        Ok(self.store.gc(policy, keep_from, session.as_deref(), full)?)
+        Ok(self.store.gc(
+            policy,
+            keep_from,
+            session.as_deref(),
+            full,
+            Some(&self.capture),
+        )?)
     }
 
     /// Removes the blob files among `hashes` that no capture names (see
-    /// [`Store::discard_unreferenced`]), under the capture lock.
+    /// [`Store::discard_unreferenced`]), taking the capture lock a batch at a time.
     ///
     /// # Errors
     /// Store errors.
@@ -169,11 +175,9 @@ impl Recorder {
         if hashes.is_empty() {
             return Ok(0);
         }
-        // Applied before the lock is taken (hashing what adoptions linked), so that changes
-        // wait only for what was journalled since.
-        self.store.flush_journal()?;
-        let _g = self.capture.lock().unwrap();
-        Ok(self.store.discard_unreferenced(hashes)?)
+        Ok(self
+            .store
+            .discard_unreferenced(hashes, Some(&self.capture))?)
     }
 
     /// Takes the gate exclusively: no change runs until the guard is dropped.
