@@ -2,8 +2,8 @@
 //!
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
 //! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
-//! held until the change is done, so a rewind (which takes the gate exclusively) never
-//! interleaves with a change. Then it calls [`Observer::after`], or [`Observer::failed`] if
+//! held until the change is done, so a rewind, which takes the gate exclusively for a moment to
+//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted. Then it calls [`Observer::after`], or [`Observer::failed`] if
 //! the change did not happen.
 //!
 //! Invariants kept by [`Recorder`]:
@@ -25,19 +25,21 @@
 //! - `snapshot.rs` — whole pre-images;
 //! - `adopt.rs` — a file losing its last name kept by a link: the recorder's steps;
 //! - `ranges.rs` — range pre-images of large files;
-//! - `log.rs` — the change log, buffered, and the flusher thread that writes it.
+//! - `log.rs` — the change log, buffered, and the flusher thread that writes it;
+//! - `meanwhile.rs` — a rewind applying through the mount: its own requests, and the changes
+//!   others make meanwhile, which it must not overwrite.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors`, `adopted` and the change log's locks (`flushing`
-//! → `entries`; `flush_wanted` alone) come after these, and no other lock of the recorder is
-//! taken while one of them is held.
+//! `gate` → `capture` → `state`. `actors`, `adopted`, `meanwhile` and the change log's locks
+//! (`flushing` → `entries`; `flush_wanted` alone) come after these, and no other lock of the
+//! recorder is taken while one of them is held.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Store};
@@ -47,6 +49,7 @@ mod actors;
 mod adopt;
 mod checkpoint;
 mod log;
+mod meanwhile;
 mod op;
 mod ranges;
 mod snapshot;
@@ -55,6 +58,7 @@ use actors::{Actors, Who};
 use adopt::Adopt;
 use checkpoint::State;
 use log::ChangeLog;
+pub use meanwhile::{MEANWHILE, Watch};
 use op::Need;
 pub use op::{Change, Op};
 pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
@@ -103,8 +107,16 @@ pub struct Recorder {
     state: Mutex<State>,
     /// Serialises taking pre-images, so two changes to one path cannot both capture.
     capture: Mutex<()>,
-    /// Changes hold it shared; a rewind holds it exclusively.
+    /// Changes hold it shared; a rewind holds it exclusively for a moment, to start watching
+    /// (`meanwhile.rs`).
     gate: RwLock<()>,
+    /// The process applying a rewind through the mount (its pid, which is its one thread's id;
+    /// 0: none): its requests are the rewind's, which never wait at the gate.
+    rewinder: std::sync::atomic::AtomicU32,
+    /// Whether a rewind is watching for changes by others (`meanwhile` is `Some`).
+    watching: std::sync::atomic::AtomicBool,
+    /// What others changed since the watching rewind began (see `meanwhile.rs`).
+    meanwhile: Mutex<Option<meanwhile::Changed>>,
     /// Actor classification (see `actors.rs`).
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
@@ -132,6 +144,9 @@ impl Recorder {
             state: Mutex::new(State::new(seq, uuid)),
             capture: Mutex::new(()),
             gate: RwLock::new(()),
+            rewinder: std::sync::atomic::AtomicU32::new(0),
+            watching: std::sync::atomic::AtomicBool::new(false),
+            meanwhile: Mutex::new(None),
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
             adopted: Mutex::new(HashMap::new()),
@@ -179,16 +194,23 @@ impl Recorder {
             .store
             .discard_unreferenced(hashes, Some(&self.capture))?)
     }
-
-    /// Takes the gate exclusively: no change runs until the guard is dropped.
-    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.gate.write().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 impl Observer for Recorder {
     fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
+        if self.is_rewinder(pid) {
+            // The rewind's own change, through the mount: never held at the gate, refused if
+            // someone else changed the path since the rewind began (see `meanwhile.rs`).
+            self.check_own(change)?;
+            let who = Self::rewind_actor();
+            match change.op {
+                Op::Rename | Op::Exchange => self.before_move(change, &who)?,
+                _ => self.before_change(change, &who)?,
+            }
+            return Ok(None);
+        }
         let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        self.note_meanwhile(change);
         // For a rename, the file that matters for tool spans is the target.
         let subject = if change.op == Op::Rename {
             change.path2.unwrap_or(change.path)

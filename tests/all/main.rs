@@ -25,6 +25,7 @@ mod sessions;
 mod transport;
 mod undo;
 mod unprotected;
+mod watchers;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).
