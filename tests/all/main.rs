@@ -22,6 +22,7 @@ mod rewind;
 mod sdk_rewind;
 mod sdk_scenarios;
 mod sessions;
+mod timeouts;
 mod transport;
 mod undo;
 mod unprotected;
