@@ -28,11 +28,10 @@
 //! - `log.rs` — the change log, buffered, and the flusher thread that writes it.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors`, `adopted` and the change log's locks (`flushing`
+//! `gate` → `capture` → `state`. `actors` and the change log's locks (`flushing`
 //! → `entries`; `flush_wanted` alone) come after these, and no other lock of the recorder is
 //! taken while one of them is held.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -109,9 +108,6 @@ pub struct Recorder {
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
     log: ChangeLog,
-    /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
-    /// that removes the file's name has happened → the pending blob key (see `adopt.rs`).
-    adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images (see `ranges.rs`).
     range_capture_min: std::sync::atomic::AtomicU64,
 }
@@ -134,7 +130,6 @@ impl Recorder {
             gate: RwLock::new(()),
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
-            adopted: Mutex::new(HashMap::new()),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
         })
     }

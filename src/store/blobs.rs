@@ -23,17 +23,17 @@
 //! flight (the change that removes the file's name has not happened yet, or failed): the
 //! resolver waits for it to settle, and copies a pending file that still has another name.
 
-use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+
 use std::time::Duration;
 
 use rustix::fs::{OFlags, Stat};
 
+use super::Adoptions;
 use super::private::{self, BLOB_MODE};
 use crate::sys;
 
@@ -73,12 +73,8 @@ pub struct Blobs {
     counter: AtomicU64,
     /// Random, per opening of the store: keeps pending names of different runs apart.
     nonce: String,
-    /// Pending keys whose change is in flight: the pending file may still be the live file.
-    in_flight: Mutex<HashSet<String>>,
-    settled: Condvar,
-    /// Pending keys already resolved → their hash, until the batch that named them is in the
-    /// database (a batch that fails to apply is applied again, and its files are gone).
-    resolved: Mutex<HashMap<String, String>>,
+    /// Every adoption in flight: its states and their lock (see `adoption.rs`).
+    adoptions: Adoptions,
 }
 
 /// How [`Blobs::adopt`] kept a file's content.
@@ -147,9 +143,7 @@ impl Blobs {
             sync,
             counter: AtomicU64::new(0),
             nonce: uuid::Uuid::new_v4().simple().to_string(),
-            in_flight: Mutex::default(),
-            settled: Condvar::new(),
-            resolved: Mutex::default(),
+            adoptions: Adoptions::default(),
         })
     }
 
@@ -162,9 +156,7 @@ impl Blobs {
             sync: false,
             counter: AtomicU64::new(0),
             nonce: uuid::Uuid::new_v4().simple().to_string(),
-            in_flight: Mutex::default(),
-            settled: Condvar::new(),
-            resolved: Mutex::default(),
+            adoptions: Adoptions::default(),
         }
     }
 
@@ -381,7 +373,7 @@ impl Blobs {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let key = format!("{PENDING}/{}-{n}", self.nonce);
         // In flight before the link exists: no resolver may take the file for settled.
-        self.in_flight.lock().unwrap().insert(key.clone());
+        self.adoptions.begin(&key);
         if sys::linkat_between(root, path, d, Path::new(&key)).is_err() {
             self.settle(&key);
             return Ok(None);
@@ -413,9 +405,13 @@ impl Blobs {
     /// The change an adoption was for has happened, or failed and the pending file was made a
     /// copy: the resolver may take it.
     pub fn settle(&self, key: &str) {
-        if self.in_flight.lock().unwrap().remove(key) {
-            self.settled.notify_all();
-        }
+        self.adoptions.settle(key);
+    }
+
+    /// The adoptions in flight (the recorder remembers each under its path until its change is
+    /// done).
+    pub fn adoptions(&self) -> &Adoptions {
+        &self.adoptions
     }
 
     /// Drops an adoption that no record names (its capture could not be recorded).
@@ -435,17 +431,10 @@ impl Blobs {
     /// # Errors
     /// The pending file is missing or unreadable.
     pub fn resolve(&self, key: &str) -> io::Result<String> {
-        if let Some(h) = self.resolved.lock().unwrap().get(key) {
-            return Ok(h.clone());
+        if let Some(h) = self.adoptions.resolved(key) {
+            return Ok(h);
         }
-        let settled = {
-            let g = self.in_flight.lock().unwrap();
-            let (g, _) = self
-                .settled
-                .wait_timeout_while(g, SETTLE_WAIT, |f| f.contains(key))
-                .unwrap();
-            !g.contains(key)
-        };
+        let settled = self.adoptions.wait_settled(key, SETTLE_WAIT);
         let d = self.dirfd()?;
         let name = Path::new(key);
         let fd = sys::open_beneath(d, name, OFlags::RDONLY | OFlags::NOATIME, 0)
@@ -482,23 +471,17 @@ impl Blobs {
             }
             hash
         };
-        self.resolved
-            .lock()
-            .unwrap()
-            .insert(key.to_string(), hash.clone());
+        self.adoptions.set_resolved(key, &hash);
         Ok(hash)
     }
 
     /// The records naming these pending keys are in the database and out of the journal: the
     /// pending files go (their content has its hash name).
     pub fn finish<'a>(&self, keys: impl IntoIterator<Item = &'a str>) {
-        let d = self.dirfd().ok();
-        let mut r = self.resolved.lock().unwrap();
-        for k in keys {
-            if r.remove(k).is_some() {
-                if let Some(d) = d {
-                    let _ = sys::unlinkat(d, Path::new(k), false);
-                }
+        let done = self.adoptions.finish(keys);
+        if let Ok(d) = self.dirfd() {
+            for k in done {
+                let _ = sys::unlinkat(d, Path::new(&k), false);
             }
         }
     }

@@ -36,6 +36,7 @@
 //!   another user's store is refused (`private.rs`); what a rewind reads of a blob is checked
 //!   against its hash first (`blobs.rs`).
 
+mod adoption;
 mod apply;
 pub mod blobs;
 mod captures;
@@ -58,6 +59,7 @@ use std::sync::Mutex;
 
 use rusqlite::Connection;
 
+pub use self::adoption::Adoptions;
 use self::apply::Pending;
 pub use self::blobs::Blobs;
 pub use self::changes::LogQuery;
