@@ -136,3 +136,5 @@ export class RewindfsClient {
     this.#sock?.end();
   }
 }
+
+export { binaryPath } from "./binary.js";
