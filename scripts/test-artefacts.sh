@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$(id -u)" = 0 ] || { echo "test-artefacts.sh: the smoke tests mount: run as root" >&2; exit 1; }
+command -v file >/dev/null || { echo "test-artefacts.sh: file is not installed (apt-get install file)" >&2; exit 1; }
 (exec 3<>/dev/fuse) 2>/dev/null || { echo "test-artefacts.sh: /dev/fuse is missing (modprobe fuse)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/rewindfs-artefacts.XXXXXX)
@@ -175,6 +176,10 @@ if (cd "$d" && npm init -y >/dev/null && npm install "${npm_flags[@]}" "$npm_pla
   (cd "$d" && npm ls rewindfs-linux-x64 --all | grep -q 'rewindfs-linux-x64@.*deduped') &&
     ok "npm: rewindfs's optional dependency is the per-platform package just installed" ||
     fail "npm: rewindfs's optional dependency rewindfs-linux-x64 is not the one installed: $(cd "$d" && npm ls --all)"
+  # The postinstall put the binary in place of the JavaScript launcher (no Node per call).
+  file -L "$d/node_modules/.bin/rewindfs" | grep -q ELF &&
+    ok "npm: node_modules/.bin/rewindfs is the binary itself (postinstall)" ||
+    fail "npm: node_modules/.bin/rewindfs is not the binary: $(file -L "$d/node_modules/.bin/rewindfs")"
   (cd "$d" && node -e 'const r = require("rewindfs"); if (typeof r.RewindfsClient !== "function") process.exit(1)') &&
     ok "npm: require(\"rewindfs\")" || fail "npm: require(\"rewindfs\")"
   # A module of the project (its imports resolve from where it is), run inside the workspace.
@@ -190,9 +195,12 @@ JS
 else
   fail "npm install of $npm_platform and $npm_client into a fresh project"
 fi
+# Globally, without install scripts: `rewindfs` is the JavaScript launcher (bin/rewindfs.js).
 d="$work/npm-global"
-if npm install -g --prefix "$d" "${npm_flags[@]}" "$npm_platform" "$npm_client" >/dev/null; then
-  ok "npm install -g (a fresh prefix)"
+if npm install -g --ignore-scripts --prefix "$d" "${npm_flags[@]}" "$npm_platform" "$npm_client" >/dev/null; then
+  ok "npm install -g --ignore-scripts (a fresh prefix)"
+  file -L "$d/bin/rewindfs" | grep -q 'Node.js script' && ok "npm: without postinstall, rewindfs is the launcher" ||
+    fail "npm: $d/bin/rewindfs is not the launcher: $(file -L "$d/bin/rewindfs")"
   smoke npm-global "$d/bin/rewindfs"
 else
   fail "npm install -g --prefix $d"
