@@ -92,8 +92,12 @@ class Env:
         e["PATH"] = f"{Path(self.binary).parent}:{e.get('PATH', '/usr/bin:/bin')}"
         return e
 
-    def claude(self, *args: str, plugin_dir: bool = True) -> dict[str, Any]:
-        cmd = [self.cli, "-p", *args, "--output-format", "json", "--dangerously-skip-permissions"]
+    def claude(self, *args: str, plugin_dir: bool = True, bypass: bool = True) -> dict[str, Any]:
+        """`claude -p ARGS`; `bypass=False` runs in the default permission mode, where a shell line
+        of a command runs only if the command's allowed-tools allow it."""
+        cmd = [self.cli, "-p", *args, "--output-format", "json"]
+        if bypass:
+            cmd.append("--dangerously-skip-permissions")
         if plugin_dir:
             cmd += ["--plugin-dir", str(PLUGIN)]
         r = subprocess.run(cmd, cwd=self.ws, env=self.cli_env(), capture_output=True, text=True, timeout=180)
@@ -168,26 +172,27 @@ def test_plugin_hooks_checkpoint_each_prompt_and_its_command_lists_dry_runs_and_
     assert ("shell", "b.txt", turn_b) in actors, log
     assert all(e["toolUseId"] for e in log if e["actor"] == "tool"), log
 
-    # The command without arguments: the checkpoints with their prompts.
-    env.claude("--resume", sid, COMMAND)
+    # The command, in the default permission mode (its allowed-tools let its own shell line run),
+    # without arguments: the checkpoints with their prompts.
+    env.claude("--resume", sid, COMMAND, bypass=False)
     seen = env.prompt_seen("$ rewindfs list")
     assert turn_a in seen and turn_b in seen and "TURN-A: write a.txt" in seen, seen
 
     # With a uuid and a scope: a dry run, which changes nothing.
-    env.claude("--resume", sid, f"{COMMAND} {turn_a} all")
+    env.claude("--resume", sid, f"{COMMAND} {turn_a} all", bypass=False)
     seen = env.prompt_seen(f"$ rewindfs rewind {turn_a} --scope all --dry-run")
     assert "would change 4 file(s)" in seen and "rewindfs rewind " + turn_a + " --scope all\n" not in seen, seen
     assert (env.ws / "a.txt").read_text() == "a2\n" and not (env.ws / "b.txt").exists()
 
     # The default scope, tool, leaves what the shell did.
-    env.claude("--resume", sid, f"{COMMAND} {turn_a}")
+    env.claude("--resume", sid, f"{COMMAND} {turn_a}", bypass=False)
     seen = env.prompt_seen(f"$ rewindfs rewind {turn_a} --scope tool --dry-run")
     assert "would change 1 file(s)" in seen and "a.txt" in seen, seen
 
     # With --yes: the dry run, then the rewind.
-    env.claude("--resume", sid, f"{COMMAND} {turn_a} all --yes")
+    env.claude("--resume", sid, f"{COMMAND} {turn_a} all --yes", bypass=False)
     seen = env.prompt_seen(f"$ rewindfs rewind {turn_a} --scope all\n")
-    assert "changed 4 file(s)" in seen and "(exit status 0)" in seen, seen
+    assert "changed 4 file(s)" in seen and "(exit status 1)" not in seen, seen
     assert (env.ws / "a.txt").read_text() == "a0\n"
     assert (env.ws / "b.txt").read_text() == "b0\n"
     assert not (env.ws / "d").exists()
