@@ -149,6 +149,8 @@ else
     skip "the packaging test (scripts/test-artefacts.sh)" "npm is not installed: it comes with Node >= 20 (https://nodejs.org/en/download)"
   elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     skip "the packaging test (scripts/test-artefacts.sh)" "python3 has no venv: $(install_cmd python3-venv)"
+  elif ! have file; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "file is not installed: $(install_cmd file)"
   else
     artefacts=true
   fi
