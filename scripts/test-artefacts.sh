@@ -79,18 +79,19 @@ smoke() {
   [ "$got" = "rewindfs $v" ] || { fail "$name: $bin --version said '$got', not 'rewindfs $v'"; return; }
   "$bin" mount "$d/ws" --store "$d/store" || { fail "$name: $bin mount failed"; return; }
   mounted+=("$d/ws")
+  # Each step exits the subshell on failure (set -e would not: the subshell's status is tested).
   (
-    set -e
-    cd "$d/ws"
-    printf 'two\n' >f
-    printf 'new\n' >g
-    mkdir sub && printf 'x\n' >sub/x
-    "$bin" log | grep -q 'external.*sub/x'
-    uuid=$("$bin" list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["uuid"])')
-    "$bin" rewind "$uuid" --scope all --dry-run | grep -q 'would change'
-    "$bin" rewind "$uuid" --scope all >/dev/null
-    [ "$(cat f)" = one ] && [ ! -e g ] && [ ! -e sub ]
-    if [ $# -gt 0 ]; then "$@"; fi
+    step() { "$@" || { echo "$name: failed: $*" >&2; exit 1; }; }
+    step cd "$d/ws"
+    printf 'two\n' >f && printf 'new\n' >g && mkdir sub && printf 'x\n' >sub/x || exit 1
+    "$bin" log | grep -q 'external.*sub/x' || { echo "$name: the log has no external write of sub/x" >&2; exit 1; }
+    uuid=$("$bin" list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["uuid"])') || exit 1
+    "$bin" rewind "$uuid" --scope all --dry-run | grep -q 'would change' || { echo "$name: the dry run changes nothing" >&2; exit 1; }
+    step "$bin" rewind "$uuid" --scope all >/dev/null
+    step [ "$(cat f)" = one ]
+    step [ ! -e g ]
+    step [ ! -e sub ]
+    if [ $# -gt 0 ]; then step "$@"; fi
   ) || { fail "$name: mount -> write -> rewind --scope all in $d/ws with $bin (or its client)"; "$bin" umount "$d/ws"; return; }
   "$bin" umount "$d/ws" || { fail "$name: $bin umount failed"; return; }
   unset 'mounted[-1]'
