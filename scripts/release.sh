@@ -32,7 +32,7 @@ case "${1:-}" in
 esac
 
 missing=()
-if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+if ! grep -qx "$target" <<<"$(rustup target list --installed 2>/dev/null)"; then
   if $install; then rustup target add "$target"; else missing+=("the Rust target $target: rustup target add $target"); fi
 fi
 if ! command -v musl-gcc >/dev/null; then

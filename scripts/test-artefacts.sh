@@ -84,9 +84,13 @@ smoke() {
     step() { "$@" || { echo "$name: failed: $*" >&2; exit 1; }; }
     step cd "$d/ws"
     printf 'two\n' >f && printf 'new\n' >g && mkdir sub && printf 'x\n' >sub/x || exit 1
-    "$bin" log | grep -q 'external.*sub/x' || { echo "$name: the log has no external write of sub/x" >&2; exit 1; }
+    # Outputs are taken whole before grep -q reads them: with pipefail, a writer that grep -q
+    # leaves behind dies of SIGPIPE and fails the pipeline.
+    out=$("$bin" log) || exit 1
+    grep -q 'external.*sub/x' <<<"$out" || { echo "$name: the log has no external write of sub/x: $out" >&2; exit 1; }
     uuid=$("$bin" list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][0]["uuid"])') || exit 1
-    "$bin" rewind "$uuid" --scope all --dry-run | grep -q 'would change' || { echo "$name: the dry run changes nothing" >&2; exit 1; }
+    out=$("$bin" rewind "$uuid" --scope all --dry-run) || exit 1
+    grep -q 'would change' <<<"$out" || { echo "$name: the dry run changes nothing: $out" >&2; exit 1; }
     step "$bin" rewind "$uuid" --scope all >/dev/null
     step [ "$(cat f)" = one ]
     step [ ! -e g ]
@@ -174,7 +178,7 @@ d="$work/npm-project"
 mkdir -p "$d"
 if (cd "$d" && npm init -y >/dev/null && npm install "${npm_flags[@]}" "$npm_platform" "$npm_client" >/dev/null); then
   ok "npm install $(basename "$npm_platform") $(basename "$npm_client") into a fresh project"
-  (cd "$d" && npm ls rewindfs-linux-x64 --all | grep -q 'rewindfs-linux-x64@.*deduped') &&
+  grep -q 'rewindfs-linux-x64@.*deduped' <<<"$(cd "$d" && npm ls rewindfs-linux-x64 --all)" &&
     ok "npm: rewindfs's optional dependency is the per-platform package just installed" ||
     fail "npm: rewindfs's optional dependency rewindfs-linux-x64 is not the one installed: $(cd "$d" && npm ls --all)"
   # The postinstall put the binary in place of the JavaScript launcher (no Node per call).
