@@ -151,6 +151,38 @@ else
   fi
 fi
 
+# --- The Claude Code plugin in the real CLI (tests/clients/test_plugin.py: the CLI from
+# tests/clients/install.sh, which downloads it from PyPI once) and the packaging
+# (scripts/test-artefacts.sh: a wheel, npm packages and a cargo install of the debug build, each
+# installed somewhere fresh and used for a real mount). Both mount, so they need what the mount
+# tests need.
+plugin_python=""
+artefacts=false
+if [ -n "$fuse" ]; then
+  skip "the Claude Code plugin test (tests/clients/test_plugin.py)" "$fuse"
+  skip "the packaging test (scripts/test-artefacts.sh)" "$fuse"
+else
+  if ! have python3; then
+    skip "the Claude Code plugin test (tests/clients/test_plugin.py)" "python3 is not installed: $(install_cmd python3 python3-venv)"
+  elif clients=$(REWINDFS_CLIENTS_SKIP_TS=1 bash tests/clients/install.sh 2>&1); then
+    export CLAUDE_CLI
+    CLAUDE_CLI=$(sed -n 's/^CLAUDE_CLI=//p' <<<"$clients")
+    plugin_python=$(sed -n 's/^CLIENTS_PYTHON=//p' <<<"$clients")
+  else
+    skip "the Claude Code plugin test (tests/clients/test_plugin.py)" \
+      "tests/clients/install.sh could not install the Claude Code CLI: $(tail -n 3 <<<"$clients" | tr '\n' ' ')"
+  fi
+  if ! have npm; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "npm is not installed: it comes with Node >= 20 (https://nodejs.org/en/download)"
+  elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "python3 has no venv: $(install_cmd python3-venv)"
+  elif ! have file; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "file is not installed: $(install_cmd file)"
+  else
+    artefacts=true
+  fi
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "CI=true: these prerequisites are missing (.ci/run installs the packages; outside CI this script leaves those tests out and says so):" >&2
   printf '  %s\n' "${missing[@]}" >&2
@@ -186,6 +218,14 @@ fi
 if [ -n "$clients_python" ]; then
   REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_COMPARE_PATHS="$clients_paths" \
     timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider tests/clients
+fi
+
+if [ -n "$plugin_python" ]; then
+  "$plugin_python" -m pytest -q -rs -p no:cacheprovider tests/clients/test_plugin.py
+fi
+# Last: it packs target/debug/rewindfs, built above.
+if $artefacts; then
+  bash scripts/test-artefacts.sh
 fi
 
 if [ "${#skipped[@]}" -gt 0 ]; then
