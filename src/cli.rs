@@ -144,12 +144,47 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
-    /// Unified diff from the current files to a checkpoint.
+    /// Unified diff from the current files to a checkpoint (`diff A [PATH]`), or from the
+    /// tree when checkpoint A began to the tree when B began (`diff A B [PATH]`), or from a
+    /// fork's origin checkpoint to the fork's current tree (`diff --fork DIR [PATH]`).
     Diff {
-        uuid: String,
-        path: Option<String>,
+        /// The checkpoint (a user message's UUID).
+        #[arg(required_unless_present = "fork")]
+        uuid: Option<String>,
+        /// A second checkpoint (a UUID), then a path or glob; or only a path or glob.
+        #[arg(num_args = 0..=2)]
+        rest: Vec<String>,
+        /// Print a summary (lines added and removed per file) instead of the diff.
+        #[arg(long)]
+        stat: bool,
+        /// A fork made by `rewindfs fork`: compare its origin checkpoint with its tree now.
+        #[arg(long, value_name = "DIR")]
+        fork: Option<PathBuf>,
         #[arg(long, default_value = "all", value_parser = ["tool", "agent", "all"])]
         scope: String,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Print a file as it was when a checkpoint began (raw bytes), without rewinding.
+    Show {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The file (absolute, or relative to the current directory).
+        path: PathBuf,
+        /// Print what the path was (type, mode, size, hash) as JSON instead of its content.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// List a directory as it was when a checkpoint began, without rewinding.
+    Ls {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The directory (default: the workspace).
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         socket: SocketArgs,
     },

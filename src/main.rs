@@ -10,8 +10,9 @@ use rewindfs::cli::{Args, Command, SocketArgs};
 use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
-    BeginMessage, CheckpointList, Diff, Gc, GcReply, ListCheckpoints, Log, LogReply, RegisterAgent,
-    RewindFiles, RewindReply, Status, StatusReply, UndoReply, UndoRewind,
+    BeginMessage, CheckpointList, Diff, DiffReply, Gc, GcReply, ListCheckpoints, Log, LogReply, Ls,
+    LsReply, RegisterAgent, RewindFiles, RewindReply, Show, Status, StatusReply, UndoReply,
+    UndoRewind,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
@@ -144,21 +145,58 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Command::Diff {
             uuid,
-            path,
+            rest,
+            stat,
+            fork,
             scope,
             socket,
         } => {
+            let r = match fork {
+                Some(dir) => diff_fork(&dir, rest, &socket)?,
+                None => {
+                    let uuid = uuid.context("a checkpoint to compare with")?;
+                    let (to, path) = second_checkpoint(rest)?;
+                    let mut client = connect(&socket)?;
+                    let path = match path {
+                        Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
+                        None => None,
+                    };
+                    client.call(&Diff {
+                        user_message_id: uuid,
+                        to_message_id: to,
+                        path,
+                        scope: parse_scope(&scope)?,
+                    })?
+                }
+            };
+            if stat {
+                print_stat(&r);
+            } else {
+                print!("{}", r.diff);
+            }
+        }
+        Command::Show {
+            uuid,
+            path,
+            json,
+            socket,
+        } => show(&uuid, &path, json, &socket)?,
+        Command::Ls {
+            uuid,
+            dir,
+            json,
+            socket,
+        } => {
             let mut client = connect(&socket)?;
-            let path = match path {
-                Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
+            let path = match dir {
+                Some(d) => Some(workspace_rel(&mut client, &d)?),
                 None => None,
             };
-            let r = client.call(&Diff {
+            let r = client.call(&Ls {
                 user_message_id: uuid,
                 path,
-                scope: parse_scope(&scope)?,
             })?;
-            print!("{}", r.diff);
+            print_json_or(json, &r, print_ls)?;
         }
         Command::Gc {
             store,
@@ -183,6 +221,83 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `diff A [B] [PATH]`: the second word is a checkpoint when it is a UUID, else a path.
+fn second_checkpoint(rest: Vec<String>) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let mut it = rest.into_iter();
+    let (first, second) = (it.next(), it.next());
+    match first {
+        Some(f) if uuid::Uuid::parse_str(&f).is_ok() => Ok((Some(f), second)),
+        Some(f) => {
+            if let Some(s) = second {
+                anyhow::bail!(
+                    "diff A B PATH: {f:?} is not a checkpoint uuid (and {s:?} follows it); give one path"
+                );
+            }
+            Ok((None, Some(f)))
+        }
+        None => Ok((None, None)),
+    }
+}
+
+/// `rewindfs diff --fork DIR [PATH]`: filled in with `fork`.
+fn diff_fork(dir: &Path, _rest: Vec<String>, _socket: &SocketArgs) -> anyhow::Result<DiffReply> {
+    anyhow::bail!("{}: diff --fork is not supported yet", dir.display())
+}
+
+/// Bytes `show` asks the daemon for at once: a file up to this size is read in one request
+/// (one consistent look); a larger one in pieces.
+const SHOW_CHUNK: u64 = 32 << 20;
+
+/// `rewindfs show`: the file's bytes, raw, to stdout (`--json`: what the path was).
+fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut client = connect(socket)?;
+    let rel = workspace_rel(&mut client, path)?;
+    let ask = |client: &mut Client, content: bool, offset: u64| {
+        client.call(&Show {
+            user_message_id: uuid.to_string(),
+            path: rel.clone(),
+            content,
+            offset,
+            length: content.then_some(SHOW_CHUNK),
+        })
+    };
+    if json {
+        let r = ask(&mut client, false, 0)?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let mut offset = 0u64;
+    loop {
+        let r = ask(&mut client, true, offset)?;
+        match r.kind.as_str() {
+            "file" => {}
+            "symlink" => {
+                writeln!(out, "{}", r.target.unwrap_or_default())?;
+                return Ok(());
+            }
+            "dir" => anyhow::bail!(
+                "{}: a directory when checkpoint {uuid} began; `rewindfs ls {uuid} {}` lists it",
+                r.path,
+                path.display()
+            ),
+            k => anyhow::bail!(
+                "{}: a special file ({k}) when checkpoint {uuid} began",
+                r.path
+            ),
+        }
+        let got = r.content.unwrap_or_default();
+        out.write_all(&got)?;
+        offset += got.len() as u64;
+        if got.is_empty() || offset >= r.size {
+            break;
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -385,6 +500,48 @@ fn print_checkpoints(r: &CheckpointList) {
             c.session_id.as_deref().unwrap_or("-")
         );
     }
+}
+
+fn print_ls(r: &LsReply) {
+    for e in &r.entries {
+        let target = e
+            .target
+            .as_deref()
+            .map(|t| format!(" -> {t}"))
+            .unwrap_or_default();
+        let slash = if e.kind == "dir" { "/" } else { "" };
+        // `*`: changed since the checkpoint (what a rewind to it would restore).
+        let mark = if e.unchanged { ' ' } else { '*' };
+        println!(
+            "{mark} {:<7} {:04o} {:>10}  {}{slash}{target}",
+            e.kind, e.mode, e.size, e.name
+        );
+    }
+}
+
+/// `--stat`: lines added and removed per file, and the totals.
+fn print_stat(r: &DiffReply) {
+    let width = r.stats.iter().map(|s| s.path.len()).max().unwrap_or(0);
+    let (mut ins, mut del) = (0, 0);
+    for s in &r.stats {
+        ins += s.insertions;
+        del += s.deletions;
+        if s.binary {
+            println!(" {:<width$} | Bin", s.path);
+        } else {
+            let bar = "+".repeat(s.insertions.min(40) as usize)
+                + &"-".repeat(s.deletions.min(40) as usize);
+            println!(
+                " {:<width$} | {:>5} {bar}",
+                s.path,
+                s.insertions + s.deletions
+            );
+        }
+    }
+    println!(
+        " {} file(s) changed, {ins} insertion(s)(+), {del} deletion(s)(-)",
+        r.stats.len()
+    );
 }
 
 fn print_log(r: &LogReply) {

@@ -29,6 +29,9 @@ pub enum ControlError {
     /// `register_agent` for a pid that does not exist.
     #[error("no process with pid {0}; register a running process")]
     NoProcess(u32),
+    /// A request whose fields do not go together (the message says how).
+    #[error("{0}")]
+    Invalid(String),
     /// A path that does not name anything inside the workspace.
     #[error("{path}: not a path inside the workspace {}", workspace.display())]
     OutsideWorkspace { path: String, workspace: PathBuf },

@@ -11,7 +11,9 @@
 //! - `plan.rs`: planning — which paths change, and to what;
 //! - `apply.rs`: applying a plan to the tree;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
-//! - `diff.rs`: the diff text and the line counts.
+//! - `diff.rs`: the diff text and the line counts;
+//! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
+//!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -41,6 +43,7 @@ mod apply;
 mod diff;
 mod filter;
 mod history;
+mod past;
 mod patched;
 mod plan;
 mod recovery;
@@ -54,7 +57,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+pub use self::diff::FileStat;
 use self::filter::Filter;
+pub use self::past::{DiffOut, Entry, Shown, Want};
 use crate::capture::Recorder;
 use crate::store::{Actor, Kind, PreImage, Store};
 
@@ -117,6 +122,28 @@ pub enum RewindError {
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
+    /// A look at the past (`show`, `ls`, `diff`, `fork`) named a uuid that is not a checkpoint
+    /// of this store.
+    #[error("no checkpoint {0} in this store (`rewindfs list` shows them)")]
+    Unknown(String),
+    /// The path did not exist when the checkpoint began.
+    #[error("{path}: no such file or directory when checkpoint {checkpoint} began")]
+    NotThen {
+        /// Workspace-relative.
+        path: String,
+        checkpoint: String,
+    },
+    /// `ls` of a path that was not a directory when the checkpoint began.
+    #[error("{path}: not a directory when checkpoint {checkpoint} began (it was a {kind})")]
+    NotADirectory {
+        path: String,
+        checkpoint: String,
+        /// What it was ([`Kind::as_str`]).
+        kind: &'static str,
+    },
+    /// A look at the past, or a fork, that cannot be done, with its cause.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<io::Error> for RewindError {

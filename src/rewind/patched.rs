@@ -41,6 +41,26 @@ impl Engine {
         c: &Capture,
         at: &[u8],
     ) -> Result<PreImage, RewindError> {
+        let reader = self.chain(hist, c, at)?;
+        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        self.scratch.lock().unwrap().push(hash.clone());
+        Ok(PreImage {
+            blob: Some(hash),
+            size,
+            partial: false,
+            ..c.pre.clone()
+        })
+    }
+
+    /// A reader of the full pre-image of range capture `c` of the file known as `at` (see
+    /// [`Engine::materialize`]), streamed from the chain: nothing is copied to answer it. Used
+    /// by a rewind's plan (into a blob) and by `show` and `fork` (straight to their output).
+    pub(super) fn chain(
+        &self,
+        hist: &History,
+        c: &Capture,
+        at: &[u8],
+    ) -> Result<Patched<'_>, RewindError> {
         let mut layers = Vec::new();
         let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
         let base = loop {
@@ -70,19 +90,11 @@ impl Engine {
                 }
             }
         };
-        let reader = Patched {
+        Ok(Patched {
             store: &self.store,
             layers,
             base,
             pos: 0,
-        };
-        let (hash, size) = self.store.blobs.put_reader(reader)?;
-        self.scratch.lock().unwrap().push(hash.clone());
-        Ok(PreImage {
-            blob: Some(hash),
-            size,
-            partial: false,
-            ..c.pre.clone()
         })
     }
 
@@ -121,7 +133,7 @@ struct Layer {
 /// not save it has it from the next layer, or as zero where that is past the next one's size
 /// (the file grew in between); after the last layer, from the base (zero past its end). So
 /// the chain costs one pass over the file, however many checkpoints it spans.
-struct Patched<'a> {
+pub(super) struct Patched<'a> {
     store: &'a Store,
     layers: Vec<Layer>,
     base: Base,

@@ -17,6 +17,7 @@ mod protocol;
 mod retention;
 mod rewind;
 mod transport;
+mod travel;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

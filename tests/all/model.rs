@@ -14,11 +14,11 @@ use serde_json::json;
 use crate::agent::Agent;
 use crate::support::{require_fuse, tree};
 
-const PATHS: &[&str] = &["a.txt", "b.txt", "d/c.txt", "d/e/f.txt", "x/y.txt"];
+pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "d/c.txt", "d/e/f.txt", "x/y.txt"];
 const DIRS: &[&str] = &["d", "d/e", "x", "z"];
 
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     Turn,
     Tool(usize, u8),
     Append(usize, u8),
@@ -37,7 +37,7 @@ enum Step {
     Cut(usize, u16),
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     let p = 0..PATHS.len();
     let d = 0..DIRS.len();
     prop_oneof![
@@ -58,7 +58,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// The tree as path → listing line.
-fn tree_map(a: &Agent) -> BTreeMap<String, String> {
+pub(crate) fn tree_map(a: &Agent) -> BTreeMap<String, String> {
     tree(&a.m.dir)
         .into_iter()
         .map(|l| (l.split(' ').next().unwrap().to_string(), l))
@@ -73,10 +73,10 @@ fn kind(line: Option<&String>) -> Option<&str> {
     line.and_then(|l| l.split(' ').nth(1))
 }
 
-struct Run {
-    a: Agent,
-    turns: Vec<String>,
-    snapshots: Vec<BTreeMap<String, String>>,
+pub(crate) struct Run {
+    pub(crate) a: Agent,
+    pub(crate) turns: Vec<String>,
+    pub(crate) snapshots: Vec<BTreeMap<String, String>>,
     /// path → (turn index of the first tool change, the state just before it)
     tracked: BTreeMap<String, (usize, Option<String>)>,
 }
@@ -84,7 +84,7 @@ struct Run {
 impl Run {
     /// A mount of the workspace `setup` prepares, a first turn, then `steps`. A small
     /// range-capture threshold, so files the steps grow get range pre-images.
-    fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
+    pub(crate) fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
         let mut run = Run {
             a: Agent::with_args(setup, &["--range-capture-min", "4096"]),
             turns: Vec::new(),
@@ -315,7 +315,7 @@ fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(
     Ok(())
 }
 
-fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

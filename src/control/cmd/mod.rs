@@ -10,8 +10,10 @@ mod diff;
 mod gc;
 mod list_checkpoints;
 mod log;
+mod ls;
 mod register_agent;
 mod rewind_files;
+mod show;
 mod status;
 mod tool_use;
 mod undo_rewind;
@@ -21,12 +23,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
-pub use self::diff::{Diff, DiffReply};
+pub use self::diff::{Diff, DiffReply, DiffStat};
 pub use self::gc::{Gc, GcReply};
 pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints};
 pub use self::log::{Log, LogLine, LogReply};
+pub use self::ls::{Ls, LsEntry, LsReply};
 pub use self::register_agent::RegisterAgent;
 pub use self::rewind_files::{RewindFiles, RewindReply};
+pub use self::show::{Show, ShowReply};
 pub use self::status::{Status, StatusReply};
 pub use self::tool_use::{Phase, ToolUse};
 pub use self::undo_rewind::{UndoReply, UndoRewind};
@@ -58,6 +62,8 @@ pub enum Request {
     Log(Log),
     Status(Status),
     Gc(Gc),
+    Show(Show),
+    Ls(Ls),
 }
 
 /// Decodes one command from the request object, naming the field at fault.
@@ -93,6 +99,8 @@ impl Request {
             Log::SUBTYPE => Request::Log(decode(fields)?),
             Status::SUBTYPE => Request::Status(decode(fields)?),
             Gc::SUBTYPE => Request::Gc(decode(fields)?),
+            Show::SUBTYPE => Request::Show(decode(fields)?),
+            Ls::SUBTYPE => Request::Ls(decode(fields)?),
             other => return Err(format!("unknown request subtype {other:?}")),
         })
     }
@@ -119,6 +127,8 @@ impl Request {
             Request::Log(c) => reply(c.apply(d)),
             Request::Status(c) => reply(c.apply(d)),
             Request::Gc(c) => reply(c.apply(d)),
+            Request::Show(c) => reply(c.apply(d)),
+            Request::Ls(c) => reply(c.apply(d)),
         }
     }
 }
@@ -137,5 +147,15 @@ pub(crate) mod message_id {
         uuid::Uuid::parse_str(&s)
             .map(|u| u.hyphenated().to_string())
             .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}")))
+    }
+
+    /// An optional uuid (`null` or absent: none).
+    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(s) => uuid::Uuid::parse_str(&s)
+                .map(|u| Some(u.hyphenated().to_string()))
+                .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}"))),
+            None => Ok(None),
+        }
     }
 }

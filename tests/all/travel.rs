@@ -1,0 +1,360 @@
+//! Looking at checkpoints without rewinding: `show`, `ls` and `diff A B`, through a real
+//! mount, over the socket and from the CLI; and a model-based property test that the tree
+//! `show`/`ls` give at every checkpoint is the one a rewind to it produces, byte for byte.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use rewindfs::control::client::Client;
+use rewindfs::control::cmd::{Diff, Ls, Show, ShowReply};
+use rewindfs::rewind::Scope;
+
+use crate::agent::Agent;
+use crate::model::{Run, cases, step, tree_map};
+use crate::support::{require_fuse, rewindfs, rewindfs_ok};
+
+/// `show` of one path over the socket, bytes and all.
+fn show(c: &mut Client, uuid: &str, path: &str) -> Result<ShowReply, String> {
+    c.call(&Show {
+        user_message_id: uuid.to_string(),
+        path: path.to_string(),
+        content: true,
+        offset: 0,
+        length: None,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// The tree as `ls` and `show` give it at checkpoint `uuid`, in the format of
+/// `support::tree` (path → listing line).
+fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, String>, String> {
+    fn walk(
+        c: &mut Client,
+        uuid: &str,
+        dir: &str,
+        out: &mut BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let l = c
+            .call(&Ls {
+                user_message_id: uuid.to_string(),
+                path: Some(dir.to_string()),
+            })
+            .map_err(|e| format!("ls {dir}: {e}"))?;
+        for e in l.entries {
+            let p = if dir == "." {
+                e.name.clone()
+            } else {
+                format!("{dir}/{}", e.name)
+            };
+            let line = match e.kind.as_str() {
+                "dir" => format!("{p} dir {:o}", e.mode),
+                "symlink" => format!("{p} link -> {}", e.target.clone().unwrap_or_default()),
+                "file" => {
+                    let s = show(c, uuid, &p)?;
+                    let data = s.content.unwrap_or_default();
+                    if data.len() as u64 != e.size || s.size != e.size {
+                        return Err(format!(
+                            "{p}: ls says {} bytes, show {} and gave {}",
+                            e.size,
+                            s.size,
+                            data.len()
+                        ));
+                    }
+                    let h = blake3::hash(&data).to_hex().to_string();
+                    if s.hash.as_deref() != Some(h.as_str()) {
+                        return Err(format!("{p}: show's hash {:?} is not {h}", s.hash));
+                    }
+                    format!("{p} file {:o} {} {h}", e.mode, data.len())
+                }
+                _ => format!("{p} other {:o}", e.mode),
+            };
+            out.insert(p.clone(), line);
+            if e.kind == "dir" {
+                walk(c, uuid, &p, out)?;
+            }
+        }
+        Ok(())
+    }
+    let mut out = BTreeMap::new();
+    walk(c, uuid, ".", &mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| {
+        std::fs::write(d.join("a.txt"), "one\ntwo\n").unwrap();
+        std::fs::create_dir_all(d.join("src/deep")).unwrap();
+        std::fs::write(d.join("src/deep/lib.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(d.join("bin.dat"), [0u8, 1, 2, 255, 0, 7]).unwrap();
+    });
+    let u1 = a.turn();
+    a.tool_write("a.txt", b"one\nTWO\nthree\n");
+    a.bash("rm bin.dat && mv src lib && echo new > n.txt && chmod 600 n.txt");
+    let u2 = a.turn();
+    a.bash("printf '\\x00\\xff' > bin.dat && rm a.txt");
+    let before = crate::support::tree(&a.m.dir);
+
+    // show: the file as it was, raw bytes (binary too), from the store or from the tree.
+    let s = show(&mut a.c, &u1, "a.txt").unwrap();
+    assert_eq!(s.content.as_deref(), Some(&b"one\ntwo\n"[..]));
+    assert_eq!((s.kind.as_str(), s.size, s.unchanged), ("file", 8, false));
+    let s = show(&mut a.c, &u1, "bin.dat").unwrap();
+    assert_eq!(s.content.as_deref(), Some(&[0u8, 1, 2, 255, 0, 7][..]));
+    // Moved away since u1: found where the rename took it (nothing copied into the store).
+    let s = show(&mut a.c, &u1, "src/deep/lib.rs").unwrap();
+    assert_eq!(s.content.as_deref(), Some(&b"fn a() {}\n"[..]));
+    assert_eq!(
+        s.hash.as_deref(),
+        Some(blake3::hash(b"fn a() {}\n").to_hex().as_str())
+    );
+    // Absolute paths are the workspace's.
+    let abs = a.m.p("a.txt").display().to_string();
+    let s = show(&mut a.c, &u2, &abs).unwrap();
+    assert_eq!(s.content.as_deref(), Some(&b"one\nTWO\nthree\n"[..]));
+    // A piece of a file.
+    let piece =
+        a.c.call(&Show {
+            user_message_id: u1.clone(),
+            path: "a.txt".into(),
+            content: true,
+            offset: 4,
+            length: Some(2),
+        })
+        .unwrap();
+    assert_eq!(
+        (piece.content.as_deref(), piece.offset),
+        (Some(&b"tw"[..]), 4)
+    );
+    // Errors name the checkpoint and the path.
+    let e = show(&mut a.c, &u1, "n.txt").unwrap_err();
+    assert!(
+        e.contains("n.txt") && e.contains(&u1) && e.contains("no such file"),
+        "{e}"
+    );
+    let unknown = crate::agent::uuid();
+    let e = show(&mut a.c, &unknown, "a.txt").unwrap_err();
+    assert!(e.contains(&unknown) && e.contains("no checkpoint"), "{e}");
+    let e = show(&mut a.c, &u1, "../etc/passwd").unwrap_err();
+    assert!(e.contains("not a path inside the workspace"), "{e}");
+
+    // ls: the directory as it was.
+    let l =
+        a.c.call(&Ls {
+            user_message_id: u1.clone(),
+            path: None,
+        })
+        .unwrap();
+    let names: Vec<_> = l.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["a.txt", "bin.dat", "src"]);
+    let l2 =
+        a.c.call(&Ls {
+            user_message_id: u2.clone(),
+            path: Some(".".into()),
+        })
+        .unwrap();
+    let names: Vec<_> = l2.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["a.txt", "lib", "n.txt"]);
+    let n = l2.entries.iter().find(|e| e.name == "n.txt").unwrap();
+    assert_eq!(n.mode, 0o600);
+    let e =
+        a.c.call(&Ls {
+            user_message_id: u1.clone(),
+            path: Some("a.txt".into()),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a directory") && e.contains(&u1), "{e}");
+
+    // diff A B: from the tree when u1 began to the tree when u2 began.
+    let d =
+        a.c.call(&Diff {
+            user_message_id: u1.clone(),
+            to_message_id: Some(u2.clone()),
+            path: None,
+            scope: Scope::All,
+        })
+        .unwrap();
+    assert_eq!(
+        d.files_changed,
+        [
+            "a.txt",
+            "bin.dat",
+            "lib/deep/lib.rs",
+            "n.txt",
+            "src/deep/lib.rs"
+        ]
+    );
+    assert!(d.diff.contains("-two\n+TWO\n+three\n"), "{}", d.diff);
+    assert!(d.diff.contains("--- /dev/null\n+++ b/n.txt"), "{}", d.diff);
+    assert!(
+        d.diff
+            .contains("Binary files a/bin.dat and b/bin.dat differ")
+    );
+    let st = d.stats.iter().find(|s| s.path == "a.txt").unwrap();
+    assert_eq!((st.insertions, st.deletions), (2, 1));
+    // Restricted to a path.
+    let d =
+        a.c.call(&Diff {
+            user_message_id: u1.clone(),
+            to_message_id: Some(u2.clone()),
+            path: Some("a.txt".into()),
+            scope: Scope::All,
+        })
+        .unwrap();
+    assert_eq!(d.files_changed, ["a.txt"]);
+
+    // The CLI: raw bytes to stdout, --json, ls, diff A B --stat.
+    let sock = a.m.socket();
+    let sock = sock.to_str().unwrap();
+    let out = rewindfs(&[
+        "show",
+        &u1,
+        a.m.p("bin.dat").to_str().unwrap(),
+        "--socket",
+        sock,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, [0u8, 1, 2, 255, 0, 7]);
+    let j: serde_json::Value = serde_json::from_str(&rewindfs_ok(&[
+        "show",
+        &u1,
+        a.m.p("a.txt").to_str().unwrap(),
+        "--json",
+        "--socket",
+        sock,
+    ]))
+    .unwrap();
+    assert_eq!(j["type"], "file");
+    assert_eq!(j["size"], 8);
+    assert_eq!(j["hash"], blake3::hash(b"one\ntwo\n").to_hex().as_str());
+    let out = rewindfs(&[
+        "show",
+        &u1,
+        a.m.p("n.txt").to_str().unwrap(),
+        "--socket",
+        sock,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("n.txt") && err.contains(&u1), "{err}");
+    let ls = rewindfs_ok(&["ls", &u1, a.m.dir.to_str().unwrap(), "--socket", sock]);
+    assert!(ls.contains("src/") && ls.contains("bin.dat"), "{ls}");
+    let stat = rewindfs_ok(&["diff", &u1, &u2, "--stat", "--socket", sock]);
+    assert!(
+        stat.contains("a.txt") && stat.contains("5 file(s) changed"),
+        "{stat}"
+    );
+    let one = rewindfs_ok(&[
+        "diff",
+        &u1,
+        &u2,
+        a.m.p("a.txt").to_str().unwrap(),
+        "--socket",
+        sock,
+    ]);
+    assert!(one.contains("+TWO") && !one.contains("n.txt"), "{one}");
+
+    // Nothing was changed by looking.
+    assert_eq!(crate::support::tree(&a.m.dir), before);
+}
+
+/// A file over the range-capture threshold changed in place: `show` streams the state at the
+/// first checkpoint from the chain of range pre-images (nothing is written to the store).
+#[test]
+fn show_streams_a_range_captured_file_from_its_chain() {
+    if !require_fuse() {
+        return;
+    }
+    let start: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let mut a = Agent::with_args(
+        |d| std::fs::write(d.join("big.bin"), &start).unwrap(),
+        &["--range-capture-min", "4096"],
+    );
+    let u1 = a.turn();
+    a.bash("printf XYZ | dd of=big.bin bs=1 seek=100000 conv=notrunc status=none");
+    let u2 = a.turn();
+    a.bash("printf QQ | dd of=big.bin bs=1 seek=5 conv=notrunc status=none && truncate -s 150000 big.bin");
+    let blobs_before = count_files(&a.m.store.join("blobs"));
+    let s1 = show(&mut a.c, &u1, "big.bin").unwrap();
+    assert!(s1.content.as_deref() == Some(&start[..]), "u1 differs");
+    let mut at2 = start.clone();
+    at2[100_000..100_003].copy_from_slice(b"XYZ");
+    let s2 = show(&mut a.c, &u2, "big.bin").unwrap();
+    assert!(s2.content.as_deref() == Some(&at2[..]), "u2 differs");
+    assert_eq!(
+        count_files(&a.m.store.join("blobs")),
+        blobs_before,
+        "show wrote to the store"
+    );
+}
+
+fn count_files(d: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(d).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            n += count_files(&e.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// For a random history, the tree `ls` and `show` give at every checkpoint is the tree observed
+/// when it began; and a rewind (scope all) to one of them produces that very tree.
+fn check_show(steps: Vec<crate::model::Step>, pick: usize) -> Result<(), TestCaseError> {
+    let start: Vec<u8> = (0..10_000u32).map(|i| b'A' + (i % 23) as u8).collect();
+    let mut run = Run::play(
+        |d| std::fs::write(d.join(crate::model::PATHS[0]), &start).unwrap(),
+        &steps,
+    );
+    let now = tree_map(&run.a);
+    let mut seen = Vec::new();
+    for (t, u) in run.turns.clone().iter().enumerate() {
+        let got = tree_at(&mut run.a.c, u).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(
+            got.values().collect::<Vec<_>>(),
+            run.snapshots[t].values().collect::<Vec<_>>(),
+            "show/ls at turn {} of {}",
+            t,
+            run.turns.len()
+        );
+        seen.push(got);
+    }
+    let after = tree_map(&run.a);
+    prop_assert_eq!(
+        after.values().collect::<Vec<_>>(),
+        now.values().collect::<Vec<_>>(),
+        "looking changed the tree"
+    );
+    let t = pick % run.turns.len();
+    run.a
+        .rewind(&run.turns[t], "all", false)
+        .map_err(TestCaseError::fail)?;
+    let rewound = tree_map(&run.a);
+    prop_assert_eq!(
+        rewound.values().collect::<Vec<_>>(),
+        seen[t].values().collect::<Vec<_>>(),
+        "a rewind to turn {} and show/ls disagree",
+        t
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn show_and_ls_at_every_checkpoint_give_what_a_rewind_to_it_produces(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
+        if require_fuse() { check_show(steps, pick)?; }
+    }
+}
