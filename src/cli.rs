@@ -177,6 +177,26 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Write the whole tree as it was when a checkpoint began into a new directory (unchanged
+    /// files copied from the workspace, changed ones from the store; reflinks where the disk
+    /// allows). With --mount, mount it, its history beginning at a checkpoint that records
+    /// where it came from.
+    Fork {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The new directory (must not exist, or be empty; outside the workspace and store).
+        dir: PathBuf,
+        /// Mount the fork once written.
+        #[arg(long)]
+        mount: bool,
+        /// The fork's store (default: $XDG_STATE_HOME/rewindfs/<name>-<hash>).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
     /// List a directory as it was when a checkpoint began, without rewinding.
     Ls {
         /// The checkpoint (a user message's UUID).

@@ -173,7 +173,7 @@ pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 
 /// `p` with symlinks resolved as far as it exists, and the rest appended as it is: the path
 /// `p` will have once created, without creating it.
-fn resolve_uncreated(p: &std::path::Path) -> std::io::Result<PathBuf> {
+pub fn resolve_uncreated(p: &std::path::Path) -> std::io::Result<PathBuf> {
     let p = std::path::absolute(p)?;
     let mut tail = Vec::new();
     let mut base = p.as_path();

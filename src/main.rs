@@ -10,12 +10,13 @@ use rewindfs::cli::{Args, Command, SocketArgs};
 use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
-    BeginMessage, CheckpointList, Diff, DiffReply, Gc, GcReply, ListCheckpoints, Log, LogReply, Ls,
-    LsReply, RegisterAgent, RewindFiles, RewindReply, Show, Status, StatusReply, UndoReply,
-    UndoRewind,
+    BeginMessage, CheckpointList, Diff, DiffReply, Fork, Gc, GcReply, ListCheckpoints, Log,
+    LogReply, Ls, LsReply, RegisterAgent, RewindFiles, RewindReply, Show, Status, StatusReply,
+    UndoReply, UndoRewind,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
+use rewindfs::store::{Origin, OriginKind};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -164,6 +165,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     client.call(&Diff {
                         user_message_id: uuid,
                         to_message_id: to,
+                        fork_dir: None,
                         path,
                         scope: parse_scope(&scope)?,
                     })?
@@ -181,6 +183,14 @@ fn run() -> anyhow::Result<ExitCode> {
             json,
             socket,
         } => show(&uuid, &path, json, &socket)?,
+        Command::Fork {
+            uuid,
+            dir,
+            mount,
+            store,
+            json,
+            socket,
+        } => fork(&uuid, &dir, mount, store, json, &socket)?,
         Command::Ls {
             uuid,
             dir,
@@ -241,9 +251,110 @@ fn second_checkpoint(rest: Vec<String>) -> anyhow::Result<(Option<String>, Optio
     }
 }
 
-/// `rewindfs diff --fork DIR [PATH]`: filled in with `fork`.
-fn diff_fork(dir: &Path, _rest: Vec<String>, _socket: &SocketArgs) -> anyhow::Result<DiffReply> {
-    anyhow::bail!("{}: diff --fork is not supported yet", dir.display())
+/// `rewindfs diff --fork DIR [PATH]`: from the fork's origin checkpoint (recorded in the
+/// fork's store) to its tree now, asked of the origin's daemon.
+fn diff_fork(dir: &Path, rest: Vec<String>, socket: &SocketArgs) -> anyhow::Result<DiffReply> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("fork {}", dir.display()))?;
+    let store = match rewindfs::mounts::mount_at(&dir)? {
+        Some(m) if m.fstype == rewindfs::mounts::FSTYPE => m.source,
+        _ => rewindfs::config::default_store(&dir)?,
+    };
+    let origin = rewindfs::store::first_origin(&store)?
+        .filter(|o| o.kind == OriginKind::Fork)
+        .with_context(|| {
+            format!(
+                "{} is not a fork made by `rewindfs fork`: its store {} records no origin",
+                dir.display(),
+                store.display()
+            )
+        })?;
+    if rest.len() > 1 {
+        anyhow::bail!("diff --fork DIR takes at most one path");
+    }
+    let path = rest.into_iter().next().map(|p| {
+        // A path inside the fork names the same path in the origin.
+        match std::path::absolute(&p)
+            .ok()
+            .and_then(|a| a.strip_prefix(&dir).ok().map(Path::to_path_buf))
+        {
+            Some(rel) => rel.to_string_lossy().into_owned(),
+            None => p,
+        }
+    });
+    let mut client = match &socket.socket {
+        Some(_) => connect(socket)?,
+        None => {
+            let parent = origin.store.as_deref().with_context(|| {
+                format!(
+                    "the fork's origin names no store; pass --socket of {}",
+                    origin.workspace
+                )
+            })?;
+            Client::connect(&Path::new(parent).join(daemon::files::SOCKET)).with_context(|| {
+                format!(
+                    "the fork's origin {} is not mounted (its daemon answers the diff)",
+                    origin.workspace
+                )
+            })?
+        }
+    };
+    Ok(client.call(&Diff {
+        user_message_id: origin.uuid,
+        to_message_id: None,
+        fork_dir: Some(dir.to_string_lossy().into_owned()),
+        path,
+        scope: Scope::All,
+    })?)
+}
+
+/// `rewindfs fork`: the daemon writes the tree; the fork's store is begun with its origin;
+/// with `--mount`, the fork is mounted.
+fn fork(
+    uuid: &str,
+    dir: &Path,
+    mount: bool,
+    store: Option<PathBuf>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let abs = std::path::absolute(dir)?;
+    let r = connect(socket)?.call(&Fork {
+        user_message_id: uuid.to_string(),
+        dir: abs.to_string_lossy().into_owned(),
+    })?;
+    let cfg = MountConfig::new(r.dir.clone(), store, false, false, 2, 60.0, None, false)?;
+    let origin = Origin {
+        kind: OriginKind::Fork,
+        workspace: r.workspace.to_string_lossy().into_owned(),
+        store: Some(r.store.to_string_lossy().into_owned()),
+        uuid: r.checkpoint.clone(),
+        session_id: r.session_id.clone(),
+        at: rewindfs::store::origin_now(),
+    };
+    daemon::begin_fork_store(&cfg.store, &origin)?;
+    if mount {
+        daemon::spawn_detached(&cfg)?;
+    }
+    print_json_or(json, &r, |r| {
+        println!(
+            "forked {} at {} into {}: {} file(s), {} dir(s), {} symlink(s), {} bytes ({} file(s), {} bytes from the store){}",
+            r.workspace.display(),
+            r.checkpoint,
+            r.dir.display(),
+            r.files,
+            r.dirs,
+            r.symlinks,
+            r.bytes,
+            r.files_from_store,
+            r.bytes_from_store,
+            if mount { "; mounted" } else { "" }
+        );
+        for s in &r.skipped {
+            println!("  skipped {s}");
+        }
+    })
 }
 
 /// Bytes `show` asks the daemon for at once: a file up to this size is read in one request
@@ -499,6 +610,14 @@ fn print_checkpoints(r: &CheckpointList) {
             c.bytes_captured,
             c.session_id.as_deref().unwrap_or("-")
         );
+        if let Some(o) = &c.origin {
+            let how = if o.kind == "fork" {
+                "forked from"
+            } else {
+                "imported from"
+            };
+            println!("  {how} {} at checkpoint {}", o.workspace, o.checkpoint);
+        }
     }
 }
 

@@ -13,7 +13,8 @@
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `diff.rs`: the diff text and the line counts;
 //! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
-//!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses.
+//!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses;
+//! - `fork.rs`: that tree written into a new directory, and the diff from it to a fork.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -42,6 +43,7 @@
 mod apply;
 mod diff;
 mod filter;
+mod fork;
 mod history;
 mod past;
 mod patched;
@@ -59,6 +61,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::diff::FileStat;
 use self::filter::Filter;
+pub use self::fork::ForkReport;
 pub use self::past::{DiffOut, Entry, Shown, Want};
 use crate::capture::Recorder;
 use crate::store::{Actor, Kind, PreImage, Store};

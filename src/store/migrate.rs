@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/002_retention.sql"),
     include_str!("../../schema/003_ranges.sql"),
     include_str!("../../schema/004_changes_index.sql"),
+    include_str!("../../schema/005_origins.sql"),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].

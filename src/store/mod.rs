@@ -19,7 +19,7 @@
 //! One job per file: this one holds [`Store`] and [`Store::open`]; `model.rs` the domain
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
-//! `changes.rs` and `rewinds.rs` the queries, by table; `blobs.rs` the blob directory;
+//! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs.rs` the blob directory;
 //! `gc.rs` retention; `fsck.rs` the read-only check.
 //!
 //! Invariants:
@@ -43,6 +43,7 @@ pub mod gc;
 pub mod journal;
 mod migrate;
 mod model;
+mod origins;
 mod rewinds;
 
 use std::path::Path;
@@ -60,6 +61,7 @@ pub use self::model::{
     Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
     RangeContent, RewindRow, Tracked,
 };
+pub use self::origins::{Origin, OriginKind, first_origin, origin_now};
 
 /// Milliseconds since the Unix epoch, as the `*_at` columns hold them.
 pub fn now_ms() -> i64 {

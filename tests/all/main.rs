@@ -7,6 +7,7 @@ mod capture;
 mod container;
 mod containment;
 mod faults;
+mod fork;
 mod fuzz;
 mod hook;
 mod lifecycle;

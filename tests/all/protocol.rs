@@ -166,6 +166,26 @@ fn every_response_matches_the_protocol_schema() {
         "7f",
         "response_ls",
     );
+    let fork = a.m.tmp.path().join("fork");
+    let f = ok(
+        &c.req(
+            "7h",
+            json!({"subtype": "fork", "user_message_id": u1, "dir": fork}),
+        ),
+        "7h",
+        "response_fork",
+    );
+    assert_eq!(f["files"], json!(1));
+    std::fs::write(fork.join("a.txt"), "forked\n").unwrap();
+    let d = ok(
+        &c.req(
+            "7i",
+            json!({"subtype": "diff", "user_message_id": u1, "fork_dir": fork}),
+        ),
+        "7i",
+        "response_diff",
+    );
+    assert_eq!(d["filesChanged"], json!(["a.txt"]));
     let e = err(&c.req(
         "7g",
         json!({"subtype": "show", "user_message_id": u1, "path": "nope.txt"}),

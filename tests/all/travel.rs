@@ -174,6 +174,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
         a.c.call(&Diff {
             user_message_id: u1.clone(),
             to_message_id: Some(u2.clone()),
+            fork_dir: None,
             path: None,
             scope: Scope::All,
         })
@@ -201,6 +202,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
         a.c.call(&Diff {
             user_message_id: u1.clone(),
             to_message_id: Some(u2.clone()),
+            fork_dir: None,
             path: Some("a.txt".into()),
             scope: Scope::All,
         })

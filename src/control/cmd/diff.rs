@@ -21,6 +21,10 @@ pub struct Diff {
         deserialize_with = "super::message_id::optional"
     )]
     pub to_message_id: Option<String>,
+    /// A fork of `user_message_id` (absolute): the diff goes from the tree when that
+    /// checkpoint began to the fork's tree as it is now (scope `all` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_dir: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     #[serde(default = "all_scope")]
@@ -82,6 +86,19 @@ impl Command for Diff {
 
 impl Diff {
     pub(super) fn apply(self, d: &Daemon) -> Result<DiffReply, ControlError> {
+        if self.fork_dir.is_some() && (self.to_message_id.is_some() || self.scope != Scope::All) {
+            return Err(ControlError::Invalid(
+                "a diff with a fork compares the checkpoint's tree with the fork's: give no to_message_id, and scope \"all\"".into(),
+            ));
+        }
+        if let Some(dir) = &self.fork_dir {
+            let dir = super::fork::destination(d, dir)?;
+            return Ok(DiffReply::of(d.engine.diff_dir(
+                &self.user_message_id,
+                &dir,
+                self.path.as_deref(),
+            )?));
+        }
         let out = match &self.to_message_id {
             None => d
                 .engine

@@ -7,6 +7,7 @@
 
 mod begin_message;
 mod diff;
+mod fork;
 mod gc;
 mod list_checkpoints;
 mod log;
@@ -24,8 +25,9 @@ use serde_json::{Map, Value};
 
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
 pub use self::diff::{Diff, DiffReply, DiffStat};
+pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
-pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints};
+pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo};
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::ls::{Ls, LsEntry, LsReply};
 pub use self::register_agent::RegisterAgent;
@@ -64,6 +66,7 @@ pub enum Request {
     Gc(Gc),
     Show(Show),
     Ls(Ls),
+    Fork(Fork),
 }
 
 /// Decodes one command from the request object, naming the field at fault.
@@ -101,6 +104,7 @@ impl Request {
             Gc::SUBTYPE => Request::Gc(decode(fields)?),
             Show::SUBTYPE => Request::Show(decode(fields)?),
             Ls::SUBTYPE => Request::Ls(decode(fields)?),
+            Fork::SUBTYPE => Request::Fork(decode(fields)?),
             other => return Err(format!("unknown request subtype {other:?}")),
         })
     }
@@ -129,6 +133,7 @@ impl Request {
             Request::Gc(c) => reply(c.apply(d)),
             Request::Show(c) => reply(c.apply(d)),
             Request::Ls(c) => reply(c.apply(d)),
+            Request::Fork(c) => reply(c.apply(d)),
         }
     }
 }
