@@ -197,6 +197,35 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Write a session's history (every checkpoint from the first asked for to the newest, with
+    /// every blob they need) into one self-checking bundle file.
+    Export {
+        /// Start at this session's first checkpoint (at or after --since).
+        #[arg(long)]
+        session: Option<String>,
+        /// Start at this checkpoint (a UUID).
+        #[arg(long)]
+        since: Option<String>,
+        /// The bundle to write (replaced if it exists).
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Import a bundle's checkpoints into a store: listable, showable and rewindable there.
+    /// Importing it again does nothing.
+    Import {
+        /// The bundle.
+        file: PathBuf,
+        /// The store to import into (through its daemon if one serves it, else directly).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
     /// List a directory as it was when a checkpoint began, without rewinding.
     Ls {
         /// The checkpoint (a user message's UUID).

@@ -10,9 +10,9 @@ use rewindfs::cli::{Args, Command, SocketArgs};
 use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
-    BeginMessage, CheckpointList, Diff, DiffReply, Fork, Gc, GcReply, ListCheckpoints, Log,
-    LogReply, Ls, LsReply, RegisterAgent, RewindFiles, RewindReply, Show, Status, StatusReply,
-    UndoReply, UndoRewind,
+    BeginMessage, CheckpointList, Diff, DiffReply, Export, Fork, Gc, GcReply, Import, ImportReply,
+    ListCheckpoints, Log, LogReply, Ls, LsReply, RegisterAgent, RewindFiles, RewindReply, Show,
+    Status, StatusReply, UndoReply, UndoRewind,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
@@ -191,6 +191,61 @@ fn run() -> anyhow::Result<ExitCode> {
             json,
             socket,
         } => fork(&uuid, &dir, mount, store, json, &socket)?,
+        Command::Export {
+            session,
+            since,
+            file,
+            json,
+            socket,
+        } => {
+            let r = connect(&socket)?.call(&Export {
+                path: std::path::absolute(&file)?.to_string_lossy().into_owned(),
+                session_id: session,
+                since,
+            })?;
+            print_json_or(json, &r, |r| {
+                println!(
+                    "exported {} checkpoint(s), {} blob(s) ({} bytes), {} row(s) to {} ({} bytes)",
+                    r.checkpoints.len(),
+                    r.blobs,
+                    r.blob_bytes,
+                    r.rows,
+                    r.path.display(),
+                    r.bytes
+                )
+            })?;
+        }
+        Command::Import {
+            file,
+            store,
+            json,
+            socket,
+        } => {
+            let abs = std::path::absolute(&file)?;
+            let req = Import {
+                path: abs.to_string_lossy().into_owned(),
+            };
+            let r = match store {
+                Some(store) => match daemon::import_offline(&store, &abs)? {
+                    Some(report) => ImportReply::of(report),
+                    None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
+                },
+                None => connect(&socket)?.call(&req)?,
+            };
+            print_json_or(json, &r, |r| {
+                if r.already_imported {
+                    println!(
+                        "already imported: all {} checkpoint(s) of the bundle are here",
+                        r.checkpoint_ids.len()
+                    );
+                } else {
+                    println!(
+                        "imported {} checkpoint(s) from {} ({} row(s), {} blob(s), {} bytes)",
+                        r.checkpoints, r.workspace, r.rows, r.blobs, r.blob_bytes
+                    );
+                }
+            })?;
+        }
         Command::Ls {
             uuid,
             dir,

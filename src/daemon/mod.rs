@@ -25,7 +25,7 @@ use anyhow::{Context, bail};
 pub use self::detach::{is_live, spawn_detached, store_of, umount};
 use self::kernel::FuseKernel;
 use self::lock::StoreLock;
-pub use self::origin::begin_fork_store;
+pub use self::origin::{begin_fork_store, import_offline};
 pub use self::retention::gc_offline;
 use self::retention::{GC_EVERY, gc_pass};
 use crate::capture::{Observer, Recorder};

@@ -14,7 +14,8 @@
 //! - `diff.rs`: the diff text and the line counts;
 //! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
 //!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses;
-//! - `fork.rs`: that tree written into a new directory, and the diff from it to a fork.
+//! - `fork.rs`: that tree written into a new directory, and the diff from it to a fork;
+//! - `carry.rs`: export a run of checkpoints as a bundle, import one.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -41,6 +42,7 @@
 //!   (`Engine::discard`).
 
 mod apply;
+mod carry;
 mod diff;
 mod filter;
 mod fork;
@@ -59,6 +61,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+pub use self::carry::{Selection, import_origin};
 pub use self::diff::FileStat;
 use self::filter::Filter;
 pub use self::fork::ForkReport;

@@ -20,7 +20,8 @@
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
 //! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs.rs` the blob directory;
-//! `gc.rs` retention; `fsck.rs` the read-only check.
+//! `gc.rs` retention; `fsck.rs` the read-only check; `bundle.rs` history bundles (export and
+//! import).
 //!
 //! Invariants:
 //! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
@@ -34,6 +35,7 @@
 
 mod apply;
 pub mod blobs;
+pub mod bundle;
 mod captures;
 mod changes;
 mod checkpoints;

@@ -4,6 +4,7 @@ mod support;
 
 mod agent;
 mod capture;
+mod carry;
 mod container;
 mod containment;
 mod faults;

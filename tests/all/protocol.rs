@@ -186,6 +186,22 @@ fn every_response_matches_the_protocol_schema() {
         "response_diff",
     );
     assert_eq!(d["filesChanged"], json!(["a.txt"]));
+    let bundle = a.m.tmp.path().join("h.rwb");
+    ok(
+        &c.req("7j", json!({"subtype": "export", "path": bundle})),
+        "7j",
+        "response_export",
+    );
+    let i = ok(
+        &c.req("7k", json!({"subtype": "import", "path": bundle})),
+        "7k",
+        "response_import",
+    );
+    assert_eq!(
+        i["alreadyImported"],
+        json!(true),
+        "its own history: all here"
+    );
     let e = err(&c.req(
         "7g",
         json!({"subtype": "show", "user_message_id": u1, "path": "nope.txt"}),

@@ -27,7 +27,7 @@ fn show(c: &mut Client, uuid: &str, path: &str) -> Result<ShowReply, String> {
 
 /// The tree as `ls` and `show` give it at checkpoint `uuid`, in the format of
 /// `support::tree` (path → listing line).
-fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, String>, String> {
     fn walk(
         c: &mut Client,
         uuid: &str,

@@ -7,8 +7,10 @@
 
 mod begin_message;
 mod diff;
+mod export;
 mod fork;
 mod gc;
+mod import;
 mod list_checkpoints;
 mod log;
 mod ls;
@@ -25,8 +27,10 @@ use serde_json::{Map, Value};
 
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
 pub use self::diff::{Diff, DiffReply, DiffStat};
+pub use self::export::{Export, ExportReply};
 pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
+pub use self::import::{Import, ImportReply};
 pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo};
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::ls::{Ls, LsEntry, LsReply};
@@ -67,6 +71,8 @@ pub enum Request {
     Show(Show),
     Ls(Ls),
     Fork(Fork),
+    Export(Export),
+    Import(Import),
 }
 
 /// Decodes one command from the request object, naming the field at fault.
@@ -105,6 +111,8 @@ impl Request {
             Show::SUBTYPE => Request::Show(decode(fields)?),
             Ls::SUBTYPE => Request::Ls(decode(fields)?),
             Fork::SUBTYPE => Request::Fork(decode(fields)?),
+            Export::SUBTYPE => Request::Export(decode(fields)?),
+            Import::SUBTYPE => Request::Import(decode(fields)?),
             other => return Err(format!("unknown request subtype {other:?}")),
         })
     }
@@ -134,6 +142,8 @@ impl Request {
             Request::Show(c) => reply(c.apply(d)),
             Request::Ls(c) => reply(c.apply(d)),
             Request::Fork(c) => reply(c.apply(d)),
+            Request::Export(c) => reply(c.apply(d)),
+            Request::Import(c) => reply(c.apply(d)),
         }
     }
 }

@@ -1,0 +1,356 @@
+//! Carrying history to another store: export a run of checkpoints as a bundle, import one.
+//!
+//! A bundle (`store/bundle.rs`, `schema/bundle.md`) holds the rows of every checkpoint from
+//! the first one asked for to the newest — of every session: the state at a checkpoint depends
+//! on every capture after it — and every blob they name. It also holds one checkpoint of its
+//! own, the *export* checkpoint (uuid = the export's id, kind `mount`), whose captures are the
+//! state at export of every path a rewind to the first checkpoint would look at
+//! ([`Engine::candidates`]). On the other side, a path's history then ends in a capture, not
+//! in that store's present tree: every exported checkpoint rewinds to exactly what it did here
+//! (a range pre-image's chain ends on a complete one), whatever the other tree holds; a rewind
+//! to the export checkpoint gives the tree as it was at export.
+//!
+//! Invariants:
+//! - An export reads the rows and the present tree under the capture gate (one instant's
+//!   history); the blobs, which never change, are copied after it is released, under the
+//!   `apply` lock (gc cannot remove one meanwhile). The bundle is written beside its name and
+//!   renamed into place when complete.
+//! - An import stages the bundle (every frame checked, blobs stored) under the `apply` lock,
+//!   then inserts its rows in one transaction under the capture gate, and begins a new
+//!   checkpoint: what happens after lands after the imported history. A failure removes what
+//!   it stored.
+
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::OFlags;
+use serde_json::{Map, Value};
+
+use super::history::History;
+use super::{Engine, Request, RewindError, Scope};
+use crate::store::bundle::{BundleError, BundleWriter, ImportReport, Manifest, Row, blob_value};
+use crate::store::{Kind, Origin, OriginKind, now_ms};
+use crate::sys;
+
+/// Which checkpoints an export carries: from the first of `session` at or after `since` (or
+/// the first one kept) to the newest.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub session: Option<String>,
+    pub since: Option<String>,
+}
+
+impl From<BundleError> for RewindError {
+    fn from(e: BundleError) -> Self {
+        RewindError::Refused(e.to_string())
+    }
+}
+
+/// Files up to this size are hashed and copied from one read.
+const IN_MEMORY: u64 = 64 << 20;
+
+impl Engine {
+    /// The seq an export starts at.
+    fn export_start(&self, sel: &Selection) -> Result<i64, RewindError> {
+        let from = match &sel.since {
+            Some(u) => {
+                let req = Request {
+                    user_message_id: u.clone(),
+                    dry_run: true,
+                    scope: Scope::All,
+                    force: true,
+                    paths: Vec::new(),
+                    session_id: None,
+                };
+                self.checked(&req)
+                    .map_err(|e| match e {
+                        RewindError::NoCheckpoint => RewindError::Unknown(u.clone()),
+                        e => e,
+                    })?
+                    .1
+                    .seq
+            }
+            None => 0,
+        };
+        let kept = self.store.checkpoints(sel.session.as_deref())?;
+        kept.iter()
+            .map(|c| c.checkpoint.seq)
+            .find(|s| *s >= from)
+            .ok_or_else(|| {
+                RewindError::Refused(match &sel.session {
+                    Some(s) => format!("session {s:?} has no checkpoint to export here"),
+                    None => "no checkpoint to export".into(),
+                })
+            })
+    }
+
+    /// Writes a bundle of the checkpoints `sel` names to `out` (replaced if it exists);
+    /// `workspace` and `store` are recorded as where it came from.
+    ///
+    /// # Errors
+    /// `Unknown` for an unknown `since`; `Refused` when nothing is selected or a blob of the
+    /// store is damaged; I/O errors writing the bundle (which is then not left behind).
+    pub fn export(
+        &self,
+        sel: &Selection,
+        out: &Path,
+        workspace: &Path,
+        store: &Path,
+    ) -> Result<Manifest, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let start = self.export_start(sel)?;
+        let tmp = out.with_file_name(format!(
+            ".{}.rewindfs-export-{}",
+            out.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| RewindError::Refused(format!("{}: {e}", tmp.display())))?;
+        let res = self.write_bundle(
+            start,
+            sel,
+            io::BufWriter::with_capacity(1 << 20, file),
+            workspace,
+            store,
+        );
+        match res {
+            Ok(m) => {
+                std::fs::rename(&tmp, out)
+                    .map_err(|e| RewindError::Refused(format!("{}: {e}", out.display())))?;
+                Ok(m)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_bundle(
+        &self,
+        start: i64,
+        sel: &Selection,
+        file: io::BufWriter<std::fs::File>,
+        workspace: &Path,
+        store: &Path,
+    ) -> Result<Manifest, RewindError> {
+        let mut w = BundleWriter::new(file)?;
+        let export_id = uuid::Uuid::new_v4().to_string();
+        self.kernel.flush();
+        let (mut rows, now_rows) = {
+            let _gate = self.recorder.exclusive();
+            let rows = self.store.export_rows(start)?;
+            let hist = History::load(&self.store, start)?;
+            let mut names: Vec<Vec<u8>> = self
+                .candidates(&hist, Scope::All.inside())
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect();
+            names.sort();
+            let now_rows = self.snapshot_into(&names, &mut w)?;
+            (rows, now_rows)
+        };
+        // The store's blobs, each once (those the present tree shares are written already).
+        for r in rows.iter().filter(|r| r.t == "blobs") {
+            let (Some(h), Some(size)) = (r.text("hash"), r.int("size")) else {
+                continue;
+            };
+            if w.has_blob(h) {
+                continue;
+            }
+            let mut src: Box<dyn Read> = match self.store.blobs.open_blob(h)? {
+                Some(f) => Box::new(f),
+                None => Box::new(io::empty()),
+            };
+            w.blob(h, size as u64, &mut src)
+                .map_err(|e| RewindError::Refused(format!("export: blob {h} of the store: {e}")))?;
+        }
+        // The export's own checkpoint, after every exported one, holding the present.
+        let max_seq = rows
+            .iter()
+            .filter(|r| r.t == "checkpoints")
+            .filter_map(|r| r.int("seq"))
+            .max()
+            .unwrap_or(0);
+        let max_id = rows
+            .iter()
+            .filter(|r| r.t == "captures")
+            .filter_map(|r| r.int("id"))
+            .max()
+            .unwrap_or(0);
+        let at = now_ms();
+        let mut cp = Map::new();
+        cp.insert("seq".into(), Value::from(max_seq + 1));
+        cp.insert("uuid".into(), Value::from(export_id.clone()));
+        cp.insert("session_id".into(), Value::Null);
+        cp.insert("kind".into(), Value::from("mount"));
+        cp.insert("began_at".into(), Value::from(at));
+        rows.push(Row {
+            t: "checkpoints".into(),
+            r: cp,
+        });
+        for (i, mut c) in now_rows.into_iter().enumerate() {
+            c.insert("id".into(), Value::from(max_id + 1 + i as i64));
+            c.insert("checkpoint".into(), Value::from(max_seq + 1));
+            c.insert("created_at".into(), Value::from(at));
+            if let Some(h) = c.get("blob").and_then(Value::as_str) {
+                let mut b = Map::new();
+                b.insert("hash".into(), Value::from(h));
+                b.insert("size".into(), c["size"].clone());
+                rows.push(Row {
+                    t: "blobs".into(),
+                    r: b,
+                });
+            }
+            rows.push(Row {
+                t: "captures".into(),
+                r: c,
+            });
+        }
+        let mut checkpoints = Vec::new();
+        for r in &rows {
+            if r.t == "checkpoints" {
+                checkpoints.extend(r.text("uuid").map(str::to_string));
+            }
+            w.row(r)?;
+        }
+        let (mut file, m) = w.finish(Manifest {
+            schema: 0,
+            export_id,
+            created_at: at,
+            workspace: workspace.to_string_lossy().into_owned(),
+            store: store.to_string_lossy().into_owned(),
+            session: sel.session.clone(),
+            since: sel.since.clone(),
+            checkpoints,
+            ..Manifest::default()
+        })?;
+        io::Write::flush(&mut file)?;
+        file.get_ref().sync_all()?;
+        Ok(m)
+    }
+
+    /// The present state of each of `names`, as capture rows (without id, checkpoint and
+    /// time), each file's content written to the bundle as a blob.
+    fn snapshot_into(
+        &self,
+        names: &[Vec<u8>],
+        w: &mut BundleWriter<io::BufWriter<std::fs::File>>,
+    ) -> Result<Vec<Map<String, Value>>, RewindError> {
+        let mut out = Vec::with_capacity(names.len());
+        for p in names {
+            let rel = Path::new(OsStr::from_bytes(p));
+            let mut c = Map::new();
+            c.insert("path".into(), blob_value(p));
+            c.insert("purpose".into(), Value::from("checkpoint"));
+            c.insert("actor".into(), Value::from("external"));
+            c.insert("actors".into(), Value::from(4));
+            c.insert("op".into(), Value::from("export"));
+            c.insert("partial".into(), Value::from(0));
+            c.insert("blob".into(), Value::Null);
+            c.insert("target".into(), Value::Null);
+            let st = sys::lstat_beneath_opt(self.root(), rel)?;
+            let Some(st) = st else {
+                c.insert("kind".into(), Value::from(Kind::Absent.as_str()));
+                for k in ["mode", "uid", "gid", "size"] {
+                    c.insert(k.into(), Value::from(0));
+                }
+                out.push(c);
+                continue;
+            };
+            c.insert("mode".into(), Value::from(st.st_mode));
+            c.insert("uid".into(), Value::from(st.st_uid));
+            c.insert("gid".into(), Value::from(st.st_gid));
+            c.insert("size".into(), Value::from(st.st_size as u64));
+            let kind = match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => {
+                    let fd =
+                        sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
+                    let size = sys::fstat(fd.as_fd())?.st_size as u64;
+                    let mut f = std::fs::File::from(fd);
+                    let hash = if size <= IN_MEMORY {
+                        let mut buf = Vec::with_capacity(size as usize);
+                        (&mut f).take(size).read_to_end(&mut buf)?;
+                        let h = blake3::hash(&buf).to_hex().to_string();
+                        w.blob(&h, buf.len() as u64, &mut &buf[..])?;
+                        c.insert("size".into(), Value::from(buf.len() as u64));
+                        h
+                    } else {
+                        let mut hasher = blake3::Hasher::new();
+                        io::copy(&mut (&mut f).take(size), &mut hasher)?;
+                        let h = hasher.finalize().to_hex().to_string();
+                        if !w.has_blob(&h) {
+                            io::Seek::seek(&mut f, io::SeekFrom::Start(0))?;
+                            w.blob(&h, size, &mut f)?;
+                        }
+                        h
+                    };
+                    c.insert("blob".into(), Value::from(hash));
+                    Kind::File
+                }
+                libc::S_IFDIR => Kind::Dir,
+                libc::S_IFLNK => {
+                    let t = sys::readlinkat(self.root(), rel)?;
+                    c.insert("target".into(), blob_value(t.as_bytes()));
+                    Kind::Symlink
+                }
+                _ => {
+                    c.insert("size".into(), Value::from(st.st_rdev));
+                    Kind::Other
+                }
+            };
+            c.insert("kind".into(), Value::from(kind.as_str()));
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    /// Imports a bundle read from `src`: its checkpoints become listable, showable and
+    /// rewindable here. Importing the same bundle again does nothing (`already`).
+    ///
+    /// # Errors
+    /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose
+    /// checkpoints are partly here; store errors. Nothing is imported then.
+    pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let staged = self.store.stage_bundle(src)?;
+        self.kernel.flush();
+        let res = {
+            let _gate = self.recorder.exclusive();
+            let res = self
+                .store
+                .import_staged(&staged, Some(import_origin(&staged.manifest)));
+            if matches!(&res, Ok(r) if !r.already) {
+                // What happens from now on lands after the imported history.
+                let uuid = uuid::Uuid::new_v4().to_string();
+                if let Err(e) = self.recorder.begin(&uuid, None, "mount") {
+                    tracing::error!("import: beginning the checkpoint after it: {e}");
+                }
+            }
+            res
+        };
+        if !matches!(&res, Ok(r) if !r.already) {
+            if let Err(e) = self.recorder.discard_unreferenced(&staged.created) {
+                tracing::warn!("import: removing the blobs it stored: {e}");
+            }
+        }
+        Ok(res?)
+    }
+}
+
+/// The origin an import records on the first checkpoint it adds.
+pub fn import_origin(m: &Manifest) -> Origin {
+    Origin {
+        kind: OriginKind::Import,
+        workspace: m.workspace.clone(),
+        store: Some(m.store.clone()),
+        uuid: m.checkpoints.first().cloned().unwrap_or_default(),
+        session_id: m.session.clone(),
+        at: now_ms(),
+    }
+}
