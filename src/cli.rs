@@ -226,6 +226,38 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Push history to an S3-compatible remote (s3://bucket/prefix): the blobs it lacks (stored
+    /// once by hash for every workspace pushing there), then one object of rows per push.
+    /// Credentials from AWS_* variables (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP for a local server).
+    Push {
+        /// s3://bucket[/prefix]
+        remote: String,
+        /// Push this session's history (from its first checkpoint at or after --since).
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Pull history from an S3-compatible remote into a store (each push once; what is here
+    /// already is skipped).
+    Pull {
+        /// s3://bucket[/prefix]
+        remote: String,
+        /// Only this session's pushes.
+        #[arg(long)]
+        session: Option<String>,
+        /// The store to import into (through its daemon if one serves it, else directly).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
     /// List a directory as it was when a checkpoint began, without rewinding.
     Ls {
         /// The checkpoint (a user message's UUID).

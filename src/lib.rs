@@ -6,7 +6,8 @@
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
-//! - `sys` (raw system calls, relative to a directory fd).
+//! - `sys` (raw system calls, relative to a directory fd);
+//! - beside them, `remote` (push and pull history to an S3-compatible store), used by the CLI.
 
 pub mod capture;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod daemon;
 pub mod fs;
 pub mod hook;
 pub mod mounts;
+pub mod remote;
 pub mod rewind;
 pub mod store;
 pub mod sys;

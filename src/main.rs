@@ -221,17 +221,7 @@ fn run() -> anyhow::Result<ExitCode> {
             json,
             socket,
         } => {
-            let abs = std::path::absolute(&file)?;
-            let req = Import {
-                path: abs.to_string_lossy().into_owned(),
-            };
-            let r = match store {
-                Some(store) => match daemon::import_offline(&store, &abs)? {
-                    Some(report) => ImportReply::of(report),
-                    None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
-                },
-                None => connect(&socket)?.call(&req)?,
-            };
+            let r = import(&std::path::absolute(&file)?, store.as_deref(), &socket)?;
             print_json_or(json, &r, |r| {
                 if r.already_imported {
                     println!(
@@ -245,6 +235,76 @@ fn run() -> anyhow::Result<ExitCode> {
                     );
                 }
             })?;
+        }
+        Command::Push {
+            remote,
+            session,
+            since,
+            json,
+            socket,
+        } => {
+            let tmp =
+                std::env::temp_dir().join(format!("rewindfs-push-{}.rwb", std::process::id()));
+            let pushed = (|| -> anyhow::Result<_> {
+                let e = connect(&socket)?.call(&Export {
+                    path: tmp.to_string_lossy().into_owned(),
+                    session_id: session.clone(),
+                    since,
+                })?;
+                let r = rewindfs::remote::Remote::open(&remote)?.push(&tmp, session.as_deref())?;
+                Ok((e, r))
+            })();
+            let _ = std::fs::remove_file(&tmp);
+            let (e, r) = pushed?;
+            print_json_or(json, &r, |r| {
+                println!(
+                    "pushed {} checkpoint(s) to {remote}: {} blob(s) uploaded ({} bytes), {} already there; {}",
+                    e.checkpoints.len(),
+                    r.blobs_uploaded,
+                    r.bytes_uploaded,
+                    r.blobs_present,
+                    r.history
+                )
+            })?;
+        }
+        Command::Pull {
+            remote,
+            session,
+            store,
+            json,
+            socket,
+        } => {
+            let rm = rewindfs::remote::Remote::open(&remote)?;
+            let mut out = Vec::new();
+            for key in rm.histories(session.as_deref())? {
+                let tmp =
+                    std::env::temp_dir().join(format!("rewindfs-pull-{}.rwb", std::process::id()));
+                let r = rm
+                    .assemble(&key, &tmp)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|()| import(&tmp, store.as_deref(), &socket));
+                let _ = std::fs::remove_file(&tmp);
+                out.push((key, r.with_context(|| format!("pulling {remote}"))?));
+            }
+            if json {
+                let v: Vec<_> = out
+                    .iter()
+                    .map(|(k, r)| serde_json::json!({"history": k, "import": r}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for (k, r) in &out {
+                    if r.already_imported {
+                        println!("{k}: already here");
+                    } else {
+                        println!(
+                            "{k}: imported {} checkpoint(s) from {}",
+                            r.checkpoints, r.workspace
+                        );
+                    }
+                }
+                println!("{} push(es) in {remote}", out.len());
+            }
         }
         Command::Ls {
             uuid,
@@ -286,6 +346,21 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Imports a bundle: into the daemon of `store` if one serves it, else directly into it; with
+/// no store, into the daemon of the current mount (or --socket).
+fn import(file: &Path, store: Option<&Path>, socket: &SocketArgs) -> anyhow::Result<ImportReply> {
+    let req = Import {
+        path: file.to_string_lossy().into_owned(),
+    };
+    Ok(match store {
+        Some(store) => match daemon::import_offline(store, file)? {
+            Some(report) => ImportReply::of(report),
+            None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
+        },
+        None => connect(socket)?.call(&req)?,
+    })
 }
 
 /// `diff A [B] [PATH]`: the second word is a checkpoint when it is a UUID, else a path.

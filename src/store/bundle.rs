@@ -16,6 +16,8 @@
 //! - an import is all or nothing: blobs are verified as they are stored, rows are inserted in
 //!   one transaction only once the whole bundle has been read and checked, and on any failure
 //!   the blobs it stored that no row names are removed again;
+//! - a bundle whose history begins with checkpoints the store has (an earlier push of the
+//!   same session) adds only the others, after them; one that diverges is refused;
 //! - rows keep their meaning, not their ids: checkpoints get new `seq`s, captures and moves
 //!   new ids handed out after every id in use (the journal's too), in the same order, so
 //!   imported history lies after what the store had and before anything recorded later;
@@ -389,6 +391,100 @@ pub struct ImportReport {
     pub workspace: String,
 }
 
+/// One frame of a bundle file, as [`scan`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameAt {
+    pub kind: u8,
+    /// The payload's hash (hex).
+    pub hash: String,
+    /// Where the payload starts in the file, and its length.
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The frames of a bundle, each checked against its hash (the payloads are read, not kept).
+///
+/// # Errors
+/// `Corrupt` as an import would say it; I/O errors.
+pub fn scan(src: impl Read) -> std::result::Result<Vec<FrameAt>, BundleError> {
+    let mut r = Counted { r: src, pos: 0 };
+    let corrupt = |offset: u64, what: &str| BundleError::Corrupt {
+        offset,
+        what: what.to_string(),
+    };
+    let mut head = [0u8; 12];
+    if !r.fill(&mut head).unwrap_or(false) || &head[..8] != MAGIC {
+        return Err(corrupt(0, "not a rewindfs bundle"));
+    }
+    let mut out = Vec::new();
+    loop {
+        let at = r.pos;
+        let mut fh = [0u8; 41];
+        match r.fill(&mut fh) {
+            Ok(true) => {}
+            Ok(false) => return Ok(out),
+            Err(_) => return Err(corrupt(at, "a frame header is cut short (truncated)")),
+        }
+        let len = u64::from_le_bytes(fh[1..9].try_into().unwrap_or_default());
+        let hash: [u8; 32] = fh[9..41].try_into().unwrap_or_default();
+        let mut p = PayloadReader {
+            inner: &mut r,
+            left: len,
+            hasher: blake3::Hasher::new(),
+        };
+        io::copy(&mut p, &mut io::sink())
+            .map_err(|_| corrupt(at, "a frame is cut short (truncated)"))?;
+        if p.hasher.finalize().as_bytes() != &hash {
+            return Err(corrupt(at, "a frame's content does not match its hash"));
+        }
+        out.push(FrameAt {
+            kind: fh[0],
+            hash: encode_hash(&hash),
+            offset: at + 41,
+            len,
+        });
+    }
+}
+
+/// Writes a bundle from the blob-less form a remote keeps (`history`: the header, the rows
+/// frames and the manifest), fetching each blob its `blobs` rows name with `fetch`.
+///
+/// # Errors
+/// A damaged history object; `fetch`'s errors; I/O errors.
+pub fn assemble(
+    history: &[u8],
+    mut fetch: impl FnMut(&str) -> io::Result<Vec<u8>>,
+    out: &mut impl Write,
+) -> std::result::Result<(), BundleError> {
+    let frames = scan(history)?;
+    let mut hashes = BTreeSet::new();
+    for f in frames.iter().filter(|f| f.kind == ROWS) {
+        let payload = &history[f.offset as usize..(f.offset + f.len) as usize];
+        for line in payload.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let row: Row = serde_json::from_slice(line).map_err(|e| BundleError::Corrupt {
+                offset: f.offset - 41,
+                what: format!("a row: {e}"),
+            })?;
+            if row.t == "blobs" {
+                hashes.extend(row.text("hash").map(str::to_string));
+            }
+        }
+    }
+    out.write_all(&history[..12])?;
+    for h in &hashes {
+        let data = fetch(h)?;
+        let raw = decode_hash(h).ok_or_else(|| BundleError::Refused(format!("blob name {h:?}")))?;
+        out.write_all(&[BLOB])?;
+        out.write_all(&(data.len() as u64).to_le_bytes())?;
+        out.write_all(&raw)?;
+        out.write_all(&data)?;
+    }
+    for f in frames.iter().filter(|f| f.kind != BLOB) {
+        out.write_all(&history[(f.offset - 41) as usize..(f.offset + f.len) as usize])?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Reads a bundle and checks every frame, storing its blobs as they are verified;
     /// returns its rows and manifest. On failure, the blobs it stored are removed again
@@ -626,17 +722,17 @@ impl Store {
         })
     }
 
-    /// Whether any, and whether all, of these checkpoint uuids are in the store.
-    pub fn checkpoints_known(&self, uuids: &[String]) -> Result<(usize, usize)> {
+    /// Which of these checkpoint uuids are in the store.
+    pub fn known_checkpoints(&self, uuids: &[String]) -> Result<HashSet<String>> {
         self.with(|c| {
             let mut st = c.prepare_cached("SELECT 1 FROM checkpoints WHERE uuid = ?1")?;
-            let mut known = 0;
+            let mut known = HashSet::new();
             for u in uuids {
                 if st.exists([u])? {
-                    known += 1;
+                    known.insert(u.clone());
                 }
             }
-            Ok((known, uuids.len()))
+            Ok(known)
         })
     }
 
@@ -666,18 +762,24 @@ impl Store {
             .filter(|u| **u != m.export_id)
             .cloned()
             .collect();
-        let (known, all) = self.checkpoints_known(&history)?;
-        if known == all {
+        let known = self.known_checkpoints(&history)?;
+        if known.len() == history.len() {
             report.already = true;
             return Ok(report);
         }
-        if known > 0 {
-            return Err(BundleError::Refused(format!(
-                "{known} of the bundle's {all} checkpoints are in this store already and the others are not (an overlapping export): import a bundle of only the new ones (`rewindfs export --since`)"
-            )));
+        // What is here must be where the bundle's history begins (an earlier push of the same
+        // history, say): the rest goes after it. Known checkpoints and their rows are skipped.
+        if let Some(i) = history.iter().position(|u| !known.contains(u)) {
+            if let Some(late) = history[i..].iter().find(|u| known.contains(*u)) {
+                return Err(BundleError::Refused(format!(
+                    "checkpoint {late} of the bundle is in this store already, but {} before it is not: the histories have diverged",
+                    history[i]
+                )));
+            }
         }
+        let rows = new_rows(&staged.rows, &known);
         // Every blob a row names is in the bundle or here.
-        for row in &staged.rows {
+        for row in &rows {
             let named = match row.t.as_str() {
                 "captures" | "capture_ranges" => row.text("blob"),
                 _ => None,
@@ -692,21 +794,45 @@ impl Store {
         }
         self.flush_journal()?;
         let (cap_ids, move_ids) = {
-            let caps = staged.rows.iter().filter(|r| r.t == "captures").count() as i64;
-            let moves = staged.rows.iter().filter(|r| r.t == "moves").count() as i64;
+            let caps = rows.iter().filter(|r| r.t == "captures").count() as i64;
+            let moves = rows.iter().filter(|r| r.t == "moves").count() as i64;
             let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             let ids = (p.next_capture, p.next_move);
             p.next_capture += caps;
             p.next_move += moves;
             ids
         };
-        let n = self.with(|c| insert_rows(c, &staged.rows, cap_ids, move_ids, origin.as_ref()))?;
+        let n = self.with(|c| insert_rows(c, &rows, cap_ids, move_ids, origin.as_ref()))?;
         report.checkpoints = n.0;
         report.rows = n.1;
         report.blobs = staged.blobs.len() as u64;
         report.blob_bytes = m.blob_bytes;
         Ok(report)
     }
+}
+
+/// The rows of the checkpoints not in `known`: a known checkpoint's row, its captures (and
+/// their ranges), moves, tracked rows, change-log entries and origins are left out.
+fn new_rows(rows: &[Row], known: &HashSet<String>) -> Vec<Row> {
+    let skip: HashSet<i64> = rows
+        .iter()
+        .filter(|r| r.t == "checkpoints" && r.text("uuid").is_some_and(|u| known.contains(u)))
+        .filter_map(|r| r.int("seq"))
+        .collect();
+    let skip_caps: HashSet<i64> = rows
+        .iter()
+        .filter(|r| r.t == "captures" && r.int("checkpoint").is_some_and(|c| skip.contains(&c)))
+        .filter_map(|r| r.int("id"))
+        .collect();
+    rows.iter()
+        .filter(|r| match r.t.as_str() {
+            "checkpoints" => !r.int("seq").is_some_and(|s| skip.contains(&s)),
+            "capture_ranges" => !r.int("capture").is_some_and(|c| skip_caps.contains(&c)),
+            "sessions" | "blobs" => true,
+            _ => !r.int("checkpoint").is_some_and(|c| skip.contains(&c)),
+        })
+        .cloned()
+        .collect()
 }
 
 /// Tables an import writes, in order.

@@ -16,6 +16,7 @@ mod model;
 mod nonroot;
 mod posix;
 mod protocol;
+mod remote;
 mod retention;
 mod rewind;
 mod transport;
