@@ -16,10 +16,13 @@
 //!   `apply` lock (gc cannot remove one meanwhile). The bundle is written beside its name and
 //!   renamed into place when complete.
 //! - An import stages the bundle (every frame checked, blobs stored) under the `apply` lock,
-//!   then inserts its rows in one transaction under the capture gate, and begins a new
-//!   checkpoint: what happens after lands after the imported history. A failure removes what
-//!   it stored.
+//!   then, under the capture gate, records the present state of every path the imported
+//!   history touches (the *splice*, a checkpoint before the imported ones: a rewind to one of
+//!   this store's earlier checkpoints meets it before another tree's pre-images), inserts the
+//!   rows in one transaction, and begins a new checkpoint: what happens after lands after the
+//!   imported history. A failure removes what it stored.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
@@ -31,8 +34,11 @@ use serde_json::{Map, Value};
 
 use super::history::History;
 use super::{Engine, Request, RewindError, Scope};
-use crate::store::bundle::{BundleError, BundleWriter, ImportReport, Manifest, Row, blob_value};
-use crate::store::{Kind, Origin, OriginKind, now_ms};
+use crate::capture::snapshot;
+use crate::store::bundle::{
+    BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
+};
+use crate::store::{Actor, Capture, Kind, Move, Origin, OriginKind, PreImage, now_ms};
 use crate::sys;
 
 /// Which checkpoints an export carries: from the first of `session` at or after `since` (or
@@ -313,34 +319,117 @@ impl Engine {
     /// Imports a bundle read from `src`: its checkpoints become listable, showable and
     /// rewindable here. Importing the same bundle again does nothing (`already`).
     ///
+    /// Before the imported history, a checkpoint of the present state of every path it
+    /// touches is spliced in (see [`Engine::splice`]), and a new checkpoint begins after it.
+    ///
     /// # Errors
-    /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose
-    /// checkpoints are partly here; store errors. Nothing is imported then.
+    /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose history
+    /// diverges from this store's; store and file-system errors. Nothing is imported then.
     pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let staged = self.store.stage_bundle(src)?;
         self.kernel.flush();
-        let res = {
+        let mut stored = staged.created.clone();
+        let res: Result<ImportReport, RewindError> = (|| {
             let _gate = self.recorder.exclusive();
-            let res = self
-                .store
-                .import_staged(&staged, Some(import_origin(&staged.manifest)));
-            if matches!(&res, Ok(r) if !r.already) {
-                // What happens from now on lands after the imported history.
-                let uuid = uuid::Uuid::new_v4().to_string();
-                if let Err(e) = self.recorder.begin(&uuid, None, "mount") {
-                    tracing::error!("import: beginning the checkpoint after it: {e}");
-                }
-            }
-            res
-        };
+            let rows = match self.store.import_plan(&staged)? {
+                ImportPlan::Already(r) => return Ok(r),
+                ImportPlan::Rows(rows) => rows,
+            };
+            let splice = self.splice(&rows)?;
+            stored.extend(splice.iter().filter_map(|(_, p)| p.blob.clone()));
+            let r = self.store.import_rows(
+                &staged,
+                &rows,
+                Some(import_origin(&staged.manifest)),
+                &splice,
+            )?;
+            // What happens from now on lands after the imported history.
+            let uuid = uuid::Uuid::new_v4().to_string();
+            self.recorder.begin(&uuid, None, "mount")?;
+            Ok(r)
+        })();
         if !matches!(&res, Ok(r) if !r.already) {
-            if let Err(e) = self.recorder.discard_unreferenced(&staged.created) {
+            if let Err(e) = self.recorder.discard_unreferenced(&stored) {
                 tracing::warn!("import: removing the blobs it stored: {e}");
             }
         }
-        Ok(res?)
+        res
     }
+
+    /// The present state of every path the imported `rows` touch — every name a rewind
+    /// through that history would look at ([`Engine::candidates`], over the present tree) —
+    /// with file contents stored as blobs. Spliced in before the imported history, it keeps
+    /// a rewind to one of this store's own earlier checkpoints from meeting another tree's
+    /// pre-images: it meets the present first, which is what those paths were since.
+    fn splice(&self, rows: &[Row]) -> Result<Vec<(Vec<u8>, PreImage)>, RewindError> {
+        let hist = history_of(rows);
+        let mut names: Vec<Vec<u8>> = self
+            .candidates(&hist, Scope::All.inside())
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        names.sort();
+        let mut out = Vec::with_capacity(names.len());
+        for p in names {
+            let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&p)), &self.store)?;
+            out.push((p, pre));
+        }
+        Ok(out)
+    }
+}
+
+/// The history bundle rows describe (their captures of checkpoint purpose and their moves,
+/// with the ids they had where they were exported: the order is what counts).
+fn history_of(rows: &[Row]) -> History {
+    let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.t == "captures" && r.text("purpose") == Some("checkpoint"))
+    {
+        let (Some(id), Some(path)) = (r.int("id"), r.bytes("path")) else {
+            continue;
+        };
+        by_path.entry(path.clone()).or_default().push(Capture {
+            id,
+            checkpoint: r.int("checkpoint").unwrap_or(0),
+            path,
+            purpose: "checkpoint".into(),
+            pre: PreImage {
+                kind: Kind::parse(r.text("kind").unwrap_or("other")),
+                blob: r.text("blob").map(str::to_string),
+                mode: r.int("mode").unwrap_or(0) as u32,
+                uid: r.int("uid").unwrap_or(0) as u32,
+                gid: r.int("gid").unwrap_or(0) as u32,
+                size: r.int("size").unwrap_or(0) as u64,
+                target: r.bytes("target"),
+                partial: r.int("partial").unwrap_or(0) != 0,
+            },
+            actor: Actor::parse(r.text("actor").unwrap_or("external")),
+            actors: r.int("actors").unwrap_or(0) as u8,
+            op: r.text("op").unwrap_or("").to_string(),
+        });
+    }
+    for v in by_path.values_mut() {
+        v.sort_by_key(|c| c.id);
+    }
+    let mut moves: Vec<Move> = rows
+        .iter()
+        .filter(|r| r.t == "moves")
+        .filter_map(|r| {
+            Some(Move {
+                seq: r.int("seq")?,
+                checkpoint: r.int("checkpoint").unwrap_or(0),
+                src: r.bytes("src")?,
+                dst: r.bytes("dst")?,
+                exchange: r.int("exchange").unwrap_or(0) != 0,
+                after_capture: r.int("after_capture").unwrap_or(0),
+                actor: Actor::parse(r.text("actor").unwrap_or("external")),
+            })
+        })
+        .collect();
+    moves.sort_by_key(|m| m.seq);
+    History { by_path, moves }
 }
 
 /// The origin an import records on the first checkpoint it adds.

@@ -87,6 +87,15 @@ impl Row {
     pub fn text(&self, col: &str) -> Option<&str> {
         self.r.get(col).and_then(Value::as_str)
     }
+
+    /// A BLOB column (`{"$b": base64}`), or text as its bytes.
+    pub fn bytes(&self, col: &str) -> Option<Vec<u8>> {
+        match self.r.get(col)? {
+            Value::Object(m) => STANDARD.decode(m.get("$b")?.as_str()?).ok(),
+            Value::String(s) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        }
+    }
 }
 
 /// A BLOB as a bundle holds it.
@@ -736,24 +745,30 @@ impl Store {
         })
     }
 
-    /// Inserts a staged bundle's rows in one transaction, renumbered (see the module doc):
-    /// every checkpoint of the bundle must be new here (all known: nothing is done, and
-    /// `already` says so). The caller holds off captures (no id is handed out meanwhile).
+    /// Inserts a staged bundle's rows in one transaction, renumbered (see the module doc),
+    /// with no splice (see [`Store::import_rows`]): for a store no daemon serves.
     ///
     /// # Errors
-    /// `Refused` when some checkpoints are known and others not, or a row names what the
-    /// bundle does not hold; store errors. Nothing is inserted then.
+    /// As [`Store::import_plan`] and [`Store::import_rows`].
     pub fn import_staged(
         &self,
         staged: &Staged,
         origin: Option<super::Origin>,
     ) -> std::result::Result<ImportReport, BundleError> {
+        match self.import_plan(staged)? {
+            ImportPlan::Already(r) => Ok(r),
+            ImportPlan::Rows(rows) => self.import_rows(staged, &rows, origin, &[]),
+        }
+    }
+
+    /// What of a staged bundle is new here: its rows without those of the checkpoints the
+    /// store has (which must begin the bundle's history), or `Already` when it has them all.
+    ///
+    /// # Errors
+    /// `Refused` for a history that diverges from the store's, or rows naming a blob the
+    /// bundle does not hold; store errors.
+    pub fn import_plan(&self, staged: &Staged) -> std::result::Result<ImportPlan, BundleError> {
         let m = &staged.manifest;
-        let mut report = ImportReport {
-            manifest_checkpoints: m.checkpoints.clone(),
-            workspace: m.workspace.clone(),
-            ..ImportReport::default()
-        };
         // The export's own checkpoint (the tree at export) is new to every store; the history
         // is here when every other one is (a store importing its own export, say).
         let history: Vec<String> = m
@@ -764,8 +779,12 @@ impl Store {
             .collect();
         let known = self.known_checkpoints(&history)?;
         if known.len() == history.len() {
-            report.already = true;
-            return Ok(report);
+            return Ok(ImportPlan::Already(ImportReport {
+                manifest_checkpoints: m.checkpoints.clone(),
+                workspace: m.workspace.clone(),
+                already: true,
+                ..ImportReport::default()
+            }));
         }
         // What is here must be where the bundle's history begins (an earlier push of the same
         // history, say): the rest goes after it. Known checkpoints and their rows are skipped.
@@ -792,23 +811,55 @@ impl Store {
                 }
             }
         }
+        Ok(ImportPlan::Rows(rows))
+    }
+
+    /// Inserts the rows of [`Store::import_plan`] in one transaction, renumbered. With a
+    /// `splice` (a daemon's import: the present state of every path the imported history
+    /// touches, blobs stored), a checkpoint holding it goes first: a rewind to one of the
+    /// store's own earlier checkpoints then meets the present of those paths before the
+    /// imported history, which is another tree's. The caller holds off captures.
+    ///
+    /// # Errors
+    /// Store errors, and rows that do not fit the schema; nothing is inserted then.
+    pub fn import_rows(
+        &self,
+        staged: &Staged,
+        rows: &[Row],
+        origin: Option<super::Origin>,
+        splice: &[(Vec<u8>, super::PreImage)],
+    ) -> std::result::Result<ImportReport, BundleError> {
+        let m = &staged.manifest;
         self.flush_journal()?;
         let (cap_ids, move_ids) = {
-            let caps = rows.iter().filter(|r| r.t == "captures").count() as i64;
+            let caps = rows.iter().filter(|r| r.t == "captures").count() + splice.len();
             let moves = rows.iter().filter(|r| r.t == "moves").count() as i64;
             let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             let ids = (p.next_capture, p.next_move);
-            p.next_capture += caps;
+            p.next_capture += caps as i64;
             p.next_move += moves;
             ids
         };
-        let n = self.with(|c| insert_rows(c, &rows, cap_ids, move_ids, origin.as_ref()))?;
-        report.checkpoints = n.0;
-        report.rows = n.1;
-        report.blobs = staged.blobs.len() as u64;
-        report.blob_bytes = m.blob_bytes;
-        Ok(report)
+        let n = self.with(|c| insert_rows(c, rows, cap_ids, move_ids, origin.as_ref(), splice))?;
+        Ok(ImportReport {
+            manifest_checkpoints: m.checkpoints.clone(),
+            workspace: m.workspace.clone(),
+            checkpoints: n.0,
+            rows: n.1,
+            blobs: staged.blobs.len() as u64,
+            blob_bytes: m.blob_bytes,
+            already: false,
+        })
     }
+}
+
+/// What an import would add.
+#[derive(Debug)]
+pub enum ImportPlan {
+    /// Every checkpoint of the bundle is here: nothing to do.
+    Already(ImportReport),
+    /// The rows to insert.
+    Rows(Vec<Row>),
 }
 
 /// The rows of the checkpoints not in `known`: a known checkpoint's row, its captures (and
@@ -852,11 +903,46 @@ const TABLES: &[&str] = &[
 fn insert_rows(
     c: &mut Connection,
     rows: &[Row],
-    cap_base: i64,
+    splice_base: i64,
     move_base: i64,
     origin: Option<&super::Origin>,
+    splice: &[(Vec<u8>, super::PreImage)],
 ) -> rusqlite::Result<(u64, u64)> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let cap_base = splice_base + splice.len() as i64;
+    if !splice.is_empty() {
+        let at = super::now_ms();
+        tx.execute(
+            "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, 'mount', ?2)",
+            rusqlite::params![uuid::Uuid::new_v4().to_string(), at],
+        )?;
+        let seq = tx.last_insert_rowid();
+        for (i, (path, pre)) in splice.iter().enumerate() {
+            if let Some(b) = &pre.blob {
+                tx.execute(
+                    "INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)",
+                    rusqlite::params![b, pre.size as i64],
+                )?;
+            }
+            tx.execute(
+                "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
+                 VALUES (?1, ?2, ?3, 'checkpoint', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'rewind', 8, 'import', ?11, 0)",
+                rusqlite::params![
+                    splice_base + i as i64,
+                    seq,
+                    path,
+                    pre.kind.as_str(),
+                    pre.blob,
+                    pre.mode as i64,
+                    pre.uid as i64,
+                    pre.gid as i64,
+                    pre.size as i64,
+                    pre.target,
+                    at
+                ],
+            )?;
+        }
+    }
     let mut columns: HashMap<&str, HashSet<String>> = HashMap::new();
     for t in TABLES {
         let mut st = tx.prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))?;

@@ -231,3 +231,47 @@ fn count(d: &Path) -> usize {
     }
     n
 }
+
+/// A store with its own history imports another tree's: a rewind to one of its own earlier
+/// checkpoints gives its own tree, untouched by the imported pre-images (the splice), and the
+/// imported checkpoints still rewind as they did at home.
+#[test]
+fn an_import_leaves_rewinds_to_the_stores_own_earlier_checkpoints_alone() {
+    if !require_fuse() {
+        return;
+    }
+    let mut a = Agent::new(|d| {
+        std::fs::write(d.join("a.txt"), "a at home\n").unwrap();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/f"), "f\n").unwrap();
+    });
+    let ua = a.turn();
+    let a_at = tree(&a.m.dir);
+    a.bash("echo changed > a.txt && mv dir moved && echo extra > x.txt");
+    let file = a.m.tmp.path().join("a.rwb");
+    export(&mut a.c, &file);
+
+    // The other workspace: the same paths, other content, a history of its own.
+    let mut b = Agent::new(|d| {
+        std::fs::write(d.join("a.txt"), "b's own\n").unwrap();
+        std::fs::write(d.join("x.txt"), "b's x\n").unwrap();
+    });
+    let ub = b.turn();
+    let b_at = tree(&b.m.dir);
+    b.bash("echo b later > a.txt && mkdir moved && echo m > moved/f");
+    let r = import(&mut b.c, &file).unwrap();
+    assert!(!r.already_imported && r.checkpoints >= 2, "{r:?}");
+    b.bash("echo after import >> a.txt");
+    b.rewind(&ub, "all", false).unwrap();
+    assert_eq!(tree(&b.m.dir), b_at, "b's own checkpoint, after the import");
+    // And the imported one gives the tree at home, for the paths its history touched.
+    b.rewind(&ua, "all", false).unwrap();
+    assert_eq!(b.read("a.txt").as_deref(), Some("a at home\n"));
+    assert_eq!(
+        std::fs::read_to_string(b.m.p("dir/f")).unwrap(),
+        "f\n",
+        "{:?} vs {a_at:?}",
+        tree(&b.m.dir)
+    );
+    assert!(!b.m.p("x.txt").exists() && !b.m.p("moved").exists());
+}
