@@ -506,13 +506,17 @@ impl Engine {
                     },
                 })
             };
-            // Equal complete pre-images need no reading.
+            // Equal complete pre-images, or the same present file, need no reading.
             if let (Some(x), Some(y)) = (&ea, &eb) {
+                let same_content = match (&x.source, &y.source) {
+                    (Source::Blob(h), Source::Blob(k)) => h == k,
+                    (Source::Tree(p), Source::Tree(q)) => p == q,
+                    _ => false,
+                };
                 if x.kind == y.kind
                     && x.mode == y.mode
                     && x.target == y.target
-                    && (x.kind != Kind::File
-                        || matches!((x.known_hash(), y.known_hash()), (Some(h), Some(k)) if h == k))
+                    && (x.kind != Kind::File || same_content)
                 {
                     continue;
                 }

@@ -338,6 +338,39 @@ fn check_show(steps: Vec<crate::model::Step>, pick: usize) -> Result<(), TestCas
         now.values().collect::<Vec<_>>(),
         "looking changed the tree"
     );
+    // diff A B names exactly the paths whose state differs between the two trees (a
+    // directory that comes or goes shows as its entries).
+    let (i, j) = (pick % run.turns.len(), (pick / 7) % run.turns.len());
+    let d = run
+        .a
+        .c
+        .call(&Diff {
+            user_message_id: run.turns[i].clone(),
+            to_message_id: Some(run.turns[j].clone()),
+            fork_dir: None,
+            path: None,
+            scope: Scope::All,
+        })
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let kind = |l: Option<&String>| l.and_then(|l| l.split(' ').nth(1)).map(str::to_string);
+    let mut want: Vec<String> = seen[i]
+        .keys()
+        .chain(seen[j].keys())
+        .filter(|p| seen[i].get(*p) != seen[j].get(*p))
+        .filter(|p| {
+            !matches!(
+                (
+                    kind(seen[i].get(*p)).as_deref(),
+                    kind(seen[j].get(*p)).as_deref()
+                ),
+                (Some("dir"), None) | (None, Some("dir"))
+            )
+        })
+        .cloned()
+        .collect();
+    want.sort();
+    want.dedup();
+    prop_assert_eq!(&d.files_changed, &want, "diff of turns {} and {}", i, j);
     let t = pick % run.turns.len();
     run.a
         .rewind(&run.turns[t], "all", false)
