@@ -189,7 +189,7 @@ pub enum Command {
         /// Mount the fork once written.
         #[arg(long)]
         mount: bool,
-        /// The fork's store (default: $XDG_STATE_HOME/rewindfs/<name>-<hash>).
+        /// The fork's store (default: as for a mount of DIR).
         #[arg(long)]
         store: Option<PathBuf>,
         #[arg(long)]

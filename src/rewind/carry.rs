@@ -320,7 +320,7 @@ impl Engine {
     /// rewindable here. Importing the same bundle again does nothing (`already`).
     ///
     /// Before the imported history, a checkpoint of the present state of every path it
-    /// touches is spliced in (see [`Engine::splice`]), and a new checkpoint begins after it.
+    /// touches is spliced in (see the module doc), and a new checkpoint begins after it.
     ///
     /// # Errors
     /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose history

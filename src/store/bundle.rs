@@ -257,7 +257,7 @@ impl<W: Write> BundleWriter<W> {
         Ok(())
     }
 
-    /// Adds a row (written in frames of [`ROWS_PER_FRAME`]).
+    /// Adds a row (written in frames of at most 20,000 rows).
     ///
     /// # Errors
     /// I/O errors.
