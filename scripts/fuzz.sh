@@ -5,6 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export FUZZ_SECONDS="${1:-600}"
 if [ -n "${2:-}" ]; then export FUZZ_SEED="$2"; fi
-export REQUIRE_FUSE=1
 cargo test --locked --test all -- --nocapture fuzz::
 cargo test --locked --lib -- control::protocol

@@ -1,18 +1,162 @@
 #!/usr/bin/env bash
-# The test command: everything CI runs. Needs root and /dev/fuse for the mount tests
-# (they fail, not skip, when CI=true or REQUIRE_FUSE=1 and FUSE is missing).
+# The test command: formatting, lints, then every test (Rust, the Python SDK's, the TypeScript
+# client's). It checks each group of tests' prerequisites first. Outside CI a missing one leaves
+# that group out and says `skipped: <tests> (<reason>)`, here and again at the end; with
+# CI=true (or CI=1) a missing prerequisite fails the run before anything is built. The tests
+# themselves never skip: run directly, a test whose prerequisite is missing fails, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --locked --bins
+strict=false
+case "${CI:-}" in true | 1) strict=true ;; esac
+
+skipped=() # "<tests> (<reason>)", printed again at the end
+missing=() # what CI lacks
+skip() { # skip WHAT REASON
+  if $strict; then
+    missing+=("$1: $2")
+  else
+    echo "skipped: $1 ($2)"
+    skipped+=("$1 ($2)")
+  fi
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+root=false
+[ "$(id -u)" = 0 ] && root=true
+apt=false
+have apt-get && apt=true
+# What to run to get a Debian package, as this user.
+install_cmd() { if $root; then echo "apt-get install $*"; else echo "sudo apt-get install $*"; fi; }
+
+# --- Rust toolchain: cargo fmt and clippy come as rustup components.
+lint=()
+if cargo fmt --version >/dev/null 2>&1; then lint+=(fmt); else
+  skip "the formatting check" "rustfmt is not installed: rustup component add rustfmt"
+fi
+if cargo clippy --version >/dev/null 2>&1; then lint+=(clippy); else
+  skip "the clippy lints" "clippy is not installed: rustup component add clippy"
+fi
+
+# --- The mount tests (tests/all): they mount directly, as root, and their scripts run python3
+# and git. Every module that mounts (through `Mounted` or `require_fuse`) is left out together.
+test_args=()
+fuse=""
+if ! $root; then
+  fuse="not root: run as root, e.g. sudo bash scripts/test.sh"
+elif ! (exec 3<>/dev/fuse) 2>/dev/null; then
+  fuse="/dev/fuse is missing: modprobe fuse (package fuse3), or in a container --device /dev/fuse --cap-add SYS_ADMIN"
+fi
+for c in python3 git; do
+  have "$c" || fuse="${fuse:+$fuse; }$c is not installed: $(install_cmd "$c")"
+done
+if [ -n "$fuse" ]; then
+  mods=$(grep -l -E 'Mounted|require_fuse' tests/all/*.rs | xargs -n1 basename | sed 's/\.rs$//' |
+    grep -v -x -e support -e main | sort)
+  skip "the mount tests: tests/all modules $(echo $mods | tr ' ' ',')" "$fuse"
+  for m in $mods; do test_args+=(--skip "$m::"); done
+else
+  # Tests that need FUSE over io_uring have io_uring in their names.
+  if [ ! -e /sys/module/fuse/parameters/enable_uring ]; then
+    skip "the io_uring tests (names containing io_uring)" \
+      "this kernel has no FUSE over io_uring: it needs Linux >= 6.14 with CONFIG_FUSE_IO_URING"
+    test_args+=(--skip io_uring)
+  fi
+  # The non-root test drops to uid 65534 and mounts through the setuid fusermount3.
+  nonroot=""
+  if ! have fusermount3; then
+    nonroot="fusermount3 is not installed: $(install_cmd fuse3)"
+  elif [ ! -u "$(command -v fusermount3)" ]; then
+    nonroot="$(command -v fusermount3) is not setuid root: $(install_cmd --reinstall fuse3)"
+  elif (($(stat -c '%a' /dev/fuse) % 10 != 6)); then
+    nonroot="/dev/fuse is mode $(stat -c '%a' /dev/fuse), not readable and writable by others as \
+Debian's udev rule makes it: chmod 0666 /dev/fuse"
+  fi
+  if [ -n "$nonroot" ]; then
+    skip "the non-root test (nonroot::)" "$nonroot"
+    test_args+=(--skip nonroot::)
+  fi
+fi
+
+# --- The Python SDK's tests run with pytest from a venv under target/ (the fixture itself
+# says "skipped" for a missing FUSE, and fails with CI=true).
+pyenv="$PWD/target/pyenv"
+python="$pyenv/bin/python"
+# Makes $pyenv a venv with pytest in it; prints why not.
+make_pyenv() {
+  "$python" -c 'import pytest' >/dev/null 2>&1 && return
+  if ! "$python" -c '' >/dev/null 2>&1; then
+    # None yet, or one whose python3 has gone: make it anew.
+    rm -rf "$pyenv" 2>/dev/null
+    if ! python3 -m venv "$pyenv" >/dev/null 2>&1 && $root && $apt; then
+      echo "python3 -m venv failed: installing python3-venv (apt-get) for the Python tests' venv" >&2
+      rm -rf "$pyenv"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null &&
+        python3 -m venv "$pyenv" >/dev/null 2>&1
+    fi
+    if ! "$python" -c '' >/dev/null 2>&1; then
+      rm -rf "$pyenv" 2>/dev/null
+      echo "python3 -m venv $pyenv does not work: $(install_cmd python3-venv)"
+      return
+    fi
+  fi
+  "$python" -m pip install -q pytest >&2 ||
+    echo "pip could not install pytest into $pyenv (its error is above; offline? then install it from a wheel: $pyenv/bin/pip install pytest-*.whl)"
+}
+if ! have python3; then
+  skip "the Python SDK tests (sdk/python/tests)" "python3 is not installed: $(install_cmd python3 python3-venv)"
+  python=""
+else
+  why=$(make_pyenv)
+  if [ -n "$why" ]; then
+    skip "the Python SDK tests (sdk/python/tests)" "$why"
+    python=""
+  fi
+fi
+
+# --- The TypeScript client's tests need Node >= 20 (its package.json's engines).
+node_ok=false
+if ! have node; then
+  skip "the TypeScript client tests (sdk/typescript/test)" "node is not installed: install Node >= 20 (https://nodejs.org/en/download)"
+elif (($(node -p 'process.versions.node.split(".")[0]') < 20)); then
+  skip "the TypeScript client tests (sdk/typescript/test)" \
+    "node $(node --version) is older than 20: install Node >= 20 (https://nodejs.org/en/download; Debian 12's nodejs is 18)"
+else
+  node_ok=true
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "CI=true: these prerequisites are missing (.ci/run installs the packages; outside CI this script leaves those tests out and says so):" >&2
+  printf '  %s\n' "${missing[@]}" >&2
+  exit 1
+fi
+
+for l in "${lint[@]}"; do
+  case $l in
+    fmt) cargo fmt --all -- --check ;;
+    clippy) cargo clippy --locked --all-targets --features fault-injection -- -D warnings ;;
+  esac
+done
+
+# The test build has the test-only fault injection (src/faults.rs) compiled in.
+features=(--features fault-injection)
+cargo build --locked --bins "${features[@]}"
+# The unit tests need nothing; the integration tests get the skips chosen above (the unit tests
+# do not, as `--skip capture::` would also match their `capture::tests::…`).
+cargo test --locked --lib --bins "${features[@]}"
 # A hung test fails the run in bounded time (a healthy run takes a few minutes) instead of
 # holding CI until its own limit.
-timeout -k 30 "${TEST_TIMEOUT:-1800}" cargo test --locked --all-targets
+timeout -k 30 "${TEST_TIMEOUT:-1800}" cargo test --locked --test '*' "${features[@]}" -- ${test_args[@]+"${test_args[@]}"}
 
 export REWINDFS_BIN="$PWD/target/debug/rewindfs"
-if [ -d sdk/python/tests ]; then
-  python3 -m pytest -q sdk/python/tests
+if [ -n "$python" ]; then
+  "$python" -m pytest -q -rs sdk/python/tests
 fi
-if [ -d sdk/typescript/test ]; then
+if $node_ok; then
   (cd sdk/typescript && node --test test/)
+fi
+
+if [ "${#skipped[@]}" -gt 0 ]; then
+  echo
+  echo "passed, but these tests did not run:"
+  printf '  skipped: %s\n' "${skipped[@]}"
 fi

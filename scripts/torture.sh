@@ -8,6 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CRASH_ROUNDS="${1:-200}"
 export PROPTEST_CASES="${2:-500}"
-export REQUIRE_FUSE=1
 cargo test --locked --test all -- --test-threads=2 \
   capture::killing_the_daemon model::

@@ -102,8 +102,24 @@ pub enum Command {
     Log {
         /// Only changes to this path (or beneath it).
         path: Option<PathBuf>,
+        /// Show at most this many changes, the newest (default 1000; `rewindfs log` says when
+        /// there are more).
         #[arg(long, default_value_t = 1000)]
         limit: i64,
+        /// Only changes made since this checkpoint began (a message uuid from `rewindfs list`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Newest first.
+        #[arg(long)]
+        newest_first: bool,
+        /// Only changes by this session's actors.
+        #[arg(long)]
+        session: Option<String>,
+        /// Every entry as recorded (a file written beside its target and renamed over it is
+        /// otherwise shown as one change to the target).
+        #[arg(long)]
+        raw: bool,
+        /// JSON lines, one change per line, streamed page by page.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -294,18 +310,21 @@ pub enum Command {
         #[arg(long)]
         store: Option<PathBuf>,
     },
-    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse): reads the hook
-    /// JSON on stdin and tells the daemon the current message and the tool call. Never blocks
-    /// the agent: if the daemon is down it warns and lets the tool run.
+    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse, PostToolUseFailure,
+    /// Stop, SessionEnd; `rewindfs setup claude` writes them): reads the hook JSON on stdin and
+    /// tells the daemon where a prompt begins and which tool call is running. Never blocks the
+    /// agent: if the daemon is down it warns and lets the tool run.
     Hook {
-        /// How long to wait for a lagging transcript, in milliseconds.
+        /// For CLIs whose hooks carry no prompt_id: how long UserPromptSubmit waits for the
+        /// prompt to appear in the transcript, in milliseconds.
         #[arg(long, default_value_t = 2000)]
         wait_ms: u64,
         #[command(flatten)]
         socket: SocketArgs,
     },
-    /// Mount DIR, run COMMAND as the agent (REWINDFS_SOCKET set, its pid registered),
-    /// unmount when it exits, and exit with its status.
+    /// Mount DIR, run COMMAND inside it (at the caller's place when the caller is inside DIR,
+    /// else at its root) as the agent (REWINDFS_SOCKET set, its pid registered), unmount when
+    /// it exits, and exit with its status.
     Exec {
         /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
         #[arg(long, value_parser = ["tool", "agent", "all"])]
@@ -317,9 +336,29 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Write `rewindfs hook` into Claude Code's settings (a project's .claude/settings.json,
+    /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool
+    /// calls become rewindfs checkpoints and tool spans; --remove takes them out again.
+    Setup {
+        /// The agent whose settings to write: `claude` (Claude Code).
+        #[arg(value_parser = ["claude"])]
+        agent: String,
+        /// The project whose .claude/settings.json to write (default: the current directory).
+        #[arg(long, conflicts_with = "user")]
+        project: Option<PathBuf>,
+        /// Write the user's ~/.claude/settings.json instead (every project).
+        #[arg(long)]
+        user: bool,
+        /// Take the hooks out instead.
+        #[arg(long)]
+        remove: bool,
+    },
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,
+        /// The session it works for (its writes and its children's belong to that session).
+        #[arg(long)]
+        session: Option<String>,
         #[command(flatten)]
         socket: SocketArgs,
     },

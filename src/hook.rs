@@ -1,75 +1,69 @@
-//! `rewindfs hook`: Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse) for users
-//! of the plain CLI.
+//! `rewindfs hook`: Claude Code's command hooks, for users of the plain CLI (`rewindfs setup
+//! claude` writes them into a settings file).
 //!
-//! The hook reads the hook's JSON on stdin and tells the daemon:
-//! - the current user message (its uuid read from the session transcript: the latest entry of
-//!   type `user` that is a typed prompt, not a tool result), as `begin_message` — before the
-//!   tool runs, so no tool call can run ahead of its checkpoint (hooks are synchronous);
-//! - `tool_use` spans (`pre`/`post`, tool name, id and file path);
-//! - the agent's pid (the CLI that spawned the hook), as `register_agent`.
+//! What each event tells the daemon (tests/clients/FINDINGS.md records what the CLI sends):
+//! - **UserPromptSubmit**: the CLI that runs the hook (`$CLAUDE_PID`) is the agent, and the
+//!   prompt's checkpoint begins now, under the hooks' `prompt_id` (`begin_prompt`). Hooks are
+//!   synchronous, so nothing of the turn has run yet — but the prompt's message uuid is not in
+//!   the transcript yet either (the CLI writes it after this hook returns), so the hook does
+//!   not wait for it: the checkpoint takes the uuid later.
+//! - **PreToolUse / PostToolUse / PostToolUseFailure**: a tool span opens or closes
+//!   (`tool_use`); a tool that fails after PreToolUse may get no PostToolUse at all, so the
+//!   daemon also ends a session's open file-tool spans at its next tool call and turn end.
+//! - **Stop / SessionEnd**: the turn ended (`end_turn`): every span it left open ends.
+//! - After each, the prompts of the session still without a uuid (the daemon's reply lists
+//!   them) are looked up in the transcript, whose entries carry `promptId`, and bound
+//!   (`bind_message`): the transcript shows a prompt by its first PostToolUse as a rule and
+//!   always by Stop, so a turn without tools is bound too.
 //!
-//! It never blocks the agent: if the daemon is down it warns and lets the tool run.
+//! A hook never blocks the agent: if the daemon is down it warns and lets the tool run. It
+//! costs a process start and two or three socket round trips, a few milliseconds.
 
-use std::io::{BufRead, BufReader};
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::control::client::{Client, ClientError};
-use crate::control::cmd::{BeginMessage, Phase, RegisterAgent, Status, ToolUse};
+use crate::control::cmd::{
+    BeginMessage, BeginPrompt, BindMessage, EndTurn, Phase, RegisterAgent, Status, ToolUse,
+};
 
-/// The uuid of the latest typed user prompt in a transcript (JSONL), if any.
-pub fn latest_prompt_uuid(transcript: &Path) -> Option<String> {
-    let f = std::fs::File::open(transcript).ok()?;
-    let mut last = None;
-    for line in BufReader::new(f).lines() {
-        let Ok(line) = line else { continue };
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v["type"] != "user" || v["isMeta"] == json!(true) {
-            continue;
-        }
-        let content = &v["message"]["content"];
-        let is_prompt = match content {
-            Value::String(_) => true,
-            Value::Array(items) => {
-                !items.is_empty() && items.iter().all(|i| i["type"] != "tool_result")
-            }
-            _ => false,
-        };
-        if is_prompt {
-            if let Some(u) = v["uuid"].as_str() {
-                last = Some(u.to_string());
-            }
-        }
-    }
-    last
-}
-
-/// The Claude Code process that ran the hook: our parent, or its parent when the hook was
-/// started through a shell.
+/// The Claude Code process that runs the hook: `$CLAUDE_PID` (set by the CLI for its hooks),
+/// else our parent, or its parent when the hook was started through a shell.
 fn agent_pid() -> Option<u32> {
-    let parent = crate::capture::parent_pid(std::process::id())?;
+    if let Some(pid) = std::env::var("CLAUDE_PID")
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .filter(|p| *p > 1 && crate::sys::process_alive(*p))
+    {
+        return Some(pid);
+    }
+    let parent = crate::sys::parent_pid(std::process::id())?;
     let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
     if matches!(comm.trim(), "sh" | "bash" | "dash" | "zsh") {
-        crate::capture::parent_pid(parent).filter(|p| *p > 1)
+        crate::sys::parent_pid(parent).filter(|p| *p > 1)
     } else {
         Some(parent)
     }
 }
 
-/// What the hook did, for tests and `--verbose`.
+/// What the hook did, for tests.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct HookReport {
+    /// The checkpoint it began (a prompt_id, or a message uuid for CLIs without prompt_id).
     pub began: Option<String>,
+    /// `(prompt_id, message uuid)` pairs it bound.
+    pub bound: Vec<(String, String)>,
+    /// The span it opened or closed: `(phase, tool_use_id)`.
     pub span: Option<(String, String)>,
+    /// The agent pid it registered.
     pub agent: Option<u32>,
 }
 
-/// Handles one hook invocation on an open client. `wait` bounds how long a lagging
-/// transcript is waited for.
+/// Handles one hook invocation on an open client. `wait` bounds how long a CLI that sends no
+/// `prompt_id` (older than the ones FINDINGS.md describes) has its transcript waited for.
 ///
 /// # Errors
 /// Talking to the daemon failed.
@@ -84,60 +78,133 @@ pub fn handle(
         .as_str()
         .unwrap_or("default")
         .to_string();
-    if let Some(pid) = agent_pid() {
-        if client.call(&RegisterAgent { pid }).is_ok() {
-            report.agent = Some(pid);
-        }
-    }
-    if let Some(t) = input["transcript_path"].as_str() {
-        let transcript = Path::new(t);
-        let current = client.call(&Status {})?.current_checkpoint;
-        let deadline = Instant::now() + wait;
-        loop {
-            match latest_prompt_uuid(transcript) {
-                Some(u) if u != current => {
-                    match client.call(&BeginMessage {
+    let prompt_id = input["prompt_id"].as_str().filter(|p| !p.is_empty());
+    let transcript = input["transcript_path"].as_str().map(Path::new);
+    let unbound = match event {
+        "UserPromptSubmit" => {
+            if let Some(pid) = agent_pid() {
+                let session_id = Some(session.clone());
+                if client.call(&RegisterAgent { pid, session_id }).is_ok() {
+                    report.agent = Some(pid);
+                }
+            }
+            match prompt_id {
+                Some(p) => {
+                    let r = client.call(&BeginPrompt {
                         session_id: session.clone(),
-                        user_message_id: u.clone(),
-                    }) {
-                        Ok(_) => report.began = Some(u),
-                        // Already begun earlier (e.g. by UserPromptSubmit): nothing to do.
-                        Err(ClientError::Daemon(m)) if m.contains("already began") => {}
-                        Err(e) => return Err(e),
-                    }
-                    break;
+                        prompt_id: p.to_string(),
+                        prompt: input["prompt"].as_str().map(str::to_string),
+                        transcript_path: transcript.map(|t| t.display().to_string()),
+                    })?;
+                    report.began = Some(r.checkpoint);
+                    r.unbound_prompt_ids
                 }
-                // UserPromptSubmit fires before the prompt is in the transcript: wait for it.
-                _ if event == "UserPromptSubmit" && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(25))
+                None => {
+                    report.began = begin_from_transcript(client, &session, transcript, wait)?;
+                    Vec::new()
                 }
-                _ => break,
             }
         }
-    }
-    if event == "PreToolUse" || event == "PostToolUse" {
-        let tool = input["tool_name"].as_str().unwrap_or("").to_string();
-        let id = input["tool_use_id"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("hook-{tool}"));
-        let ti = &input["tool_input"];
-        let file = ti["file_path"]
-            .as_str()
-            .or_else(|| ti["notebook_path"].as_str());
-        let phase = if event == "PreToolUse" {
-            Phase::Pre
-        } else {
-            Phase::Post
-        };
-        client.call(&ToolUse {
-            phase,
-            tool_name: tool,
-            tool_use_id: id.clone(),
-            file_path: file.map(str::to_string),
-        })?;
-        let phase = if phase == Phase::Pre { "pre" } else { "post" };
-        report.span = Some((phase.to_string(), id));
+        "PreToolUse" | "PostToolUse" | "PostToolUseFailure" => {
+            let tool = input["tool_name"].as_str().unwrap_or("").to_string();
+            let id = input["tool_use_id"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("hook-{tool}"));
+            let ti = &input["tool_input"];
+            let file = ti["file_path"]
+                .as_str()
+                .or_else(|| ti["notebook_path"].as_str());
+            let phase = if event == "PreToolUse" {
+                Phase::Pre
+            } else {
+                Phase::Post
+            };
+            let r = client.call(&ToolUse {
+                phase,
+                tool_name: tool,
+                tool_use_id: id.clone(),
+                file_path: file.map(str::to_string),
+                session_id: Some(session.clone()),
+            })?;
+            let phase = if phase == Phase::Pre { "pre" } else { "post" };
+            report.span = Some((phase.to_string(), id));
+            r.unbound_prompt_ids
+        }
+        "Stop" | "SessionEnd" | "StopFailure" => {
+            client
+                .call(&EndTurn {
+                    session_id: session.clone(),
+                })?
+                .unbound_prompt_ids
+        }
+        _ => Vec::new(),
+    };
+    if let Some(t) = transcript {
+        report.bound = bind_unbound(client, t, unbound)?;
     }
     Ok(report)
+}
+
+/// Binds the prompts in `unbound` whose entries the transcript shows.
+fn bind_unbound(
+    client: &mut Client,
+    transcript: &Path,
+    unbound: Vec<String>,
+) -> Result<Vec<(String, String)>, ClientError> {
+    if unbound.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted: HashSet<String> = unbound.into_iter().collect();
+    // Not there yet (the first hook of a session can run before the file exists): a later
+    // hook binds them.
+    let Ok(found) = crate::transcript::prompt_uuids(transcript, &wanted) else {
+        return Ok(Vec::new());
+    };
+    let mut bound = Vec::new();
+    for (prompt_id, uuid) in found {
+        match client.call(&BindMessage {
+            prompt_id: prompt_id.clone(),
+            user_message_id: uuid.clone(),
+        }) {
+            Ok(_) => bound.push((prompt_id, uuid)),
+            // Refused (bound elsewhere, uuid taken): the daemon said why; the tool goes on.
+            Err(ClientError::Daemon(m)) => eprintln!("rewindfs hook: warning: {m}"),
+            Err(e) => return Err(e),
+        }
+    }
+    bound.sort();
+    Ok(bound)
+}
+
+/// For CLIs whose hooks carry no `prompt_id`: begins the checkpoint of the latest typed prompt
+/// the transcript shows, waiting up to `wait` for it to appear (racy: the CLI writes the
+/// entry after this hook returns; current CLIs send `prompt_id` and never take this path).
+fn begin_from_transcript(
+    client: &mut Client,
+    session: &str,
+    transcript: Option<&Path>,
+    wait: Duration,
+) -> Result<Option<String>, ClientError> {
+    let Some(transcript) = transcript else {
+        return Ok(None);
+    };
+    let current = client.call(&Status {})?.current_checkpoint;
+    let deadline = Instant::now() + wait;
+    loop {
+        match crate::transcript::latest_prompt_uuid(transcript) {
+            Some(u) if u != current => {
+                return match client.call(&BeginMessage {
+                    session_id: session.to_string(),
+                    user_message_id: u.clone(),
+                }) {
+                    Ok(_) => Ok(Some(u)),
+                    Err(ClientError::Daemon(m)) if m.contains("already began") => Ok(None),
+                    Err(e) => Err(e),
+                };
+            }
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(25)),
+            _ => return Ok(None),
+        }
+    }
 }

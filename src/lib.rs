@@ -2,22 +2,29 @@
 //!
 //! # Layout
 //! Layers, top to bottom; a layer never reaches up:
-//! - `cli` → validated `Config`; `daemon` wires everything and owns the lifetime;
+//! - `cli` (clap) → `config` (the validated `MountConfig`); `daemon` wires everything and owns
+//!   the lifetime; `hook` is the Claude Code hook command;
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
-//! - `sys` (raw system calls, relative to a directory fd);
-//! - beside them, `remote` (push and pull history to an S3-compatible store), used by the CLI.
+//! - `sys` (raw system calls, relative to a directory fd; /proc), `faults` (test-only fault
+//!   injection); beside the layers, `mounts` (the mount table), `procs` (processes left
+//!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
+//!   store), used by the CLI.
 
-pub mod capture;
+pub(crate) mod capture;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod fs;
+pub(crate) mod faults;
+pub(crate) mod fs;
 pub mod hook;
-pub mod mounts;
+pub(crate) mod mounts;
+pub mod procs;
 pub mod remote;
 pub mod rewind;
+pub mod setup;
 pub mod store;
 pub mod sys;
+pub(crate) mod transcript;

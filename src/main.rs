@@ -12,11 +12,11 @@ use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
     BeginMessage, CheckpointList, Diff, DiffReply, Export, Fork, Gc, GcReply, Import, ImportReply,
     ListCheckpoints, Log, LogReply, Ls, LsReply, RegisterAgent, RewindFiles, RewindReply, Show,
-    Status, StatusReply, UndoReply, UndoRewind,
+    Status, StatusReply, UndoReply, UndoRewind, unprotected_warning,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
-use rewindfs::store::{Origin, OriginKind};
+use rewindfs::store::{Kind, Origin, OriginKind};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -71,6 +71,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 daemon::run(cfg)?;
             } else {
                 daemon::spawn_detached(&cfg)?;
+                warn_unprotected(&cfg.store);
             }
         }
         Command::Umount { dir, lazy } => daemon::umount(&dir, lazy)?,
@@ -98,6 +99,10 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Log {
             path,
             limit,
+            since,
+            newest_first,
+            session,
+            raw,
             json,
             socket,
         } => {
@@ -106,11 +111,36 @@ fn run() -> anyhow::Result<ExitCode> {
                 Some(p) => Some(workspace_rel(&mut client, &p)?),
                 None => None,
             };
-            let r = client.call(&Log { path, limit })?;
-            print_json_or(json, &r, print_log)?;
+            let req = Log {
+                path,
+                since,
+                session_id: session,
+                limit,
+                after: None,
+                newest_first,
+                raw,
+            };
+            if json {
+                log_json_lines(&mut client, req)?;
+            } else {
+                let r = client.call(&req)?;
+                print_log(&r);
+                if r.truncated {
+                    eprintln!(
+                        "rewindfs: showing the newest {} of {} change(s); `--limit {}` shows them all, `--since UUID` those since a checkpoint",
+                        r.entries.len(),
+                        r.total,
+                        r.total
+                    );
+                }
+            }
         }
         Command::Status { json, socket } => {
-            let r = connect(&socket)?.call(&Status {})?;
+            let mut r = connect(&socket)?.call(&Status {})?;
+            // Run from a shell left underneath, this process is there too: the shell is the one
+            // that matters.
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
             print_json_or(json, &r, print_status)?;
         }
         Command::Rewind {
@@ -135,14 +165,17 @@ fn run() -> anyhow::Result<ExitCode> {
                 paths,
                 session_id: None,
             })?;
-            print_json_or(json, &r, |r| print_rewind(r, dry_run))?;
+            let ws = client.call(&Status {})?.workspace;
+            print_json_or(json, &r, |r| print_rewind(r, dry_run, &ws))?;
             if !r.can_rewind {
                 return Ok(ExitCode::FAILURE);
             }
         }
         Command::Undo { json, socket } => {
-            let r = connect(&socket)?.call(&UndoRewind {})?;
-            print_json_or(json, &r, print_undo)?;
+            let mut client = connect(&socket)?;
+            let r = client.call(&UndoRewind {})?;
+            let ws = client.call(&Status {})?.workspace;
+            print_json_or(json, &r, |r| print_undo(r, &ws))?;
         }
         Command::Diff {
             uuid,
@@ -152,27 +185,29 @@ fn run() -> anyhow::Result<ExitCode> {
             scope,
             socket,
         } => {
-            let r = match fork {
+            // The reply's paths are absolute: under the fork for --fork, else the workspace.
+            let (r, root) = match fork {
                 Some(dir) => diff_fork(&dir, rest, &socket)?,
                 None => {
                     let uuid = uuid.context("a checkpoint to compare with")?;
-                    let (to, path) = second_checkpoint(rest)?;
                     let mut client = connect(&socket)?;
+                    let (to, path) = second_checkpoint(&mut client, rest)?;
                     let path = match path {
                         Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
                         None => None,
                     };
-                    client.call(&Diff {
+                    let r = client.call(&Diff {
                         user_message_id: uuid,
                         to_message_id: to,
                         fork_dir: None,
                         path,
                         scope: parse_scope(&scope)?,
-                    })?
+                    })?;
+                    (r, client.call(&Status {})?.workspace)
                 }
             };
             if stat {
-                print_stat(&r);
+                print_stat(&r, &root);
             } else {
                 print!("{}", r.diff);
             }
@@ -341,8 +376,21 @@ fn run() -> anyhow::Result<ExitCode> {
             store,
             command,
         } => return exec(dir, store, scope, command),
-        Command::Agent { pid, socket } => {
-            connect(&socket)?.call(&RegisterAgent { pid })?;
+        Command::Setup {
+            agent: _,
+            project,
+            user,
+            remove,
+        } => setup(project, user, remove)?,
+        Command::Agent {
+            pid,
+            session,
+            socket,
+        } => {
+            connect(&socket)?.call(&RegisterAgent {
+                pid,
+                session_id: session,
+            })?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -363,34 +411,45 @@ fn import(file: &Path, store: Option<&Path>, socket: &SocketArgs) -> anyhow::Res
     })
 }
 
-/// `diff A [B] [PATH]`: the second word is a checkpoint when it is a UUID, else a path.
-fn second_checkpoint(rest: Vec<String>) -> anyhow::Result<(Option<String>, Option<String>)> {
+/// `diff A [B] [PATH]`: of two words after A, the first is checkpoint B and the second a
+/// path; one word is checkpoint B when it names one (a UUID, or an id the daemon lists: a
+/// message id may be any string), else a path.
+fn second_checkpoint(
+    client: &mut Client,
+    rest: Vec<String>,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
     let mut it = rest.into_iter();
-    let (first, second) = (it.next(), it.next());
-    match first {
-        Some(f) if uuid::Uuid::parse_str(&f).is_ok() => Ok((Some(f), second)),
-        Some(f) => {
-            if let Some(s) = second {
-                anyhow::bail!(
-                    "diff A B PATH: {f:?} is not a checkpoint uuid (and {s:?} follows it); give one path"
-                );
-            }
-            Ok((None, Some(f)))
-        }
-        None => Ok((None, None)),
+    Ok(match (it.next(), it.next()) {
+        (Some(b), Some(path)) => (Some(b), Some(path)),
+        (Some(w), None) if is_checkpoint(client, &w)? => (Some(w), None),
+        (w, _) => (None, w),
+    })
+}
+
+/// Whether `word` names a checkpoint: a UUID, or the id of one the daemon lists.
+fn is_checkpoint(client: &mut Client, word: &str) -> anyhow::Result<bool> {
+    if uuid::Uuid::parse_str(word).is_ok() {
+        return Ok(true);
     }
+    let id = rewindfs::store::normalize_message_id(word);
+    Ok(client
+        .call(&ListCheckpoints { session_id: None })?
+        .checkpoints
+        .iter()
+        .any(|c| c.uuid == id))
 }
 
 /// `rewindfs diff --fork DIR [PATH]`: from the fork's origin checkpoint (recorded in the
-/// fork's store) to its tree now, asked of the origin's daemon.
-fn diff_fork(dir: &Path, rest: Vec<String>, socket: &SocketArgs) -> anyhow::Result<DiffReply> {
+/// fork's store) to its tree now, asked of the origin's daemon; with the fork's directory.
+fn diff_fork(
+    dir: &Path,
+    rest: Vec<String>,
+    socket: &SocketArgs,
+) -> anyhow::Result<(DiffReply, PathBuf)> {
     let dir = dir
         .canonicalize()
         .with_context(|| format!("fork {}", dir.display()))?;
-    let store = match rewindfs::mounts::mount_at(&dir)? {
-        Some(m) if m.fstype == rewindfs::mounts::FSTYPE => m.source,
-        _ => rewindfs::config::default_store(&dir)?,
-    };
+    let store = daemon::store_of_workspace(&dir)?;
     let origin = rewindfs::store::first_origin(&store)?
         .filter(|o| o.kind == OriginKind::Fork)
         .with_context(|| {
@@ -430,13 +489,14 @@ fn diff_fork(dir: &Path, rest: Vec<String>, socket: &SocketArgs) -> anyhow::Resu
             })?
         }
     };
-    Ok(client.call(&Diff {
+    let r = client.call(&Diff {
         user_message_id: origin.uuid,
         to_message_id: None,
         fork_dir: Some(dir.to_string_lossy().into_owned()),
         path,
         scope: Scope::All,
-    })?)
+    })?;
+    Ok((r, dir))
 }
 
 /// `rewindfs fork`: the daemon writes the tree; the fork's store is begun with its origin;
@@ -514,20 +574,21 @@ fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> anyhow::Res
     let mut offset = 0u64;
     loop {
         let r = ask(&mut client, true, offset)?;
-        match r.kind.as_str() {
-            "file" => {}
-            "symlink" => {
+        match r.kind {
+            Kind::File => {}
+            Kind::Symlink => {
                 writeln!(out, "{}", r.target.unwrap_or_default())?;
                 return Ok(());
             }
-            "dir" => anyhow::bail!(
+            Kind::Dir => anyhow::bail!(
                 "{}: a directory when checkpoint {uuid} began; `rewindfs ls {uuid} {}` lists it",
                 r.path,
                 path.display()
             ),
             k => anyhow::bail!(
-                "{}: a special file ({k}) when checkpoint {uuid} began",
-                r.path
+                "{}: a special file ({}) when checkpoint {uuid} began",
+                r.path,
+                k.as_str()
             ),
         }
         let got = r.content.unwrap_or_default();
@@ -539,6 +600,101 @@ fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> anyhow::Res
     }
     out.flush()?;
     Ok(())
+}
+
+/// After a mount: warns about the processes that were inside the directory before it and
+/// still see the one underneath (a shell that `cd`'d into it, an editor holding a file).
+fn warn_unprotected(store: &Path) {
+    let r =
+        Client::connect(&store.join(daemon::files::SOCKET)).and_then(|mut c| c.call(&Status {}));
+    match r {
+        Ok(mut r) => {
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
+            if !r.unprotected_processes.is_empty() {
+                eprintln!(
+                    "rewindfs: warning: {}",
+                    unprotected_warning(&r.workspace, &r.unprotected_processes)
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "rewindfs: warning: mounted, but could not check for processes left underneath the \
+             mount (`rewindfs status` lists them): {e}"
+        ),
+    }
+}
+
+/// `rewindfs setup claude`: the settings file, then what was done to it.
+fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyhow::Result<()> {
+    let path = if user {
+        let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
+        PathBuf::from(home).join(".claude/settings.json")
+    } else {
+        let dir = match project {
+            Some(p) => p,
+            None => std::env::current_dir()?,
+        };
+        std::path::absolute(dir)?.join(".claude/settings.json")
+    };
+    if remove {
+        let o = rewindfs::setup::remove(&path)?;
+        println!(
+            "{}: removed {} rewindfs hook(s)",
+            o.path.display(),
+            o.changed
+        );
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("finding the rewindfs binary")?;
+    let command = format!("{} hook", exe.display());
+    let o = rewindfs::setup::install(&path, &command)?;
+    if o.changed == 0 {
+        println!("{}: the rewindfs hooks are there already", o.path.display());
+    } else {
+        println!(
+            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting claude, and `rewindfs list` shows a checkpoint per prompt",
+            o.path.display(),
+            o.changed
+        );
+    }
+    Ok(())
+}
+
+/// `rewindfs log --json`: one change per line. The whole log (a limit at or above its size)
+/// streams in pages, so no reply holds all of it; a window of the newest is one request.
+fn log_json_lines(client: &mut Client, req: Log) -> anyhow::Result<()> {
+    use std::io::Write;
+    const PAGE: i64 = 5000;
+    let first = client.call(&Log {
+        limit: 1,
+        newest_first: false,
+        ..req.clone()
+    })?;
+    let mut out = std::io::stdout().lock();
+    if req.limit < first.total || req.newest_first {
+        for e in client.call(&req)?.entries {
+            serde_json::to_writer(&mut out, &e)?;
+            out.write_all(b"\n")?;
+        }
+        return Ok(());
+    }
+    let mut after = 0;
+    loop {
+        let page = client.call(&Log {
+            limit: PAGE,
+            after: Some(after),
+            ..req.clone()
+        })?;
+        for e in &page.entries {
+            serde_json::to_writer(&mut out, e)?;
+            out.write_all(b"\n")?;
+        }
+        match page.next_after {
+            Some(n) => after = n,
+            None => return Ok(()),
+        }
+    }
 }
 
 fn parse_scope(s: &str) -> anyhow::Result<Scope> {
@@ -633,6 +789,10 @@ fn exec(
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+    let cwd = exec_cwd(&cfg.dir);
+    // This process waits for the command and unmounts: it holds nothing in the directory, so
+    // it is never one left underneath the mount, nor what keeps the unmount busy.
+    std::env::set_current_dir("/").context("changing to /")?;
     daemon::spawn_detached(&cfg)?;
     let sock = cfg.store.join(daemon::files::SOCKET);
     let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
@@ -646,9 +806,6 @@ fn exec(
             0,
         )
         .with_context(|| format!("creating {}", gate.display()))?;
-        // Re-enter the current directory: a cwd inside DIR from before the mount still points
-        // at the directory underneath it.
-        let cwd = std::env::current_dir()?;
         let mut child = std::process::Command::new("sh")
             .current_dir(&cwd)
             .arg("-c")
@@ -660,7 +817,10 @@ fn exec(
             .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
             .spawn()
             .with_context(|| format!("running {}", command[0]))?;
-        Client::connect(&sock)?.call(&RegisterAgent { pid: child.id() })?;
+        Client::connect(&sock)?.call(&RegisterAgent {
+            pid: child.id(),
+            session_id: None,
+        })?;
         std::fs::write(&gate, b"go\n")?;
         Ok(child.wait()?)
     };
@@ -675,6 +835,17 @@ fn exec(
         (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Where `rewindfs exec`'s command starts: inside the mount, at the caller's place when the
+/// caller is inside the workspace, else at its root. It is entered by path once the mount is
+/// live: the caller's own cwd, taken before the mount, still points at the directory underneath,
+/// where nothing is recorded.
+fn exec_cwd(workspace: &Path) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.starts_with(workspace) => cwd,
+        _ => workspace.to_path_buf(),
+    }
 }
 
 fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
@@ -727,24 +898,26 @@ fn print_json_or<R: Serialize>(json: bool, r: &R, lines: impl FnOnce(&R)) -> any
 
 fn print_checkpoints(r: &CheckpointList) {
     println!(
-        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  SESSION",
-        "UUID", "KIND", "BEGAN", "PATHS", "BYTES"
+        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  PROMPT",
+        "UUID", "KIND", "BEGAN", "PATHS", "BYTES", "SESSION"
     );
     for c in &r.checkpoints {
+        let session = c.session_id.as_deref().unwrap_or("-");
+        // A session id is a uuid: its first block tells sessions apart.
+        let session = session.get(..12).unwrap_or(session);
+        let prompt = match (&c.prompt, c.bound) {
+            (Some(p), true) => p.clone(),
+            (Some(p), false) => format!("{p}  (message uuid not known yet; this is the prompt_id)"),
+            (None, _) => String::new(),
+        };
         println!(
-            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {}",
-            c.uuid,
-            c.kind,
-            c.began_at,
-            c.paths_changed,
-            c.bytes_captured,
-            c.session_id.as_deref().unwrap_or("-")
+            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
+            c.uuid, c.kind, c.began_at, c.paths_changed, c.bytes_captured, session, prompt
         );
         if let Some(o) = &c.origin {
-            let how = if o.kind == "fork" {
-                "forked from"
-            } else {
-                "imported from"
+            let how = match o.kind {
+                OriginKind::Fork => "forked from",
+                OriginKind::Import => "imported from",
             };
             println!("  {how} {} at checkpoint {}", o.workspace, o.checkpoint);
         }
@@ -758,33 +931,33 @@ fn print_ls(r: &LsReply) {
             .as_deref()
             .map(|t| format!(" -> {t}"))
             .unwrap_or_default();
-        let slash = if e.kind == "dir" { "/" } else { "" };
+        let slash = if e.kind == Kind::Dir { "/" } else { "" };
         // `*`: changed since the checkpoint (what a rewind to it would restore).
         let mark = if e.unchanged { ' ' } else { '*' };
         println!(
             "{mark} {:<7} {:04o} {:>10}  {}{slash}{target}",
-            e.kind, e.mode, e.size, e.name
+            e.kind.as_str(),
+            e.mode,
+            e.size,
+            e.name
         );
     }
 }
 
-/// `--stat`: lines added and removed per file, and the totals.
-fn print_stat(r: &DiffReply) {
-    let width = r.stats.iter().map(|s| s.path.len()).max().unwrap_or(0);
+/// `--stat`: lines added and removed per file (relative to `root`), and the totals.
+fn print_stat(r: &DiffReply, root: &Path) {
+    let names: Vec<_> = r.stats.iter().map(|s| shown(&s.path, root)).collect();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0);
     let (mut ins, mut del) = (0, 0);
-    for s in &r.stats {
+    for (s, name) in r.stats.iter().zip(&names) {
         ins += s.insertions;
         del += s.deletions;
         if s.binary {
-            println!(" {:<width$} | Bin", s.path);
+            println!(" {name:<width$} | Bin");
         } else {
             let bar = "+".repeat(s.insertions.min(40) as usize)
                 + &"-".repeat(s.deletions.min(40) as usize);
-            println!(
-                " {:<width$} | {:>5} {bar}",
-                s.path,
-                s.insertions + s.deletions
-            );
+            println!(" {name:<width$} | {:>5} {bar}", s.insertions + s.deletions);
         }
     }
     println!(
@@ -795,11 +968,11 @@ fn print_stat(r: &DiffReply) {
 
 fn print_log(r: &LogReply) {
     for e in &r.entries {
-        let p2 = e
-            .path2
-            .as_deref()
-            .map(|p| format!(" -> {p}"))
-            .unwrap_or_default();
+        let p2 = match (&e.path2, &e.via) {
+            (Some(p), _) => format!(" -> {p}"),
+            (None, Some(t)) => format!(" (via {t})"),
+            (None, None) => String::new(),
+        };
         println!(
             "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
             e.time,
@@ -833,32 +1006,66 @@ fn print_status(r: &StatusReply) {
     for (k, v) in rows {
         println!("{k:<18} {v}");
     }
-}
-
-fn print_gc(r: &GcReply) {
-    let b = rewindfs::store::gc::human_bytes;
-    println!(
-        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
-        r.checkpoints_dropped,
-        r.captures_deleted,
-        r.blobs_deleted,
-        b(r.bytes_freed),
-        b(r.bytes_before),
-        b(r.bytes_after)
-    );
-    if r.over_budget {
+    for s in &r.sessions {
+        let pids: Vec<String> = s.agent_pids.iter().map(u32::to_string).collect();
         println!(
-            "still over the budget: the current checkpoint and live sessions' first captures are kept"
+            "session {}  current {}  agents [{}]{}",
+            s.session_id,
+            s.current_checkpoint,
+            pids.join(","),
+            if s.live { "" } else { "  (not live)" }
+        );
+    }
+    if !r.unprotected_processes.is_empty() {
+        println!(
+            "unprotected: {}",
+            unprotected_warning(&r.workspace, &r.unprotected_processes)
         );
     }
 }
 
-fn print_undo(r: &UndoReply) {
-    println!("undid rewind {}", r.undone.as_deref().unwrap_or(""));
-    print_changes(&r.files_changed, r.insertions, r.deletions, "changed");
+fn print_gc(r: &GcReply) {
+    let b = rewindfs::store::gc::human_bytes;
+    let size = if r.bytes_freed > 0 {
+        format!(
+            "the store went from {} to {}",
+            b(r.bytes_before),
+            b(r.bytes_after)
+        )
+    } else {
+        format!("the store holds {}", b(r.bytes_after))
+    };
+    println!(
+        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: {size}",
+        r.checkpoints_dropped,
+        r.captures_deleted,
+        r.blobs_deleted,
+        b(r.bytes_freed),
+    );
+    if r.over_budget {
+        println!(
+            "still over the budget of {}: what is left is the current checkpoint and what the live \
+             session needs to rewind to its first message, which gc never drops (a larger \
+             --max-store-bytes, or a new session, lets it go)",
+            b(r.max_store_bytes.unwrap_or(0))
+        );
+    }
 }
 
-fn print_rewind(r: &RewindReply, dry_run: bool) {
+fn print_undo(r: &UndoReply, ws: &Path) {
+    println!("undid rewind {}", r.undone.as_deref().unwrap_or(""));
+    print_changes(&r.files_changed, r.insertions, r.deletions, "changed", ws);
+}
+
+/// An absolute path from a reply, as people read it: relative to the workspace.
+fn shown<'a>(p: &'a str, ws: &Path) -> std::borrow::Cow<'a, str> {
+    match Path::new(p).strip_prefix(ws) {
+        Ok(rel) => rel.to_string_lossy(),
+        Err(_) => p.into(),
+    }
+}
+
+fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
     if let Some(e) = &r.error {
         eprintln!("rewindfs: cannot rewind: {e}");
         if r.files_changed.is_empty() && r.conflicts.is_empty() {
@@ -871,24 +1078,33 @@ fn print_rewind(r: &RewindReply, dry_run: bool) {
     } else {
         "changed"
     };
-    print_changes(&r.files_changed, r.insertions, r.deletions, verb);
+    print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws);
     if !r.conflicts.is_empty() {
         println!("conflicts (also changed by other actors):");
         for f in &r.conflicts {
-            println!("  {f}");
+            println!("  {}", shown(f, ws));
         }
     }
     if r.skipped_links > 0 {
         println!("skipped {} symlink(s)", r.skipped_links);
     }
+    if let Some(o) = &r.omitted {
+        let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        println!(
+            "left out {} path(s) changed since the checkpoint by actors this scope does not restore ({}): `{}` includes them",
+            o.count,
+            who.join(", "),
+            o.command
+        );
+    }
 }
 
-fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str) {
+fn print_changes(files: &[String], insertions: u64, deletions: u64, verb: &str, ws: &Path) {
     println!(
         "{verb} {} file(s), +{insertions} -{deletions} lines",
         files.len()
     );
     for f in files {
-        println!("  {f}");
+        println!("  {}", shown(f, ws));
     }
 }

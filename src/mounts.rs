@@ -15,6 +15,8 @@ pub const FSTYPE: &str = "fuse.rewindfs";
 /// One line of `/proc/self/mountinfo`, the parts we need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
+    /// The device (major, minor) of the mounted filesystem: `st_dev` of what is inside it.
+    pub dev: (u32, u32),
     pub mountpoint: PathBuf,
     pub fstype: String,
     pub source: PathBuf,
@@ -52,7 +54,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
         if fields.len() < 5 || fields.len() < sep + 3 {
             continue;
         }
+        let dev = fields[2]
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .unwrap_or_default();
         out.push(MountEntry {
+            dev,
             mountpoint: PathBuf::from(unescape(fields[4])),
             fstype: fields[sep + 1].to_string(),
             source: PathBuf::from(unescape(fields[sep + 2])),
@@ -158,6 +165,7 @@ mod tests {
                     37 35 98:0 / /proc rw - proc proc rw\n";
         let m = parse_mountinfo(text);
         assert_eq!(m.len(), 2);
+        assert_eq!(m[0].dev, (98, 0));
         assert_eq!(m[0].mountpoint, PathBuf::from("/mnt/a b"));
         assert_eq!(m[0].fstype, "fuse.rewindfs");
         assert_eq!(m[0].source, PathBuf::from("/var/st ore"));

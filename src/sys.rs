@@ -11,7 +11,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -75,8 +75,9 @@ fn errno(e: rustix::io::Errno) -> io::Error {
 pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
     match e.raw_os_error() {
         Some(code) => {
+            // `base` says "… (os error N)" itself.
             let base = io::Error::from_raw_os_error(code);
-            io::Error::new(base.kind(), format!("{what}: {base} (os error {code})"))
+            io::Error::new(base.kind(), format!("{what}: {base}"))
         }
         None => io::Error::new(e.kind(), format!("{what}: {e}")),
     }
@@ -553,6 +554,20 @@ pub fn statfs_type(path: &Path) -> io::Result<i64> {
     rustix::fs::statfs(path).map(|s| s.f_type).map_err(errno)
 }
 
+/// The device (major, minor) of what `path` names, from what the kernel has cached: with
+/// `AT_STATX_DONT_SYNC` a FUSE inode costs no request (not even to this daemon's own mount).
+pub fn dev_cached(path: &Path) -> io::Result<(u32, u32)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::STATX_DONT_SYNC,
+        StatxFlags::empty(),
+    )
+    .map(|s| (s.stx_dev_major, s.stx_dev_minor))
+    .map_err(|e| ctx(errno(e), format!("statx({path:?}, AT_STATX_DONT_SYNC)")))
+}
+
 /// The `/proc/self/fd/N` name of an fd: how xattr calls reach an `O_PATH` handle.
 fn proc_fd(fd: BorrowedFd<'_>) -> PathBuf {
     use std::os::fd::AsRawFd;
@@ -690,13 +705,6 @@ pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
     rustix::mount::unmount(path, flags).map_err(errno)
 }
 
-/// Sends a signal to a process (used by `umount` to wait for and by tests to kill a daemon).
-pub fn kill(pid: u32, sig: rustix::process::Signal) -> io::Result<()> {
-    let pid = rustix::process::Pid::from_raw(pid as i32)
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
-    rustix::process::kill_process(pid, sig).map_err(errno)
-}
-
 /// Whether a process exists and has not exited (a zombie waiting to be reaped counts as gone).
 pub fn process_alive(pid: u32) -> bool {
     let exists = match rustix::process::Pid::from_raw(pid as i32) {
@@ -727,10 +735,6 @@ pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
     rustix::net::sockopt::socket_peercred(fd)
         .map(|c| c.uid.as_raw())
         .map_err(errno)
-}
-
-pub fn as_fd<T: AsFd>(t: &T) -> BorrowedFd<'_> {
-    t.as_fd()
 }
 
 /// Mounts a FUSE filesystem as an ordinary user through the setuid `fusermount3` helper and
@@ -787,4 +791,76 @@ pub fn fusermount(dir: &Path, options: &str) -> io::Result<OwnedFd> {
         }
     }
     Err(io::Error::other("fusermount3 sent no /dev/fuse descriptor"))
+}
+
+/// An error whose message says what happened and which keeps its errno through `io::Error`
+/// (whose `new` keeps only the kind): the store's `EROFS` reaches a FUSE caller as `EROFS`,
+/// not `EIO`.
+#[derive(Debug)]
+pub struct Coded {
+    /// The errno a FUSE caller gets.
+    pub errno: i32,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An `io::Error` saying `message` that carries `errno` (see [`errno_of`]).
+pub fn coded(errno: i32, message: String) -> io::Error {
+    io::Error::new(
+        io::Error::from_raw_os_error(errno).kind(),
+        Coded { errno, message },
+    )
+}
+
+/// The errno of an error: its own, or the one a [`Coded`] carries; else the closest to its
+/// kind (a full disk `ENOSPC`, a busy resource `EAGAIN`), else `EIO`.
+pub fn errno_of(e: &io::Error) -> i32 {
+    if let Some(code) = e.raw_os_error() {
+        return code;
+    }
+    if let Some(c) = e.get_ref().and_then(|i| i.downcast_ref::<Coded>()) {
+        return c.errno;
+    }
+    match e.kind() {
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        _ => libc::EIO,
+    }
+}
+
+/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
+pub fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
+    use std::io::Read;
+    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
+    // new process that changes a file, so no metadata call and no growing reads).
+    let mut buf = [0u8; 1024];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let n = f.read(&mut buf).ok()?;
+    let s = String::from_utf8_lossy(&buf[..n]);
+    let mut tgid = None;
+    let mut ppid = None;
+    let mut name = String::new();
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("Tgid:") {
+            tgid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("PPid:") {
+            ppid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Name:") {
+            name = v.trim().to_string();
+        }
+    }
+    Some((tgid?, ppid?, name))
+}
+
+/// The parent pid of a process (for the hook command's agent).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    proc_status(pid).map(|(_, ppid, _)| ppid)
 }

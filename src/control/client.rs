@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::cmd::Command;
-use super::protocol::{CONTROL_REQUEST, Response, ResponseFrame};
+use super::protocol::{CONTROL_REQUEST, RequestFrame, Response, ResponseFrame};
 
 /// Errors talking to the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +16,13 @@ pub enum ClientError {
     /// No socket could be found.
     #[error("no rewindfs daemon found: {0}")]
     NotFound(String),
-    /// Connecting or talking failed.
+    /// No daemon answers at the socket.
+    #[error(
+        "no rewindfs daemon answers at {path} ({err}): is its directory mounted? `rewindfs mount \
+         DIR` starts one; `rewindfs umount DIR` clears a mount whose daemon died"
+    )]
+    Connect { path: String, err: io::Error },
+    /// Talking to the daemon failed.
     #[error("control socket {path}")]
     Io { path: String, source: io::Error },
     /// The daemon answered with an error (its exact message).
@@ -42,7 +48,7 @@ pub fn find_socket(explicit: Option<&Path>) -> Result<PathBuf, ClientError> {
     let cwd = std::env::current_dir()
         .map_err(|e| ClientError::NotFound(format!("current directory: {e}")))?;
     match crate::mounts::containing(&cwd) {
-        Ok(Some(m)) => Ok(m.source.join(crate::daemon::files::SOCKET)),
+        Ok(Some(m)) => Ok(m.source.join(crate::store::layout::SOCKET)),
         _ => Err(ClientError::NotFound(format!(
             "{} is not inside a rewindfs mount; run this inside the workspace, or pass --socket / set REWINDFS_SOCKET",
             cwd.display()
@@ -68,7 +74,10 @@ impl Client {
             path: path.display().to_string(),
             source,
         };
-        let s = UnixStream::connect(path).map_err(io_err)?;
+        let s = UnixStream::connect(path).map_err(|err| ClientError::Connect {
+            path: path.display().to_string(),
+            err,
+        })?;
         s.set_read_timeout(Some(Duration::from_secs(600)))
             .map_err(io_err)?;
         let r = s.try_clone().map_err(io_err)?;
@@ -101,7 +110,11 @@ impl Client {
         if let Value::Object(m) = fields {
             req.extend(m);
         }
-        let line = json!({"type": CONTROL_REQUEST, "request_id": id, "request": req});
+        let line = RequestFrame {
+            kind: CONTROL_REQUEST.into(),
+            request_id: id,
+            request: req,
+        };
         let io_err = |source| ClientError::Io {
             path: self.path.display().to_string(),
             source,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::rewind::RewindError;
+use crate::rewind::{BeginError, RewindError};
 use crate::store::StoreError;
 
 /// A request that could not be carried out. Its `Display` is the `error` of the response.
@@ -15,20 +15,23 @@ pub enum ControlError {
     /// The store could not answer.
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    /// `begin_message` for a uuid that began before and is not the current one.
-    #[error(
-        "checkpoint {0} already began; a message's checkpoint cannot begin twice (send a new uuid for a new message)"
-    )]
-    AlreadyBegan(String),
-    /// `begin_message` could not record the boundary.
-    #[error("beginning checkpoint {uuid}: {source}")]
-    Begin {
-        uuid: String,
-        source: std::io::Error,
-    },
+    /// `begin_message` failed.
+    #[error(transparent)]
+    Begin(#[from] BeginError),
     /// `register_agent` for a pid that does not exist.
     #[error("no process with pid {0}; register a running process")]
     NoProcess(u32),
+    /// A checkpoint named by a request that no checkpoint began under.
+    #[error("no checkpoint {0}: `rewindfs list` shows the checkpoints")]
+    NoSuchCheckpoint(String),
+    /// `bind_message` for a prompt no checkpoint began under.
+    #[error(
+        "no checkpoint began under prompt {0}: its UserPromptSubmit hook did not reach the daemon (was the hook set up, and the workspace mounted, when it was typed?)"
+    )]
+    NoSuchPrompt(String),
+    /// A failure of a request in an older protocol, in that protocol's words.
+    #[error("{0}")]
+    Legacy(String),
     /// A request whose fields do not go together (the message says how).
     #[error("{0}")]
     Invalid(String),

@@ -154,8 +154,8 @@ mod tests {
                 "unknown request subtype",
             ),
             (
-                r#"{"type":"control_request","request_id":"a","request":{"subtype":"begin_message","session_id":"s","user_message_id":"zz"}}"#,
-                "not a UUID",
+                r#"{"type":"control_request","request_id":"a","request":{"subtype":"begin_message","session_id":"s","user_message_id":""}}"#,
+                "not a message id",
             ),
             (
                 r#"{"type":"control_request","request_id":"a","request":{"subtype":"begin_message","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691"}}"#,

@@ -144,11 +144,12 @@ pub fn umount(dir: &Path, lazy: bool) -> anyhow::Result<()> {
     }
     match mounts::unmount(&dir, lazy) {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.to_string().contains("busy") => {
+        Err(e) if e.kind() == io::ErrorKind::ResourceBusy || e.to_string().contains("busy") => {
             bail!(
-                "{}: {e}; close the files open in it (see `fuser -m {}`) or use --lazy",
-                dir.display(),
-                dir.display()
+                "cannot unmount {d}: it is busy (EBUSY): a process has its current directory or a \
+                 file open in it (`fuser -vm {d}` lists them); cd out of it or close them and run \
+                 `rewindfs umount {d}` again, or detach it now with `rewindfs umount --lazy {d}`",
+                d = dir.display()
             )
         }
         Err(e) => return Err(e.into()),

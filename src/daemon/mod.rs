@@ -25,7 +25,7 @@ use anyhow::{Context, bail};
 pub use self::detach::{is_live, spawn_detached, store_of, umount};
 use self::kernel::FuseKernel;
 use self::lock::StoreLock;
-pub use self::origin::{begin_fork_store, import_offline};
+pub use self::origin::{begin_fork_store, import_offline, store_of_workspace};
 pub use self::retention::gc_offline;
 use self::retention::{GC_EVERY, gc_pass};
 use crate::capture::{Observer, Recorder};
@@ -37,12 +37,7 @@ use crate::store::Store;
 use crate::{mounts, sys};
 
 /// Files the daemon keeps in the store directory.
-pub mod files {
-    pub const LOCK: &str = "lock";
-    pub const PID: &str = "daemon.pid";
-    pub const LOG: &str = "daemon.log";
-    pub const SOCKET: &str = "control.sock";
-}
+pub use crate::store::layout as files;
 
 /// How often buffered change-log entries and journal records reach SQLite.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -102,6 +97,14 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         })?;
     let flush_stop = Arc::new(AtomicBool::new(false));
     let flusher = start_background(&parts, &flush_stop)?;
+    if !cfg.detached {
+        // Run in the foreground, this is where the user looks; a detached daemon's CLI says it.
+        let list = crate::control::cmd::unprotected_processes(&cfg.dir, &[]);
+        if !list.is_empty() {
+            let msg = crate::control::cmd::unprotected_warning(&cfg.dir, &list);
+            tracing::warn!("{msg}");
+        }
+    }
 
     let daemon = Arc::new(Daemon {
         engine: parts.engine.clone(),
@@ -141,7 +144,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let store = Arc::new(Store::open(&cfg.store, cfg.sync)?);
     let recorder = Arc::new(Recorder::new(root.as_fd(), store.clone())?);
     if let Some(pid) = cfg.agent_pid {
-        recorder.register_agent(pid);
+        recorder.register_agent(pid, None);
     }
     recorder.set_range_capture_min(cfg.range_capture_min);
     let observer: Arc<dyn Observer> = recorder.clone();

@@ -2,7 +2,7 @@
 //! (its history starts with a checkpoint that records the workspace and checkpoint the fork's
 //! tree was written from), and `import --store`. Each holds the store's lock while it works.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
@@ -32,6 +32,18 @@ pub fn begin_fork_store(store_dir: &Path, origin: &Origin) -> anyhow::Result<Str
     let uuid = uuid::Uuid::new_v4().to_string();
     store.begin_with_origin(&uuid, origin)?;
     Ok(uuid)
+}
+
+/// The store of the workspace `dir` (a fork, say): the store of the rewindfs mount at `dir`
+/// itself when it is mounted, else its default store.
+///
+/// # Errors
+/// The mount table cannot be read; no default store can be named.
+pub fn store_of_workspace(dir: &Path) -> anyhow::Result<PathBuf> {
+    Ok(match crate::mounts::mount_at(dir)? {
+        Some(m) if m.fstype == crate::mounts::FSTYPE => m.source,
+        _ => crate::config::default_store(dir)?,
+    })
 }
 
 /// `rewindfs import --store` with no daemon on the store: the bundle's checkpoints go into the

@@ -26,7 +26,7 @@ pub(super) fn gc_pass(engine: &Engine, policy: &Policy, full: bool) {
     use crate::store::gc::human_bytes;
     match engine.gc(policy, full) {
         Ok(r) if r.checkpoints_dropped > 0 || r.blobs_deleted > 0 => tracing::info!(
-            "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {} ({} -> {})",
+            "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: the store went from {} to {}",
             r.checkpoints_dropped,
             r.captures_deleted,
             r.blobs_deleted,
@@ -50,7 +50,7 @@ pub(super) fn gc_pass(engine: &Engine, policy: &Policy, full: bool) {
 /// # Errors
 /// The store cannot be locked or opened; store errors.
 pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Report>> {
-    if !store_dir.join("rewindfs.db").exists() {
+    if !store_dir.join(crate::store::layout::DB).exists() {
         bail!("{}: no store database", store_dir.display());
     }
     let Some(_lock) = StoreLock::try_acquire(store_dir)? else {

@@ -101,10 +101,8 @@ pub struct Core {
     /// table: no write that found the file by its name lands after the store took the inode
     /// (the removal protocol: `remove.rs`).
     pub(super) removing: RwLock<()>,
-    /// Fault injection for tests only (`REWINDFS_TEST_HOLD_NAMED_WRITE_MS`): how long a write
-    /// that found its file by name waits, holding `removing` shared, before its capture and
-    /// write. It widens the window a removal must not use (see `removing`) to one a test can
-    /// hit every time.
+    /// Fault injection for tests only ([`crate::faults::hold_named_write`]; `None` in a
+    /// build without the `fault-injection` feature).
     pub(super) hold_named_write: Option<std::time::Duration>,
 }
 
@@ -134,10 +132,7 @@ impl Core {
             files: Mutex::new(HashMap::new()),
             nameless: Mutex::new(()),
             removing: RwLock::new(()),
-            hold_named_write: std::env::var("REWINDFS_TEST_HOLD_NAMED_WRITE_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map(std::time::Duration::from_millis),
+            hold_named_write: crate::faults::hold_named_write(),
         })
     }
 

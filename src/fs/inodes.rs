@@ -606,15 +606,6 @@ impl Inodes {
         }
     }
 
-    /// Number of nodes held (for `status`).
-    pub fn len(&self) -> usize {
-        self.table.read().unwrap().nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
         self.table.read().unwrap().get(parent, name)

@@ -29,12 +29,7 @@ pub use self::core::{Core, Ctx, SetAttr};
 /// The one place an `io::Error` becomes an errno: the real errno passes through unchanged, and
 /// only an error without one becomes `EIO`.
 pub fn errno_of(e: &io::Error) -> Errno {
-    match e.raw_os_error() {
-        Some(code) => Errno::from_i32(code),
-        None if e.kind() == io::ErrorKind::StorageFull => Errno::from_i32(libc::ENOSPC),
-        None if e.kind() == io::ErrorKind::WouldBlock => Errno::from_i32(libc::EAGAIN),
-        None => Errno::from_i32(libc::EIO),
-    }
+    Errno::from_i32(crate::sys::errno_of(e))
 }
 
 /// Directory entries read per readdir request: more than a reply of the kernel's usual size

@@ -108,7 +108,7 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
         .filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other))
         .enumerate()
     {
-        if fail_rewind_after() == Some(i) {
+        if crate::faults::fail_rewind_after() == Some(i) {
             return Err(io::Error::other(
                 "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
             ));
@@ -287,15 +287,4 @@ fn put_in_place(root: BorrowedFd<'_>, tmp: &Path, rel: &Path) -> io::Result<()> 
 /// How deep a path lies: its number of separators (the root's entries are 0).
 fn depth(p: &[u8]) -> usize {
     p.iter().filter(|b| **b == b'/').count()
-}
-
-/// Fault injection for tests only (`REWINDFS_TEST_FAIL_REWIND_AFTER=N`): a rewind fails after
-/// writing N files, as one that runs out of space would, and stays 'applying'.
-fn fail_rewind_after() -> Option<usize> {
-    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("REWINDFS_TEST_FAIL_REWIND_AFTER")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    })
 }

@@ -38,7 +38,10 @@ use crate::capture::snapshot;
 use crate::store::bundle::{
     BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
 };
-use crate::store::{Actor, Capture, Kind, Move, Origin, OriginKind, PreImage, now_ms};
+use crate::store::{
+    Actor, BlobRef, Capture, CheckpointKind, Kind, Move, Op, Origin, OriginKind, PreImage, Purpose,
+    now_ms,
+};
 use crate::sys;
 
 /// Which checkpoints an export carries: from the first of `session` at or after `since` (or
@@ -153,7 +156,7 @@ impl Engine {
             let rows = self.store.export_rows(start)?;
             let hist = History::load(&self.store, start)?;
             let mut names: Vec<Vec<u8>> = self
-                .candidates(&hist, Scope::All.inside())
+                .candidates(&hist, super::inside(Scope::All))
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect();
@@ -194,7 +197,7 @@ impl Engine {
         cp.insert("seq".into(), Value::from(max_seq + 1));
         cp.insert("uuid".into(), Value::from(export_id.clone()));
         cp.insert("session_id".into(), Value::Null);
-        cp.insert("kind".into(), Value::from("mount"));
+        cp.insert("kind".into(), Value::from(CheckpointKind::Mount.as_str()));
         cp.insert("began_at".into(), Value::from(at));
         rows.push(Row {
             t: "checkpoints".into(),
@@ -253,10 +256,11 @@ impl Engine {
             let rel = Path::new(OsStr::from_bytes(p));
             let mut c = Map::new();
             c.insert("path".into(), blob_value(p));
-            c.insert("purpose".into(), Value::from("checkpoint"));
-            c.insert("actor".into(), Value::from("external"));
-            c.insert("actors".into(), Value::from(4));
-            c.insert("op".into(), Value::from("export"));
+            // No change caused it: its op is `write`, as a rewind's own captures record theirs.
+            c.insert("purpose".into(), Value::from(Purpose::Checkpoint.as_str()));
+            c.insert("actor".into(), Value::from(Actor::External.as_str()));
+            c.insert("actors".into(), Value::from(Actor::External.bit()));
+            c.insert("op".into(), Value::from(Op::Write.as_str()));
             c.insert("partial".into(), Value::from(0));
             c.insert("blob".into(), Value::Null);
             c.insert("target".into(), Value::Null);
@@ -316,6 +320,18 @@ impl Engine {
         Ok(out)
     }
 
+    /// Opens the file at workspace-relative `rel` for reading, beneath the mount (a bundle
+    /// kept in the workspace is read from the directory underneath, not through the mount,
+    /// where reading it would be a change to record).
+    ///
+    /// # Errors
+    /// The file cannot be opened (with its path).
+    pub fn open_in_workspace(&self, rel: &Path) -> io::Result<std::fs::File> {
+        sys::open_beneath(self.root(), rel, OFlags::RDONLY, 0)
+            .map(std::fs::File::from)
+            .map_err(|e| sys::ctx(e, format!("opening {}", rel.display())))
+    }
+
     /// Imports a bundle read from `src`: its checkpoints become listable, showable and
     /// rewindable here. Importing the same bundle again does nothing (`already`).
     ///
@@ -346,7 +362,7 @@ impl Engine {
             )?;
             // What happens from now on lands after the imported history.
             let uuid = uuid::Uuid::new_v4().to_string();
-            self.recorder.begin(&uuid, None, "mount")?;
+            self.recorder.begin(&uuid, None, CheckpointKind::Mount)?;
             Ok(r)
         })();
         if !matches!(&res, Ok(r) if !r.already) {
@@ -365,7 +381,7 @@ impl Engine {
     fn splice(&self, rows: &[Row]) -> Result<Vec<(Vec<u8>, PreImage)>, RewindError> {
         let hist = history_of(rows);
         let mut names: Vec<Vec<u8>> = self
-            .candidates(&hist, Scope::All.inside())
+            .candidates(&hist, super::inside(Scope::All))
             .into_iter()
             .filter(|p| !p.is_empty())
             .collect();
@@ -383,10 +399,9 @@ impl Engine {
 /// with the ids they had where they were exported: the order is what counts).
 fn history_of(rows: &[Row]) -> History {
     let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
-    for r in rows
-        .iter()
-        .filter(|r| r.t == "captures" && r.text("purpose") == Some("checkpoint"))
-    {
+    for r in rows.iter().filter(|r| {
+        r.t == "captures" && r.text("purpose").map(Purpose::parse) == Some(Purpose::Checkpoint)
+    }) {
         let (Some(id), Some(path)) = (r.int("id"), r.bytes("path")) else {
             continue;
         };
@@ -394,10 +409,10 @@ fn history_of(rows: &[Row]) -> History {
             id,
             checkpoint: r.int("checkpoint").unwrap_or(0),
             path,
-            purpose: "checkpoint".into(),
+            purpose: Purpose::Checkpoint,
             pre: PreImage {
                 kind: Kind::parse(r.text("kind").unwrap_or("other")),
-                blob: r.text("blob").map(str::to_string),
+                blob: r.text("blob").map(BlobRef::from_stored),
                 mode: r.int("mode").unwrap_or(0) as u32,
                 uid: r.int("uid").unwrap_or(0) as u32,
                 gid: r.int("gid").unwrap_or(0) as u32,
@@ -407,7 +422,7 @@ fn history_of(rows: &[Row]) -> History {
             },
             actor: Actor::parse(r.text("actor").unwrap_or("external")),
             actors: r.int("actors").unwrap_or(0) as u8,
-            op: r.text("op").unwrap_or("").to_string(),
+            op: Op::parse(r.text("op").unwrap_or("")),
         });
     }
     for v in by_path.values_mut() {

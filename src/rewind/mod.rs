@@ -47,10 +47,12 @@ mod diff;
 mod filter;
 mod fork;
 mod history;
+mod omitted;
 mod past;
 mod patched;
 mod plan;
 mod recovery;
+mod session;
 
 use std::ffi::OsStr;
 use std::io;
@@ -65,49 +67,19 @@ pub use self::carry::{Selection, import_origin};
 pub use self::diff::FileStat;
 use self::filter::Filter;
 pub use self::fork::ForkReport;
+pub use self::omitted::Omitted;
 pub use self::past::{DiffOut, Entry, Shown, Want};
+pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 use crate::capture::Recorder;
-use crate::store::{Actor, Kind, PreImage, Store};
+pub use crate::store::Scope;
+use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
 
-/// Which paths a rewind restores (design.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// Files a tool (Write/Edit/NotebookEdit) changed in the session: the SDK's behaviour.
-    Tool,
-    /// Everything the agent did (tool and shell).
-    Agent,
-    /// Everything changed through the mount.
-    All,
-}
-
-impl Scope {
-    /// The scope named on the wire (`tool`, `agent`, `all`).
-    pub fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "tool" => Some(Scope::Tool),
-            "agent" => Some(Scope::Agent),
-            "all" => Some(Scope::All),
-            _ => None,
-        }
-    }
-
-    /// The scope's name on the wire and in the rewind journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Tool => "tool",
-            Scope::Agent => "agent",
-            Scope::All => "all",
-        }
-    }
-
-    /// Actor bits whose changes the scope restores (for agent/all).
-    fn inside(self) -> u8 {
-        match self {
-            Scope::Tool => Actor::Tool.bit(),
-            Scope::Agent => Actor::Tool.bit() | Actor::Shell.bit() | Actor::Rewind.bit(),
-            Scope::All => 0xff,
-        }
+/// Actor bits whose changes a scope restores (for agent/all).
+fn inside(scope: Scope) -> u8 {
+    match scope {
+        Scope::Tool => Actor::Tool.bit(),
+        Scope::Agent => Actor::Tool.bit() | Actor::Shell.bit() | Actor::Rewind.bit(),
+        Scope::All => 0xff,
     }
 }
 
@@ -125,6 +97,13 @@ pub enum RewindError {
         /// The retention rule that dropped it.
         why: String,
     },
+    /// `undo` with no rewind left to undo (not a failed rewind: no "Failed to rewind" prefix).
+    #[error(
+        "there is no rewind to undo: none was made since the store began, each one was undone \
+         already, or gc dropped what undoing it needs; `rewindfs list` shows the checkpoints \
+         you can rewind to (`rewindfs rewind UUID`)"
+    )]
+    NothingToUndo,
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -164,47 +143,38 @@ impl From<crate::store::StoreError> for RewindError {
     }
 }
 
-/// A rewind request.
-#[derive(Debug, Clone)]
+/// A rewind request: the `rewind_files` request of the control protocol, as it comes off
+/// the wire (the SDK's own fields, then rewindfs's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
-    /// The checkpoint: the UUID of the user message it began with.
+    /// The checkpoint: the UUID of the user message it began with (missing: no checkpoint, as
+    /// the SDK answers).
+    #[serde(default, deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     /// Plan and report only; change nothing.
+    #[serde(default)]
     pub dry_run: bool,
     /// Which paths to restore.
+    #[serde(default = "tool_scope")]
     pub scope: Scope,
     /// Rewind an `agent` scope over paths someone else also changed (otherwise refused).
+    #[serde(default)]
     pub force: bool,
     /// Restrict to these paths or globs (workspace-relative).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
     /// If given, the checkpoint must belong to this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }
 
-/// One path a rewind changes, with its target state.
-///
-/// A plan is journalled as these, serialized (the `plan` of a rewind's row): the field names
-/// are an on-disk format. Recovery reads a plan written by an earlier run, and gc reads the
-/// `blob` of each target to keep an unfinished plan's blobs — rename a field and both break.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Target {
-    /// Workspace-relative path, as bytes.
-    pub path: Vec<u8>,
-    /// What it should be ([`Kind::as_str`]): absent, file, dir, symlink or other.
-    pub kind: String,
-    /// A file's content; always set for a file (the empty blob for an empty one).
-    pub blob: Option<String>,
-    /// `st_mode`, type bits included (`mknod` needs them; a chmod takes the low 12 bits).
-    pub mode: u32,
-    /// Owner, restored only when the daemon runs as root.
-    pub uid: u32,
-    /// Group, restored only when the daemon runs as root.
-    pub gid: u32,
-    /// A symlink's target.
-    pub target: Option<Vec<u8>>,
-    /// A special file's device number.
-    pub rdev: u64,
+fn tool_scope() -> Scope {
+    Scope::Tool
 }
+
+/// One path a rewind changes, with its target state: the store's plan entry (journalled as
+/// the rewind's plan before it is applied; see [`PlanTarget`]).
+pub use crate::store::PlanTarget as Target;
 
 impl Target {
     /// The target that gives `path` the state `pre` (a special file keeps its device number
@@ -212,7 +182,7 @@ impl Target {
     fn new(path: &Path, pre: &PreImage) -> Target {
         Target {
             path: path.as_os_str().as_bytes().to_vec(),
-            kind: pre.kind.as_str().to_string(),
+            kind: pre.kind,
             blob: pre.blob.clone(),
             mode: pre.mode,
             uid: pre.uid,
@@ -228,7 +198,7 @@ impl Target {
     }
 
     fn kind(&self) -> Kind {
-        Kind::parse(&self.kind)
+        self.kind
     }
 }
 
@@ -253,6 +223,8 @@ pub struct Outcome {
     pub rewind_id: Option<String>,
     /// What the rewind sets each changed path to, in path order.
     pub targets: Vec<Target>,
+    /// Paths changed since the checkpoint that the scope leaves out.
+    pub omitted: Omitted,
 }
 
 /// The kernel side of a rewind: flush what the kernel still holds, and invalidate what it
@@ -267,27 +239,19 @@ pub trait KernelCache: Send + Sync {
     fn invalidate(&self, paths: &[PathBuf]);
 }
 
-/// No kernel to talk to (tests of the engine on a plain directory).
-pub struct NoKernel;
-
-impl KernelCache for NoKernel {
-    fn flush(&self) {}
-    fn invalidate(&self, _paths: &[PathBuf]) {}
-}
-
 /// Plans and applies rewinds.
 pub struct Engine {
     /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.
-    pub recorder: Arc<Recorder>,
+    recorder: Arc<Recorder>,
     /// Checkpoints, captures, the rewind journal and the blobs.
-    pub store: Arc<Store>,
+    store: Arc<Store>,
     /// The kernel's caches, flushed before a rewind and invalidated after.
-    pub kernel: Arc<dyn KernelCache>,
+    kernel: Arc<dyn KernelCache>,
     /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
     /// before the capture gate.
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
-    scratch: Mutex<Vec<String>>,
+    scratch: Mutex<Vec<BlobRef>>,
 }
 
 impl Engine {
@@ -321,7 +285,9 @@ impl Engine {
             self.kernel.flush();
             let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
             self.discard();
-            return out;
+            let mut out = out?;
+            out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
+            return Ok(out);
         }
         let t0 = std::time::Instant::now();
         self.kernel.flush();
@@ -347,7 +313,8 @@ impl Engine {
             };
             let id = uuid::Uuid::new_v4().to_string();
             // A failed one stays 'applying', and `discard` keeps what its plan names.
-            let applied = self.apply_targets(&id, &uuid, req.scope.as_str(), &out.targets);
+            let applied =
+                self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out.targets);
             self.discard();
             applied?;
             changed = out
@@ -361,6 +328,8 @@ impl Engine {
             out
         };
         self.kernel.invalidate(&changed);
+        let mut outcome = outcome;
+        outcome.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
         tracing::info!(
             "rewind to {uuid}: {} paths in {:?} (flush {t1:?}, plan {:?}, apply {:?}, invalidate {:?})",
             changed.len(),
@@ -378,21 +347,20 @@ impl Engine {
         &self,
         req: &Request,
     ) -> Result<(String, crate::store::Checkpoint, Filter), RewindError> {
-        let uuid = uuid::Uuid::parse_str(&req.user_message_id)
-            .map_err(|_| {
-                RewindError::Failed(format!(
-                    "user_message_id {:?} is not a UUID",
-                    req.user_message_id
-                ))
-            })?
-            .hyphenated()
-            .to_string();
-        let Some(cp) = self.store.checkpoint(&uuid)? else {
+        let uuid = crate::store::normalize_message_id(&req.user_message_id);
+        let cp = match self.store.checkpoint(&uuid)? {
+            Some(cp) => Some(cp),
+            // A prompt the plain CLI's hooks began may not be bound to its uuid yet: the
+            // transcript may show it by now.
+            None if self.bind_from_transcripts() > 0 => self.store.checkpoint(&uuid)?,
+            None => None,
+        };
+        let Some(cp) = cp else {
             return Err(RewindError::NoCheckpoint);
         };
         if let Some((at, why)) = self.store.dropped(cp.seq)? {
             return Err(RewindError::Dropped {
-                at: crate::control::rfc3339(at),
+                at: crate::store::rfc3339(at),
                 why,
             });
         }
@@ -429,7 +397,19 @@ impl Engine {
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(self.recorder.gc(policy, full)?)
+        // Every live session stays rewindable to its first message: nothing from the first
+        // checkpoint of the earliest one on is dropped (the recorder keeps the current
+        // session's history from its own first checkpoint, as with one session).
+        let mut hold_from = None;
+        let current = self.recorder.current().2;
+        for s in self.live_sessions() {
+            if s.live && Some(&s.session_id) != current.as_ref() {
+                if let Some(first) = self.store.first_checkpoint_of(&s.session_id)? {
+                    hold_from = Some(hold_from.map_or(first, |h: i64| h.min(first)));
+                }
+            }
+        }
+        Ok(self.recorder.gc(policy, full, hold_from)?)
     }
 
     /// Undoes the last rewind that has not been undone: every path it captured under its own
@@ -440,7 +420,7 @@ impl Engine {
     pub fn undo(&self) -> Result<Outcome, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
         let Some(last) = self.store.last_done_rewind()? else {
-            return Err(RewindError::Failed("nothing to undo".into()));
+            return Err(RewindError::NothingToUndo);
         };
         let cp = self
             .store
@@ -476,10 +456,10 @@ impl Engine {
                 }
             };
             let id = uuid::Uuid::new_v4().to_string();
-            let applied = self.apply_targets(&id, &last.id, "undo", &out.targets);
+            let applied = self.apply_targets(&id, &last.id, RewindScope::Undo, &out.targets);
             self.discard();
             applied?;
-            self.store.set_rewind_state(&last.id, "undone")?;
+            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
             out.rewind_id = Some(last.id.clone());
             let changed = out
                 .targets

@@ -33,7 +33,7 @@ use super::diff::{FileStat, Side, file_diff};
 use super::filter::Filter;
 use super::history::{History, Lineage};
 use super::{Engine, Request, RewindError, Scope};
-use crate::store::{Capture, Kind, PreImage};
+use crate::store::{BlobRef, Capture, Kind, PreImage};
 use crate::sys;
 
 /// Where the content of a path at a checkpoint is, now.
@@ -42,7 +42,7 @@ pub(super) enum Source {
     /// No content of its own: a directory, symlink or special file the store saved.
     Saved,
     /// A complete pre-image: this blob (the empty blob for an empty file).
-    Blob(String),
+    Blob(BlobRef),
     /// A range pre-image, completed from its chain (`patched.rs`): the capture, and the name
     /// the file had when it was taken.
     Chain(Capture, Vec<u8>),
@@ -72,10 +72,10 @@ pub struct Entry {
 
 impl Entry {
     /// The content's BLAKE3 hash when the store knows it without reading (a complete
-    /// pre-image).
+    /// pre-image whose blob is named by its hash, not an adopted file still pending).
     pub fn known_hash(&self) -> Option<&str> {
         match &self.source {
-            Source::Blob(h) => Some(h),
+            Source::Blob(h) if !h.is_pending() => Some(h.as_str()),
             _ => None,
         }
     }
@@ -98,7 +98,7 @@ impl Entry {
             Kind::File => Source::Blob(
                 p.blob
                     .clone()
-                    .unwrap_or_else(crate::store::blobs::empty_hash),
+                    .unwrap_or_else(|| BlobRef::hash(crate::store::blobs::empty_hash())),
             ),
             _ => Source::Saved,
         };
@@ -203,7 +203,7 @@ impl Engine {
         })?;
         let hist = History::load(&self.store, cp.seq)?;
         let names: BTreeSet<Vec<u8>> = self
-            .candidates(&hist, Scope::All.inside())
+            .candidates(&hist, super::inside(Scope::All))
             .into_iter()
             .filter(|p| !p.is_empty())
             .collect();

@@ -26,6 +26,7 @@ use rustix::fs::OFlags;
 
 use super::history::{History, Lineage};
 use super::{Engine, RewindError};
+use crate::store::BlobRef;
 use crate::store::{Capture, Kind, PreImage, Store};
 use crate::sys;
 
@@ -43,9 +44,12 @@ impl Engine {
     ) -> Result<PreImage, RewindError> {
         let reader = self.chain(hist, c, at)?;
         let (hash, size) = self.store.blobs.put_reader(reader)?;
-        self.scratch.lock().unwrap().push(hash.clone());
+        self.scratch
+            .lock()
+            .unwrap()
+            .push(BlobRef::hash(hash.clone()));
         Ok(PreImage {
-            blob: Some(hash),
+            blob: Some(BlobRef::hash(hash)),
             size,
             partial: false,
             ..c.pre.clone()

@@ -16,7 +16,7 @@
 //! - Every target differs from the present; targets are in path order, and the outcome's
 //!   `files_changed` and `conflicts` are sorted.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -30,6 +30,7 @@ use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
+use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Tracked};
 use crate::sys;
 
@@ -58,7 +59,7 @@ impl Engine {
         let wanted = match req.scope {
             Scope::Tool => self.wanted_by_tool(c, session, &hist, filter, &mut out)?,
             Scope::Agent | Scope::All => {
-                self.wanted_by_actors(req.scope, &hist, filter, &mut out)?
+                self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?
             }
         };
         out.conflicts.sort();
@@ -149,23 +150,34 @@ impl Engine {
     /// a path changed both inside the scope and by someone outside it is a conflict.
     fn wanted_by_actors(
         &self,
+        c: i64,
+        session: Option<&str>,
         scope: Scope,
         hist: &History,
         filter: &Filter,
         out: &mut Outcome,
     ) -> Result<Wanted, RewindError> {
-        let inside = scope.inside();
+        let inside = super::inside(scope);
         let candidates = self.candidates(hist, inside);
+        let sessions = match (scope, session) {
+            (Scope::Agent, Some(s)) => {
+                // Who changed what is in the change log: all of it, up to now.
+                self.recorder.flush_log();
+                Sessions::since(&self.store, c, s)?
+            }
+            _ => Sessions::default(),
+        };
         let mut wanted = Wanted::new();
         for p in candidates {
-            if p.is_empty() || !filter.matches(&p) {
+            if p.is_empty() || !filter.matches(&p) || !sessions.includes(&p) {
                 continue;
             }
             let Some(target) = self.state_of(hist, hist.lineage(&p), &p)? else {
                 continue;
             };
             let bits = hist.actors(&p);
-            if scope == Scope::Agent && bits & inside != 0 && bits & Actor::External.bit() != 0 {
+            let someone_else = bits & Actor::External.bit() != 0 || sessions.others_changed(&p);
+            if scope == Scope::Agent && bits & inside != 0 && someone_else {
                 out.conflicts.push(String::from_utf8_lossy(&p).into_owned());
             }
             wanted.insert(p, target);
@@ -262,7 +274,7 @@ impl Engine {
                 .push(String::from_utf8_lossy(&p).into_owned());
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
-                t.blob = Some(crate::store::blobs::empty_hash());
+                t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
             }
             out.targets.push(t);
         }
@@ -299,10 +311,19 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
 fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
     if req.scope == Scope::Agent && !out.conflicts.is_empty() && !req.force {
         out.can_rewind = false;
+        const SHOWN: usize = 10;
+        let more = match out.conflicts.len().saturating_sub(SHOWN) {
+            0 => String::new(),
+            n => format!(" and {n} more (`conflicts` lists them)"),
+        };
         out.error = Some(format!(
-            "{} path(s) were also changed by someone other than the agent since this message: {}; pass force to rewind anyway",
+            "{} path(s) were also changed by someone other than the agent since message {}: \
+             {}{more}; nothing was rewound. To rewind them anyway, losing those changes, \
+             repeat with --force (on the socket, \"force\": true); to keep them, rewind only \
+             the other paths",
             out.conflicts.len(),
-            out.conflicts.join(", ")
+            req.user_message_id,
+            out.conflicts[..out.conflicts.len().min(SHOWN)].join(", ")
         ));
     }
 }
@@ -394,5 +415,47 @@ fn walk(root: BorrowedFd<'_>, rel: &Path, out: &mut Vec<Vec<u8>>) {
         if dtype == libc::DT_DIR {
             walk(root, &p, out);
         }
+    }
+}
+
+/// Which session changed what since a checkpoint, when several did (design.md §3, "Many
+/// sessions, one tree"): an `agent` rewind of a session restores only what its own actors
+/// changed, and a path another session also changed is a conflict. With one session at work
+/// (the common case) this changes nothing.
+#[derive(Debug, Default)]
+struct Sessions {
+    /// The session rewinding.
+    me: Option<String>,
+    /// Each path changed since the checkpoint, with the sessions that changed it; empty when
+    /// no other session changed anything.
+    by_path: HashMap<Vec<u8>, HashSet<Option<String>>>,
+}
+
+impl Sessions {
+    fn since(store: &crate::store::Store, c: i64, me: &str) -> Result<Sessions, RewindError> {
+        let by_path = store.sessions_since(c)?;
+        let others = by_path
+            .values()
+            .any(|s| s.iter().any(|x| x.as_deref().is_some_and(|x| x != me)));
+        Ok(Sessions {
+            me: Some(me.to_string()),
+            by_path: if others { by_path } else { HashMap::new() },
+        })
+    }
+
+    /// Whether the rewinding session restores `p`: it changed it (a path the change log does
+    /// not name, beneath a renamed directory, follows its rename).
+    fn includes(&self, p: &[u8]) -> bool {
+        match self.by_path.get(p) {
+            None => true,
+            Some(s) => s.contains(&self.me),
+        }
+    }
+
+    /// Whether another session changed `p` too.
+    fn others_changed(&self, p: &[u8]) -> bool {
+        self.by_path
+            .get(p)
+            .is_some_and(|s| s.iter().any(|x| x.is_some() && *x != self.me))
     }
 }

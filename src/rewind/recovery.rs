@@ -18,6 +18,7 @@
 
 use super::apply::apply_plan;
 use super::{Engine, RewindError, Target};
+use crate::store::{CheckpointKind, RewindScope, RewindState};
 
 impl Engine {
     /// Applies targets under a new checkpoint of the rewind's own, journalled: `id` names the
@@ -27,22 +28,22 @@ impl Engine {
         &self,
         id: &str,
         target_uuid: &str,
-        scope: &str,
+        scope: RewindScope,
         targets: &[Target],
     ) -> Result<(), RewindError> {
-        let seq = self.recorder.begin(id, None, "rewind")?;
+        let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
         let plan =
             serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
         self.store.insert_rewind(&crate::store::RewindRow {
             id: id.to_string(),
             checkpoint: seq,
             target: target_uuid.to_string(),
-            scope: scope.to_string(),
-            state: "applying".into(),
+            scope,
+            state: RewindState::Applying,
             plan,
         })?;
         apply_plan(&self.recorder, &self.store, targets, id)?;
-        self.store.set_rewind_state(id, "done")?;
+        self.store.set_rewind_state(id, RewindState::Done)?;
         Ok(())
     }
 
@@ -55,15 +56,16 @@ impl Engine {
     pub fn recover(&self) -> Result<usize, RewindError> {
         let pending = self.store.unfinished_rewinds()?;
         for r in &pending {
-            let targets: Vec<Target> =
-                serde_json::from_str(&r.plan).map_err(|e| RewindError::Failed(e.to_string()))?;
+            let targets = Target::parse_plan(&r.plan).map_err(|e| {
+                RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
+            })?;
             tracing::warn!(
                 "finishing rewind {} interrupted by a crash ({} paths)",
                 r.id,
                 targets.len()
             );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
-            self.store.set_rewind_state(&r.id, "done")?;
+            self.store.set_rewind_state(&r.id, RewindState::Done)?;
             // What its plan named, unless another unfinished plan names it too.
             self.scratch
                 .lock()

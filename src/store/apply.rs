@@ -28,6 +28,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
+use super::BlobRef;
 use super::blobs::{self, Blobs};
 use super::journal::{self, Journal, Record};
 use super::{PreImage, RangeContent, Result, Store};
@@ -102,9 +103,9 @@ fn resolve_pending(
         } = r
         {
             if blobs::is_pending(b) {
-                keys.push(b.clone());
+                keys.push(b.to_string());
                 match blobs.resolve(b) {
-                    Ok(h) => *b = h,
+                    Ok(h) => *b = BlobRef::hash(h),
                     Err(_)
                         if capture_exists(&conn.lock().unwrap_or_else(|p| p.into_inner()), *id) => {
                     }
@@ -317,7 +318,11 @@ mod tests {
         let store_dir = d.path().join("store");
         let s = Store::open(&store_dir, false).unwrap();
         let k = s
-            .begin_checkpoint("44444444-4444-4444-8444-444444444444", None, "message")
+            .begin_checkpoint(
+                "44444444-4444-4444-8444-444444444444",
+                None,
+                crate::store::CheckpointKind::Message,
+            )
             .unwrap();
         let capture = |s: &Store, name: &str| {
             let a = s
@@ -329,10 +334,10 @@ mod tests {
             s.insert_capture(
                 k,
                 name.as_bytes(),
-                "checkpoint",
+                crate::store::Purpose::Checkpoint,
                 &pre,
                 Actor::Shell,
-                "unlink",
+                crate::store::Op::Unlink,
             )
             .unwrap();
             std::fs::remove_file(ws.join(name)).unwrap();
@@ -403,16 +408,20 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
         let k = s
-            .begin_checkpoint("33333333-3333-4333-8333-333333333333", Some("s"), "message")
+            .begin_checkpoint(
+                "33333333-3333-4333-8333-333333333333",
+                Some("s"),
+                crate::store::CheckpointKind::Message,
+            )
             .unwrap();
         let a = s
             .insert_capture(
                 k,
                 b"a",
-                "checkpoint",
+                crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Tool,
-                "create",
+                crate::store::Op::Create,
             )
             .unwrap();
         s.track("s", b"a", k, a).unwrap();
@@ -421,10 +430,10 @@ mod tests {
             .insert_capture(
                 k,
                 b"e/x",
-                "checkpoint",
+                crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Shell,
-                "create",
+                crate::store::Op::Create,
             )
             .unwrap();
         assert!(b > a);
@@ -454,10 +463,10 @@ mod tests {
             .insert_capture(
                 k,
                 b"c",
-                "checkpoint",
+                crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Shell,
-                "create",
+                crate::store::Op::Create,
             )
             .unwrap();
         assert!(c > b, "ids are never handed out twice");

@@ -96,7 +96,7 @@ impl Adopted {
     pub fn pre_image(&self) -> super::PreImage {
         super::PreImage {
             kind: super::Kind::File,
-            blob: Some(self.hash.clone()),
+            blob: Some(super::BlobRef::from_stored(self.hash.clone())),
             mode: self.mode,
             uid: self.uid,
             gid: self.gid,

@@ -34,7 +34,9 @@ use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{Result, Store, StoreError};
+use super::{
+    Actor, BlobRef, CheckpointKind, Op, Origin, PreImage, Purpose, Result, Store, StoreError,
+};
 
 /// The first bytes of a bundle.
 pub const MAGIC: &[u8; 8] = b"RWFSBNDL";
@@ -380,7 +382,7 @@ pub struct Staged {
     pub manifest: Manifest,
     pub rows: Vec<Row>,
     /// Blobs this read stored that the store did not have (removed again if the import fails).
-    pub created: Vec<String>,
+    pub created: Vec<BlobRef>,
     /// Every blob the bundle held.
     pub blobs: HashSet<String>,
 }
@@ -591,7 +593,7 @@ impl Store {
                             Ok(x) => x,
                             Err(e) => return Err(cut(e)),
                         };
-                        staged.created.push(got);
+                        staged.created.push(BlobRef::hash(got));
                     }
                     if p.hasher.finalize().as_bytes() != &hash {
                         return Err(corrupt(
@@ -753,7 +755,7 @@ impl Store {
     pub fn import_staged(
         &self,
         staged: &Staged,
-        origin: Option<super::Origin>,
+        origin: Option<Origin>,
     ) -> std::result::Result<ImportReport, BundleError> {
         match self.import_plan(staged)? {
             ImportPlan::Already(r) => Ok(r),
@@ -826,8 +828,8 @@ impl Store {
         &self,
         staged: &Staged,
         rows: &[Row],
-        origin: Option<super::Origin>,
-        splice: &[(Vec<u8>, super::PreImage)],
+        origin: Option<Origin>,
+        splice: &[(Vec<u8>, PreImage)],
     ) -> std::result::Result<ImportReport, BundleError> {
         let m = &staged.manifest;
         self.flush_journal()?;
@@ -905,16 +907,16 @@ fn insert_rows(
     rows: &[Row],
     splice_base: i64,
     move_base: i64,
-    origin: Option<&super::Origin>,
-    splice: &[(Vec<u8>, super::PreImage)],
+    origin: Option<&Origin>,
+    splice: &[(Vec<u8>, PreImage)],
 ) -> rusqlite::Result<(u64, u64)> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let cap_base = splice_base + splice.len() as i64;
     if !splice.is_empty() {
         let at = super::now_ms();
         tx.execute(
-            "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, 'mount', ?2)",
-            rusqlite::params![uuid::Uuid::new_v4().to_string(), at],
+            "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, ?2, ?3)",
+            rusqlite::params![uuid::Uuid::new_v4().to_string(), CheckpointKind::Mount, at],
         )?;
         let seq = tx.last_insert_rowid();
         for (i, (path, pre)) in splice.iter().enumerate() {
@@ -926,18 +928,23 @@ fn insert_rows(
             }
             tx.execute(
                 "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
-                 VALUES (?1, ?2, ?3, 'checkpoint', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'rewind', 8, 'import', ?11, 0)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0)",
                 rusqlite::params![
                     splice_base + i as i64,
                     seq,
                     path,
-                    pre.kind.as_str(),
+                    Purpose::Checkpoint,
+                    pre.kind,
                     pre.blob,
                     pre.mode as i64,
                     pre.uid as i64,
                     pre.gid as i64,
                     pre.size as i64,
                     pre.target,
+                    // Taken by rewindfs itself, as a rewind's own captures are.
+                    Actor::Rewind,
+                    Actor::Rewind.bit(),
+                    Op::Write,
                     at
                 ],
             )?;
@@ -1080,7 +1087,7 @@ fn insert_rows(
         if !origin_rows.contains(&first) {
             tx.execute(
                 "INSERT INTO origins (checkpoint, kind, workspace, store, uuid, session_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                rusqlite::params![first, o.kind.as_str(), o.workspace, o.store, o.uuid, o.session_id, o.at],
+                rusqlite::params![first, o.kind, o.workspace, o.store, o.uuid, o.session_id, o.at],
             )?;
         }
     }

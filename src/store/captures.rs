@@ -18,6 +18,7 @@ use super::journal::Record;
 use super::{
     Actor, Capture, Kind, Move, PreImage, Range, RangeContent, Result, Store, Tracked, now_ms,
 };
+use super::{BlobRef, Op, Purpose};
 
 /// The columns [`row_capture`] reads, in its order.
 const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial";
@@ -54,10 +55,10 @@ impl Store {
         &self,
         checkpoint: i64,
         path: &[u8],
-        purpose: &str,
+        purpose: Purpose,
         pre: &PreImage,
         actor: Actor,
-        op: &str,
+        op: Op,
     ) -> Result<i64> {
         let r = self.journal(|p| {
             let id = p.next_capture;
@@ -66,10 +67,10 @@ impl Store {
                 id,
                 checkpoint,
                 path: path.to_vec(),
-                tool: purpose == "tool",
+                tool: purpose == Purpose::Tool,
                 pre: pre.clone(),
                 actor,
-                op: op.to_string(),
+                op: op.as_str().to_string(),
                 at: now_ms(),
             }
         })?;
@@ -98,7 +99,7 @@ impl Store {
                 "SELECT offset, length, blob, data FROM capture_ranges WHERE capture = ?1 ORDER BY offset",
             )?;
             let rows = st.query_map([capture], |r| {
-                let content = match r.get::<_, Option<String>>(2)? {
+                let content = match r.get::<_, Option<BlobRef>>(2)? {
                     Some(h) => RangeContent::Blob(h),
                     None => RangeContent::Inline(r.get(3)?),
                 };
@@ -241,12 +242,16 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
         let k = s
-            .begin_checkpoint("22222222-2222-4222-8222-222222222222", None, "mount")
+            .begin_checkpoint(
+                "22222222-2222-4222-8222-222222222222",
+                None,
+                crate::store::CheckpointKind::Mount,
+            )
             .unwrap();
         let (h, n) = s.blobs.put_bytes(b"old").unwrap();
         let pre = PreImage {
             kind: Kind::File,
-            blob: Some(h),
+            blob: Some(crate::store::BlobRef::hash(h)),
             mode: 0o100644,
             uid: 0,
             gid: 0,
@@ -254,8 +259,15 @@ mod tests {
             target: None,
             partial: false,
         };
-        s.insert_capture(k, b"a.txt", "checkpoint", &pre, Actor::Shell, "write")
-            .unwrap();
+        s.insert_capture(
+            k,
+            b"a.txt",
+            crate::store::Purpose::Checkpoint,
+            &pre,
+            Actor::Shell,
+            crate::store::Op::Write,
+        )
+        .unwrap();
         s.add_actor(k, b"a.txt", Actor::Tool.bit()).unwrap();
         let caps = s.captures_from(k).unwrap();
         assert_eq!(caps.len(), 1);

@@ -12,10 +12,14 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use super::{Checkpoint, CheckpointSummary, Result, Store, now_ms};
+use super::{
+    Checkpoint, CheckpointKind, CheckpointSummary, Prompt, Result, Store, StoreError, now_ms,
+};
 
-/// A checkpoint from the columns `seq, uuid, session_id, kind, began_at`, in that order (every
-/// query here selects them first).
+/// The columns [`row_checkpoint`] reads, in its order (every query here selects them first).
+const CHECKPOINT_COLS: &str = "seq, uuid, session_id, kind, began_at, prompt, bound";
+
+/// A checkpoint from the columns [`CHECKPOINT_COLS`].
 fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     Ok(Checkpoint {
         seq: r.get(0)?,
@@ -23,12 +27,31 @@ fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
         session_id: r.get(2)?,
         kind: r.get(3)?,
         began_at: r.get(4)?,
+        prompt: r.get(5)?,
+        bound: r.get::<_, i64>(6)? != 0,
     })
 }
 
 impl Store {
     /// Begins a checkpoint; returns its sequence number.
-    pub fn begin_checkpoint(&self, uuid: &str, session: Option<&str>, kind: &str) -> Result<i64> {
+    pub fn begin_checkpoint(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+    ) -> Result<i64> {
+        self.begin_checkpoint_for(uuid, session, kind, None)
+    }
+
+    /// Begins a checkpoint, of a hook's `prompt` if given (its uuid is then the prompt_id until
+    /// [`Store::bind_prompt`]); returns its sequence number.
+    pub fn begin_checkpoint_for(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+        prompt: Option<&Prompt>,
+    ) -> Result<i64> {
         // Not after the journal is applied: the caller holds up every capture meanwhile, and
         // the row needs nothing the journal holds (its captures name earlier checkpoints).
         self.conn_only(|c| {
@@ -37,8 +60,18 @@ impl Store {
                 tx.execute("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?1, ?2)", params![s, now_ms()])?;
             }
             tx.execute(
-                "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, ?2, ?3, ?4)",
-                params![uuid, session, kind, now_ms()],
+                "INSERT INTO checkpoints (uuid, session_id, kind, began_at, prompt_id, prompt, transcript, bound)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    uuid,
+                    session,
+                    kind,
+                    now_ms(),
+                    prompt.map(|p| &p.prompt_id),
+                    prompt.and_then(|p| p.text.as_deref()),
+                    prompt.and_then(|p| p.transcript.as_deref()),
+                    prompt.is_none(),
+                ],
             )?;
             let seq = tx.last_insert_rowid();
             tx.commit()?;
@@ -62,7 +95,7 @@ impl Store {
     pub fn checkpoint(&self, uuid: &str) -> Result<Option<Checkpoint>> {
         self.with(|c| {
             c.query_row(
-                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints WHERE uuid = ?1",
+                &format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE uuid = ?1"),
                 [uuid],
                 row_checkpoint,
             )
@@ -73,7 +106,7 @@ impl Store {
     pub fn checkpoint_by_seq(&self, seq: i64) -> Result<Option<Checkpoint>> {
         self.with(|c| {
             c.query_row(
-                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints WHERE seq = ?1",
+                &format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE seq = ?1"),
                 [seq],
                 row_checkpoint,
             )
@@ -85,14 +118,14 @@ impl Store {
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointSummary>> {
         self.with(|c| {
             let mut st = c.prepare(
-                "SELECT k.seq, k.uuid, k.session_id, k.kind, k.began_at,
+                "SELECT k.seq, k.uuid, k.session_id, k.kind, k.began_at, k.prompt, k.bound,
                         (SELECT count(*) FROM captures WHERE checkpoint = k.seq AND purpose = 'checkpoint'),
                         (SELECT coalesce(sum(b.size), 0) FROM captures x JOIN blobs b ON b.hash = x.blob WHERE x.checkpoint = k.seq)
                          + (SELECT coalesce(sum(r.length), 0) FROM captures x JOIN capture_ranges r ON r.capture = x.id WHERE x.checkpoint = k.seq)
                  FROM checkpoints k WHERE (?1 IS NULL OR k.session_id = ?1) AND k.dropped_at IS NULL ORDER BY k.seq",
             )?;
             let rows = st.query_map([session], |r| {
-                Ok(CheckpointSummary { checkpoint: row_checkpoint(r)?, paths_changed: r.get(5)?, bytes_captured: r.get(6)? })
+                Ok(CheckpointSummary { checkpoint: row_checkpoint(r)?, paths_changed: r.get(7)?, bytes_captured: r.get(8)? })
             })?;
             rows.collect()
         })
@@ -102,12 +135,103 @@ impl Store {
     pub fn last_checkpoint(&self) -> Result<Option<Checkpoint>> {
         self.with(|c| {
             c.query_row(
-                "SELECT seq, uuid, session_id, kind, began_at FROM checkpoints ORDER BY seq DESC LIMIT 1",
+                &format!("SELECT {CHECKPOINT_COLS} FROM checkpoints ORDER BY seq DESC LIMIT 1"),
                 [],
                 row_checkpoint,
             )
             .optional()
         })
+    }
+
+    /// The first checkpoint of `session` still kept.
+    pub fn first_checkpoint_of(&self, session: &str) -> Result<Option<i64>> {
+        self.conn_only(|c| {
+            c.query_row(
+                "SELECT min(seq) FROM checkpoints WHERE session_id = ?1 AND dropped_at IS NULL",
+                [session],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    /// The checkpoint a hook began under `prompt_id`.
+    pub fn checkpoint_of_prompt(&self, prompt_id: &str) -> Result<Option<Checkpoint>> {
+        self.conn_only(|c| {
+            c.query_row(
+                &format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE prompt_id = ?1"),
+                [prompt_id],
+                row_checkpoint,
+            )
+            .optional()
+        })
+    }
+
+    /// The checkpoints whose message uuid is not known yet (of one session if given): their
+    /// prompt_ids and transcripts, oldest first.
+    pub fn unbound_prompts(&self, session: Option<&str>) -> Result<Vec<(i64, Prompt)>> {
+        self.conn_only(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT seq, prompt_id, prompt, transcript FROM checkpoints
+                 WHERE bound = 0 AND prompt_id IS NOT NULL AND (?1 IS NULL OR session_id = ?1) ORDER BY seq",
+            )?;
+            let rows = st.query_map([session], |r| {
+                Ok((
+                    r.get(0)?,
+                    Prompt {
+                        prompt_id: r.get(1)?,
+                        text: r.get(2)?,
+                        transcript: r.get(3)?,
+                    },
+                ))
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Gives the checkpoint begun under `prompt_id` its message uuid. Returns its seq, or
+    /// `None` when no checkpoint began under that prompt_id. Binding again to the same uuid is
+    /// a no-op.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when the checkpoint is bound to another uuid, or `uuid` names
+    /// another checkpoint already.
+    pub fn bind_prompt(&self, prompt_id: &str, uuid: &str) -> Result<Option<i64>> {
+        self.conn_only(|c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let row: Option<(i64, String, bool)> = tx
+                .query_row(
+                    "SELECT seq, uuid, bound FROM checkpoints WHERE prompt_id = ?1",
+                    [prompt_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? != 0)),
+                )
+                .optional()?;
+            let Some((seq, current, bound)) = row else {
+                return Ok(Ok(None));
+            };
+            if current == uuid {
+                return Ok(Ok(Some(seq)));
+            }
+            if bound {
+                return Ok(Err(format!(
+                    "the checkpoint of prompt {prompt_id} is bound to message {current} already, not {uuid}"
+                )));
+            }
+            let taken: Option<i64> = tx
+                .query_row("SELECT seq FROM checkpoints WHERE uuid = ?1", [uuid], |r| r.get(0))
+                .optional()?;
+            if taken.is_some() {
+                return Ok(Err(format!(
+                    "message {uuid} has a checkpoint of its own already; prompt {prompt_id} cannot take it"
+                )));
+            }
+            tx.execute(
+                "UPDATE checkpoints SET uuid = ?1, bound = 1 WHERE seq = ?2",
+                params![uuid, seq],
+            )?;
+            tx.commit()?;
+            Ok(Ok(Some(seq)))
+        })
+        .and_then(|r| r.map_err(StoreError::Conflict))
     }
 
     /// Counts for `status`: checkpoints kept, checkpoints gc dropped, captures, bytes of

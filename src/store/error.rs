@@ -4,10 +4,8 @@
 //! is `ENOSPC` and "busy"/"locked" `EAGAIN`, so a refused change tells the caller something it
 //! can act on; only what has no better answer is `EIO`.
 //!
-//! Known gap, kept as it was: the conversion into `std::io::Error` carries the errno's
-//! `ErrorKind` and the message, not the number; `fs::errno_of` gets `ENOSPC` and `EAGAIN`
-//! back from the kind, but any other (`EROFS` from the journal) reaches a FUSE caller as
-//! `EIO` (issue 19 §6).
+//! The conversion into `std::io::Error` keeps the number as well as the message
+//! ([`crate::sys::coded`]): `EROFS` from the journal reaches a FUSE caller as `EROFS`.
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +22,9 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("store database: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// A request that contradicts what the store holds (the message says what and why).
+    #[error("{0}")]
+    Conflict(String),
     /// Blob or directory I/O failed.
     #[error("store: {0}")]
     Io(#[from] std::io::Error),
@@ -48,12 +49,29 @@ impl StoreError {
 
 impl From<StoreError> for std::io::Error {
     fn from(e: StoreError) -> std::io::Error {
-        let code = e.errno();
-        std::io::Error::new(
-            std::io::Error::from_raw_os_error(code).kind(),
-            e.to_string(),
-        )
+        crate::sys::coded(e.errno(), e.to_string())
     }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The errno survives the trip into `io::Error` and out to the FUSE reply.
+    #[test]
+    fn a_store_errors_errno_reaches_the_caller() {
+        for code in [libc::EROFS, libc::ENOSPC, libc::EDQUOT, libc::EACCES] {
+            let e: std::io::Error = StoreError::Io(std::io::Error::from_raw_os_error(code)).into();
+            assert_eq!(crate::sys::errno_of(&e), code, "{e}");
+            assert!(e.to_string().starts_with("store: "), "{e}");
+        }
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let e: std::io::Error = StoreError::Sql(busy).into();
+        assert_eq!(crate::sys::errno_of(&e), libc::EAGAIN);
+    }
+}

@@ -25,7 +25,7 @@ use super::{PreImage, Range, RangeContent, Result, StoreError};
 /// # Errors
 /// The database cannot be opened at all.
 pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
-    let db = dir.join("rewindfs.db");
+    let db = dir.join(super::layout::DB);
     if !db.exists() {
         return Err(StoreError::Io(std::io::Error::new(
             std::io::ErrorKind::NotFound,

@@ -35,6 +35,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::BlobRef;
 use super::{Actor, Kind, PreImage, Range, RangeContent};
 
 /// The journal's file names in the store directory (`FILES[0]` is the one older versions
@@ -300,7 +301,7 @@ impl Record {
                 let mut pre = PreImage {
                     kind: kind_of(d.u8()?)?,
                     blob: match d.opt()? {
-                        Some(b) => Some(String::from_utf8(b).ok()?),
+                        Some(b) => Some(BlobRef::from_stored(String::from_utf8(b).ok()?)),
                         None => None,
                     },
                     mode: d.i64()? as u32,
@@ -331,7 +332,7 @@ impl Record {
                     offset: d.i64()? as u64,
                     length: d.i64()? as u64,
                     content: match d.u8()? {
-                        0 => RangeContent::Blob(d.string()?),
+                        0 => RangeContent::Blob(BlobRef::from_stored(d.string()?)),
                         1 => RangeContent::Inline(d.bytes()?),
                         _ => return None,
                     },
@@ -591,7 +592,7 @@ mod tests {
                 tool: false,
                 pre: PreImage {
                     kind: Kind::File,
-                    blob: Some("ab".repeat(32)),
+                    blob: Some(BlobRef::hash("ab".repeat(32))),
                     mode: 0o100644,
                     uid: 1000,
                     gid: 1000,
@@ -627,7 +628,7 @@ mod tests {
                 range: Range {
                     offset: 4096,
                     length: 8192,
-                    content: RangeContent::Blob("cd".repeat(32)),
+                    content: RangeContent::Blob(BlobRef::hash("cd".repeat(32))),
                 },
             },
             Record::Range {

@@ -24,7 +24,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/002_retention.sql"),
     include_str!("../../schema/003_ranges.sql"),
     include_str!("../../schema/004_changes_index.sql"),
-    include_str!("../../schema/005_origins.sql"),
+    include_str!("../../schema/005_prompts.sql"),
+    include_str!("../../schema/006_sessions.sql"),
+    include_str!("../../schema/007_origins.sql"),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].
@@ -63,7 +65,7 @@ mod tests {
             .begin_checkpoint(
                 "11111111-1111-4111-8111-111111111111",
                 Some("s1"),
-                "message",
+                crate::store::CheckpointKind::Message,
             )
             .unwrap();
         drop(s);

@@ -43,35 +43,33 @@ mod error;
 mod fsck;
 pub mod gc;
 pub mod journal;
+pub mod layout;
 mod migrate;
 mod model;
 mod origins;
 mod rewinds;
+mod sql;
+mod time;
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
 use self::apply::Pending;
 pub use self::blobs::Blobs;
+pub use self::changes::LogQuery;
 pub use self::error::{Result, StoreError};
 pub use self::fsck::fsck;
 use self::migrate::migrate;
 pub use self::model::{
-    Actor, Capture, Checkpoint, CheckpointSummary, Kind, LogEntry, Move, PreImage, Range,
-    RangeContent, RewindRow, Tracked,
+    Actor, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry, Move,
+    Op, Origin, OriginKind, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow,
+    RewindScope, RewindState, Scope, Tracked, message_id, normalize_message_id,
+    optional_message_id,
 };
-pub use self::origins::{Origin, OriginKind, first_origin, origin_now};
-
-/// Milliseconds since the Unix epoch, as the `*_at` columns hold them.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use self::origins::{first_origin, origin_now};
+pub use self::time::{now_ms, rfc3339};
 
 /// An open store, shared by the daemon's threads; each method takes the locks it needs, in
 /// the order above.
@@ -87,8 +85,6 @@ pub struct Store {
     pending: Mutex<Pending>,
     /// The blob directory, `<store>/blobs`.
     pub blobs: Blobs,
-    /// The store's directory.
-    pub dir: std::path::PathBuf,
 }
 
 impl Store {
@@ -98,7 +94,7 @@ impl Store {
     /// [`StoreError::TooNew`] for a store written by a newer rewindfs; SQLite and I/O errors.
     pub fn open(dir: &Path, sync: bool) -> Result<Store> {
         std::fs::create_dir_all(dir)?;
-        let db = dir.join("rewindfs.db");
+        let db = dir.join(layout::DB);
         let mut conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Room for every statement the journal's applier and gc run per row (the default 16
@@ -118,7 +114,6 @@ impl Store {
             applying: Mutex::new(()),
             pending: Mutex::new(pending),
             blobs,
-            dir: dir.to_owned(),
         })
     }
 }

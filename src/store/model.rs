@@ -9,13 +9,19 @@
 //!   journal, and [`Actor::bit`] is the on-disk bit set of `captures.actors` (1 tool, 2 shell,
 //!   4 external, 8 rewind): shipped stores hold them, so they never change;
 //! - `parse` is total: a value this build does not know reads as the widest meaning
-//!   (`External`, `Other`) instead of failing the whole query.
+//!   (`External`, `Other`) instead of failing the whole query;
+//! - the serde forms of [`Kind`], [`Scope`], [`BlobRef`] and [`PlanTarget`] are the rewind
+//!   plans journalled in `rewinds.plan` (recovery and gc read them back): they never change.
+
+use serde::{Deserialize, Serialize};
 
 /// Who made a change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Actor {
     Tool,
     Shell,
+    #[default]
     External,
     /// rewindfs itself, applying a rewind.
     Rewind,
@@ -49,7 +55,8 @@ impl Actor {
 }
 
 /// What a path was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     File,
     Dir,
@@ -79,11 +86,50 @@ impl Kind {
     }
 }
 
+/// Where a pre-image's bytes are: a content blob named by its BLAKE3 hash, or an adopted
+/// file not yet hashed, named by its key under `blobs/pending/` (see `blobs.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BlobRef(String);
+
+impl BlobRef {
+    /// The blob whose hash (hex) is `h`.
+    pub fn hash(h: impl Into<String>) -> BlobRef {
+        BlobRef(h.into())
+    }
+    /// A reference as stored in a row or the journal (a hash or a `pending/…` key).
+    pub fn from_stored(s: impl Into<String>) -> BlobRef {
+        BlobRef(s.into())
+    }
+    /// An adopted file not yet hashed.
+    pub fn is_pending(&self) -> bool {
+        super::blobs::is_pending(&self.0)
+    }
+    /// The hash, or the pending key, as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A reference is used where the blob store takes its name (`blobs.read(&r)`).
+impl std::ops::Deref for BlobRef {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BlobRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The saved state of one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreImage {
     pub kind: Kind,
-    pub blob: Option<String>,
+    pub blob: Option<BlobRef>,
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
@@ -120,7 +166,7 @@ pub struct Range {
 /// Where a range's bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RangeContent {
-    Blob(String),
+    Blob(BlobRef),
     Inline(Vec<u8>),
 }
 
@@ -130,11 +176,258 @@ pub struct Capture {
     pub id: i64,
     pub checkpoint: i64,
     pub path: Vec<u8>,
-    pub purpose: String,
+    pub purpose: Purpose,
     pub pre: PreImage,
     pub actor: Actor,
     pub actors: u8,
-    pub op: String,
+    pub op: Op,
+}
+
+/// Why a capture was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The first change to the path in its checkpoint: the state at the checkpoint's start.
+    Checkpoint,
+    /// A tool's first change to the path in the session: the state just before it (`tracked`).
+    Tool,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Checkpoint => "checkpoint",
+            Purpose::Tool => "tool",
+        }
+    }
+    /// Total: an unknown value reads as `Checkpoint`.
+    pub fn parse(s: &str) -> Purpose {
+        if s == "tool" {
+            Purpose::Tool
+        } else {
+            Purpose::Checkpoint
+        }
+    }
+}
+
+/// What kind of change happened (or is about to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    #[default]
+    Write,
+    Truncate,
+    Create,
+    Mkdir,
+    Symlink,
+    Link,
+    Unlink,
+    Rmdir,
+    Rename,
+    /// `RENAME_EXCHANGE`: both paths swap.
+    Exchange,
+    Chmod,
+    Chown,
+    Utimes,
+    Setxattr,
+    Fallocate,
+}
+
+impl Op {
+    const ALL: [Op; 15] = [
+        Op::Write,
+        Op::Truncate,
+        Op::Create,
+        Op::Mkdir,
+        Op::Symlink,
+        Op::Link,
+        Op::Unlink,
+        Op::Rmdir,
+        Op::Rename,
+        Op::Exchange,
+        Op::Chmod,
+        Op::Chown,
+        Op::Utimes,
+        Op::Setxattr,
+        Op::Fallocate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Truncate => "truncate",
+            Op::Create => "create",
+            Op::Mkdir => "mkdir",
+            Op::Symlink => "symlink",
+            Op::Link => "link",
+            Op::Unlink => "unlink",
+            Op::Rmdir => "rmdir",
+            Op::Rename => "rename",
+            Op::Exchange => "exchange",
+            Op::Chmod => "chmod",
+            Op::Chown => "chown",
+            Op::Utimes => "utimes",
+            Op::Setxattr => "setxattr",
+            Op::Fallocate => "fallocate",
+        }
+    }
+
+    /// Total: an unknown value (a newer build's) reads as `Write`, a change to content.
+    pub fn parse(s: &str) -> Op {
+        Op::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .unwrap_or(Op::Write)
+    }
+}
+
+/// What began a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointKind {
+    /// The mount itself: the state at mount time.
+    Mount,
+    /// A user message (`begin_message`).
+    Message,
+    /// A rewind or undo: what it overwrote, so it can be undone.
+    Rewind,
+}
+
+impl CheckpointKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointKind::Mount => "mount",
+            CheckpointKind::Message => "message",
+            CheckpointKind::Rewind => "rewind",
+        }
+    }
+    /// Total: an unknown value reads as `Message`.
+    pub fn parse(s: &str) -> CheckpointKind {
+        match s {
+            "mount" => CheckpointKind::Mount,
+            "rewind" => CheckpointKind::Rewind,
+            _ => CheckpointKind::Message,
+        }
+    }
+}
+
+/// Which paths a rewind restores (design.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Files a tool (Write/Edit/NotebookEdit) changed in the session: the SDK's behaviour.
+    Tool,
+    /// Everything the agent did (tool and shell).
+    Agent,
+    /// Everything changed through the mount.
+    All,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "tool" => Some(Scope::Tool),
+            "agent" => Some(Scope::Agent),
+            "all" => Some(Scope::All),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Tool => "tool",
+            Scope::Agent => "agent",
+            Scope::All => "all",
+        }
+    }
+}
+
+/// What a rewind row restored (`rewinds.scope`): a rewind of a scope, or an undo or redo of
+/// an earlier rewind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindScope {
+    Scope(Scope),
+    Undo,
+    Redo,
+}
+
+impl RewindScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RewindScope::Scope(s) => s.as_str(),
+            RewindScope::Undo => "undo",
+            RewindScope::Redo => "redo",
+        }
+    }
+    /// Total: an unknown value reads as a rewind of scope `all`.
+    pub fn parse(s: &str) -> RewindScope {
+        match s {
+            "undo" => RewindScope::Undo,
+            "redo" => RewindScope::Redo,
+            s => RewindScope::Scope(Scope::parse(s).unwrap_or(Scope::All)),
+        }
+    }
+}
+
+/// Where a rewind is in its life (`rewinds.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindState {
+    /// Its plan is journalled and being applied (or a crash interrupted it: the next mount
+    /// finishes it). Its plan's blobs must stay.
+    Applying,
+    /// Applied.
+    Done,
+    /// Applied, then undone.
+    Undone,
+}
+
+impl RewindState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RewindState::Applying => "applying",
+            RewindState::Done => "done",
+            RewindState::Undone => "undone",
+        }
+    }
+    /// Total: an unknown value reads as `Applying` (its plan's blobs are kept).
+    pub fn parse(s: &str) -> RewindState {
+        match s {
+            "done" => RewindState::Done,
+            "undone" => RewindState::Undone,
+            _ => RewindState::Applying,
+        }
+    }
+}
+
+/// One path of a rewind's plan, with the state it is given. A plan is journalled in
+/// `rewinds.plan` as a JSON array of these before it is applied: recovery applies it again
+/// after a crash, and gc keeps every blob it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanTarget {
+    /// Workspace-relative path, as bytes (journalled as a string when it is UTF-8).
+    #[serde(with = "path_bytes")]
+    pub path: Vec<u8>,
+    /// What it should be: absent, file, dir, symlink or other.
+    pub kind: Kind,
+    /// A file's content; always set for a file (the empty blob for an empty one).
+    pub blob: Option<BlobRef>,
+    /// `st_mode`, type bits included (`mknod` needs them; a chmod takes the low 12 bits).
+    pub mode: u32,
+    /// Owner, restored only when the daemon runs as root.
+    pub uid: u32,
+    /// Group, restored only when the daemon runs as root.
+    pub gid: u32,
+    /// A symlink's target.
+    pub target: Option<Vec<u8>>,
+    /// A special file's device number.
+    pub rdev: u64,
+}
+
+impl PlanTarget {
+    /// Reads a journalled plan.
+    ///
+    /// # Errors
+    /// The plan is not a JSON array of targets (it was written by another build, or damaged).
+    pub fn parse_plan(plan: &str) -> serde_json::Result<Vec<PlanTarget>> {
+        serde_json::from_str(plan)
+    }
 }
 
 /// A checkpoint row.
@@ -143,8 +436,68 @@ pub struct Checkpoint {
     pub seq: i64,
     pub uuid: String,
     pub session_id: Option<String>,
-    pub kind: String,
+    pub kind: CheckpointKind,
     pub began_at: i64,
+    /// The prompt that began it, when a hook began it (see [`Prompt`]).
+    pub prompt: Option<String>,
+    /// Whether `uuid` is the message's uuid (false: still the hooks' prompt_id).
+    pub bound: bool,
+}
+
+/// A prompt as the plain CLI's UserPromptSubmit hook reports it: its checkpoint begins under
+/// `prompt_id` and takes the message uuid once the transcript shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// The hooks' `prompt_id` (also the transcript entry's `promptId`).
+    pub prompt_id: String,
+    /// What the user typed.
+    pub text: Option<String>,
+    /// The session transcript (JSONL) that will show the prompt's entry.
+    pub transcript: Option<String>,
+}
+
+/// How a history came here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OriginKind {
+    /// `rewindfs fork`: the tree was written from another workspace's checkpoint.
+    Fork,
+    /// `rewindfs import`: the checkpoints came in a bundle.
+    Import,
+}
+
+impl OriginKind {
+    /// The string stored in `origins.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OriginKind::Fork => "fork",
+            OriginKind::Import => "import",
+        }
+    }
+
+    /// Total: an unknown value reads as `Fork` (a history written from another workspace).
+    pub fn parse(s: &str) -> OriginKind {
+        match s {
+            "import" => OriginKind::Import,
+            _ => OriginKind::Fork,
+        }
+    }
+}
+
+/// Where a checkpoint's history came from (an `origins` row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub kind: OriginKind,
+    /// The parent workspace (absolute path).
+    pub workspace: String,
+    /// The parent's store directory.
+    pub store: Option<String>,
+    /// The parent checkpoint (for a fork: the state its tree was written from).
+    pub uuid: String,
+    /// That checkpoint's session.
+    pub session_id: Option<String>,
+    /// Unix ms.
+    pub at: i64,
 }
 
 /// A checkpoint with its counts, for `list_checkpoints`.
@@ -174,13 +527,15 @@ pub struct LogEntry {
     pub seq: i64,
     pub at: i64,
     pub checkpoint: i64,
-    pub op: String,
+    pub op: Op,
     pub path: Vec<u8>,
     pub path2: Option<Vec<u8>>,
-    pub actor: String,
+    pub actor: Actor,
     pub pid: u32,
     pub process: String,
     pub tool_use_id: Option<String>,
+    /// The session of the actor that made it (`None`: an external actor).
+    pub session: Option<String>,
 }
 
 /// A file a tool changed in a session.
@@ -197,7 +552,95 @@ pub struct RewindRow {
     pub id: String,
     pub checkpoint: i64,
     pub target: String,
-    pub scope: String,
-    pub state: String,
+    pub scope: RewindScope,
+    pub state: RewindState,
     pub plan: String,
+}
+
+/// A user message id as checkpoints are stored under it: a UUID (any case) in its lowercase
+/// hyphenated form; any other id as it is (the CLI takes any string as a message's uuid, and
+/// the SDK answers an id it does not know with "No file checkpoint found").
+pub fn normalize_message_id(s: &str) -> String {
+    match uuid::Uuid::parse_str(s) {
+        Ok(u) => u.hyphenated().to_string(),
+        Err(_) => s.to_string(),
+    }
+}
+
+/// Reads a user message id ([`normalize_message_id`]); refuses an empty one, one over 256
+/// bytes, or one with control characters, naming it.
+///
+/// # Errors
+/// The value is not such a string.
+pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() || s.len() > 256 || s.chars().any(char::is_control) {
+        return Err(serde::de::Error::custom(format!(
+            "not a message id (a UUID, or up to 256 printable characters): {s:?}"
+        )));
+    }
+    Ok(normalize_message_id(&s))
+}
+
+/// Reads an optional user message id ([`message_id`]): `null` or absent is none.
+///
+/// # Errors
+/// The value is neither null nor a message id.
+pub fn optional_message_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Id(#[serde(deserialize_with = "message_id")] String);
+    Ok(Option::<Id>::deserialize(d)?.map(|Id(s)| s))
+}
+
+/// A path's bytes in JSON: a string when they are UTF-8 (a third of the size of an array of
+/// numbers), else the array; both are read.
+mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(p) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => p.serialize(s),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(match Either::deserialize(d)? {
+            Either::Text(t) => t.into_bytes(),
+            Either::Bytes(b) => b,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Paths in a plan: UTF-8 as a string, anything else as bytes, both read back exactly.
+    #[test]
+    fn a_plans_paths_round_trip_whatever_their_bytes() {
+        for path in [b"src/a.rs".to_vec(), b"bad\xff/name".to_vec(), Vec::new()] {
+            let t = PlanTarget {
+                path: path.clone(),
+                kind: Kind::Absent,
+                blob: None,
+                mode: 0,
+                uid: 0,
+                gid: 0,
+                target: None,
+                rdev: 0,
+            };
+            let json = serde_json::to_string(std::slice::from_ref(&t)).unwrap();
+            assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
+        }
+    }
 }

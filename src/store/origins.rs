@@ -1,4 +1,4 @@
-//! Where a history came from (schema 005): the checkpoint a fork's store begins with records
+//! Where a history came from (schema 007): the checkpoint a fork's store begins with records
 //! the workspace and checkpoint its tree was written from; an import records the bundle's.
 //!
 //! Invariants:
@@ -12,53 +12,12 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use super::model::{CheckpointKind, Origin};
 use super::{Result, Store, now_ms};
-
-/// How a history came here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OriginKind {
-    /// `rewindfs fork`: the tree was written from another workspace's checkpoint.
-    Fork,
-    /// `rewindfs import`: the checkpoints came in a bundle.
-    Import,
-}
-
-impl OriginKind {
-    /// The string stored in `origins.kind`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OriginKind::Fork => "fork",
-            OriginKind::Import => "import",
-        }
-    }
-
-    fn parse(s: &str) -> OriginKind {
-        match s {
-            "import" => OriginKind::Import,
-            _ => OriginKind::Fork,
-        }
-    }
-}
-
-/// Where a checkpoint's history came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    pub kind: OriginKind,
-    /// The parent workspace (absolute path).
-    pub workspace: String,
-    /// The parent's store directory.
-    pub store: Option<String>,
-    /// The parent checkpoint (for a fork: the state its tree was written from).
-    pub uuid: String,
-    /// That checkpoint's session.
-    pub session_id: Option<String>,
-    /// Unix ms.
-    pub at: i64,
-}
 
 fn row_origin(r: &rusqlite::Row<'_>) -> rusqlite::Result<Origin> {
     Ok(Origin {
-        kind: OriginKind::parse(&r.get::<_, String>(0)?),
+        kind: r.get(0)?,
         workspace: r.get(1)?,
         store: r.get(2)?,
         uuid: r.get(3)?,
@@ -77,15 +36,15 @@ impl Store {
         self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute(
-                "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, 'mount', ?2)",
-                params![uuid, origin.at],
+                "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, ?2, ?3)",
+                params![uuid, CheckpointKind::Mount, origin.at],
             )?;
             let seq = tx.last_insert_rowid();
             tx.execute(
                 "INSERT INTO origins (checkpoint, kind, workspace, store, uuid, session_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     seq,
-                    origin.kind.as_str(),
+                    origin.kind,
                     origin.workspace,
                     origin.store,
                     origin.uuid,
@@ -153,6 +112,7 @@ pub fn origin_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::OriginKind;
 
     #[test]
     fn a_store_begun_with_an_origin_reads_it_back_and_keeps_it_first() {
@@ -169,8 +129,12 @@ mod tests {
         let seq = s
             .begin_with_origin("66666666-6666-4666-8666-666666666666", &o)
             .unwrap();
-        s.begin_checkpoint("77777777-7777-4777-8777-777777777777", None, "mount")
-            .unwrap();
+        s.begin_checkpoint(
+            "77777777-7777-4777-8777-777777777777",
+            None,
+            crate::store::CheckpointKind::Mount,
+        )
+        .unwrap();
         assert_eq!(s.origins().unwrap().get(&seq), Some(&o));
         assert_eq!(first_origin(d.path()).unwrap(), Some(o));
         let e = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@
 
 use rusqlite::params;
 
-use super::{Result, RewindRow, Store, now_ms};
+use super::{Result, RewindRow, RewindState, Store, now_ms};
 
 impl Store {
     pub fn insert_rewind(&self, r: &RewindRow) -> Result<()> {
@@ -26,22 +26,25 @@ impl Store {
         })
     }
 
-    pub fn set_rewind_state(&self, id: &str, state: &str) -> Result<()> {
+    /// Moves a rewind on in its life. Its plan is needed only while it is 'applying' (to
+    /// finish it after a crash): once done or undone the plan is emptied — it was most of
+    /// the database's growth per rewind (1.5 MB for 3,000 paths, as JSON).
+    pub fn set_rewind_state(&self, id: &str, state: RewindState) -> Result<()> {
         self.with(|c| {
             c.execute(
-                "UPDATE rewinds SET state = ?2 WHERE id = ?1",
+                "UPDATE rewinds SET state = ?2, plan = CASE WHEN ?2 = 'applying' THEN plan ELSE '' END WHERE id = ?1",
                 params![id, state],
             )?;
             Ok(())
         })
     }
 
-    fn rewinds_where(&self, cond: &str) -> Result<Vec<RewindRow>> {
+    fn rewinds_in(&self, state: RewindState) -> Result<Vec<RewindRow>> {
         self.with(|c| {
-            let mut st = c.prepare(&format!(
-                "SELECT id, checkpoint, target, scope, state, plan FROM rewinds WHERE {cond} ORDER BY created_at, rowid"
-            ))?;
-            let rows = st.query_map([], |r| {
+            let mut st = c.prepare_cached(
+                "SELECT id, checkpoint, target, scope, state, plan FROM rewinds WHERE state = ?1 ORDER BY created_at, rowid",
+            )?;
+            let rows = st.query_map([state], |r| {
                 Ok(RewindRow {
                     id: r.get(0)?,
                     checkpoint: r.get(1)?,
@@ -57,11 +60,11 @@ impl Store {
 
     /// Rewinds interrupted by a crash.
     pub fn unfinished_rewinds(&self) -> Result<Vec<RewindRow>> {
-        self.rewinds_where("state = 'applying'")
+        self.rewinds_in(RewindState::Applying)
     }
 
     /// The most recent completed rewind that has not been undone.
     pub fn last_done_rewind(&self) -> Result<Option<RewindRow>> {
-        Ok(self.rewinds_where("state = 'done'")?.pop())
+        Ok(self.rewinds_in(RewindState::Done)?.pop())
     }
 }

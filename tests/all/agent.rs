@@ -23,6 +23,31 @@ pub fn uuid() -> String {
 }
 
 impl Agent {
+    /// The `filesChanged` of a reply, relative to the workspace: each must be absolute and
+    /// under the workspace, as the SDK answers (design.md §2). Sorted.
+    pub fn files(&self, v: &serde_json::Value) -> Vec<String> {
+        let mut f: Vec<String> = v["filesChanged"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no filesChanged in {v}"))
+            .iter()
+            .map(|x| {
+                let p = std::path::Path::new(x.as_str().unwrap());
+                p.strip_prefix(&self.m.dir)
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "{} is not an absolute path in the workspace {}",
+                            p.display(),
+                            self.m.dir.display()
+                        )
+                    })
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        f.sort();
+        f
+    }
+
     pub fn new(setup: impl FnOnce(&Path)) -> Agent {
         Self::with_args(setup, &[])
     }

@@ -93,15 +93,14 @@ proptest! {
 
     #[test]
     fn an_exported_history_rewinds_identically_after_import_elsewhere(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
-        if require_fuse() { check_round_trip(steps, pick)?; }
+        require_fuse();
+        check_round_trip(steps, pick)?;
     }
 }
 
 #[test]
 fn a_damaged_or_cut_bundle_is_refused_with_its_offset_and_nothing_is_imported() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let u1 = a.turn();
     a.bash("echo b > b.txt && echo changed > a.txt");
@@ -163,9 +162,7 @@ fn a_damaged_or_cut_bundle_is_refused_with_its_offset_and_nothing_is_imported() 
 /// imported checkpoints, and changes made after the import stay out of their way.
 #[test]
 fn an_offline_import_is_rewindable_at_the_next_mount() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "one\n").unwrap());
     let u1 = a.turn();
     a.tool_write("a.txt", b"two\n");
@@ -237,9 +234,7 @@ fn count(d: &Path) -> usize {
 /// imported checkpoints still rewind as they did at home.
 #[test]
 fn an_import_leaves_rewinds_to_the_stores_own_earlier_checkpoints_alone() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| {
         std::fs::write(d.join("a.txt"), "a at home\n").unwrap();
         std::fs::create_dir(d.join("dir")).unwrap();

@@ -10,9 +10,7 @@ use crate::support::{Mounted, require_fuse, rewindfs};
 
 #[test]
 fn a_symlink_planted_over_a_directory_is_never_written_or_read_through() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     for (scope, absolute) in [("tool", true), ("all", true), ("agent", false)] {
         let outside = tempfile::tempdir().unwrap();
         fs::write(outside.path().join("f.txt"), "secret\n").unwrap();
@@ -81,9 +79,7 @@ fn a_symlink_planted_over_a_directory_is_never_written_or_read_through() {
 
 #[test]
 fn the_store_cannot_be_inside_the_workspace_and_a_workspace_has_one_daemon() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let other_store = m.tmp.path().join("store2");
     let out = rewindfs(&[

@@ -48,9 +48,7 @@ impl Drop for Mutable {
 
 #[test]
 fn an_unwritable_blob_directory_refuses_the_change_with_its_errno_and_a_log_line() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::with(|d| fs::write(d.join("f.txt"), "before\n").unwrap());
     // An immutable temp directory: not even root can create the file a new blob is written to
     // (the daemon holds the blob directory open, so remounting it read-only would not do).
@@ -81,9 +79,7 @@ fn an_unwritable_blob_directory_refuses_the_change_with_its_errno_and_a_log_line
 
 #[test]
 fn a_locked_database_delays_only_reads_and_loses_no_pre_image() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     // Pre-images go to the capture journal first, so changes go on while another process
     // holds the database locked; what reads the database waits for it (up to its busy
     // timeout, then EAGAIN-like errors), and nothing recorded meanwhile is lost.
@@ -125,9 +121,7 @@ fn a_locked_database_delays_only_reads_and_loses_no_pre_image() {
 
 #[test]
 fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     // A handle on the directory underneath the mount, taken before mounting. The kernel caches
     // entries for --ttl seconds (every change normally goes through the mount): 1 s here.
     let under: RefCell<Option<File>> = RefCell::new(None);
@@ -197,10 +191,12 @@ fn files_and_directories_removed_behind_the_daemon_give_errors_not_a_dead_mount(
 /// the dry runs, diffs and rewinds that remove such blobs once done must leave those alone,
 /// even when they put the same content together themselves.
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
 fn a_failed_rewinds_plan_keeps_its_blobs_until_the_next_mount_finishes_it() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let big = |seed: u32| -> Vec<u8> {
         (0..100_000u32)
             .map(|i| (i.wrapping_mul(seed) % 251) as u8)

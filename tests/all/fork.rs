@@ -54,9 +54,7 @@ fn history() -> (Agent, String, Vec<String>) {
 
 #[test]
 fn forks_of_one_checkpoint_run_side_by_side_with_their_own_history() {
-    if !crate::support::require_fuse() {
-        return;
-    }
+    crate::support::require_fuse();
     let (a, u1, at_u1) = history();
     let now = tree(&a.m.dir);
     let sock = a.m.socket();
@@ -153,9 +151,7 @@ fn forks_of_one_checkpoint_run_side_by_side_with_their_own_history() {
 
 #[test]
 fn a_fork_without_mount_keeps_its_origin_for_diff_and_a_later_mount() {
-    if !crate::support::require_fuse() {
-        return;
-    }
+    crate::support::require_fuse();
     let (a, u1, at_u1) = history();
     let base = a.m.tmp.path();
     let state = base.join("xdg-state");
@@ -214,9 +210,7 @@ fn a_fork_without_mount_keeps_its_origin_for_diff_and_a_later_mount() {
 
 #[test]
 fn a_fork_goes_nowhere_near_the_workspace_or_the_store_nor_over_a_full_directory() {
-    if !crate::support::require_fuse() {
-        return;
-    }
+    crate::support::require_fuse();
     let (a, u1, _) = history();
     let sock = a.m.socket();
     let sock = sock.to_str().unwrap();

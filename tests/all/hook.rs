@@ -13,6 +13,8 @@ use crate::support::{BIN, Mounted, is_fuse, require_fuse};
 fn run_hook(m: &Mounted, input: &serde_json::Value) -> std::process::Output {
     let mut child = Command::new(BIN)
         .arg("hook")
+        // As the CLI sets it for its hooks: this test process plays the CLI.
+        .env("CLAUDE_PID", std::process::id().to_string())
         .current_dir(&m.dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -32,77 +34,269 @@ fn line(v: serde_json::Value) -> String {
     format!("{v}\n")
 }
 
-#[test]
-fn the_hook_begins_the_typed_prompts_checkpoint_and_opens_tool_spans() {
-    if !require_fuse() {
-        return;
-    }
-    let m = Mounted::new();
-    let transcript = m.tmp.path().join("t.jsonl");
-    let (prompt, tool_result) = (uuid(), uuid());
-    let mut t = String::new();
-    t += &line(
-        json!({"type": "user", "uuid": prompt, "message": {"role": "user", "content": "add a file"}}),
-    );
-    t += &line(
-        json!({"type": "assistant", "uuid": uuid(), "message": {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1"}]}}),
-    );
-    t += &line(
-        json!({"type": "user", "uuid": tool_result, "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}}),
-    );
-    fs::write(&transcript, t).unwrap();
-    let target = m.p("new.txt");
-    let pre = json!({
-        "hook_event_name": "PreToolUse", "session_id": "sess-1", "transcript_path": transcript, "cwd": m.dir,
-        "tool_name": "Write", "tool_use_id": "toolu_2", "tool_input": {"file_path": target, "content": "x"}
-    });
-    let out = run_hook(&m, &pre);
+/// The prompt's entry as the CLI writes it to the transcript (tests/clients/FINDINGS.md §3),
+/// and a tool result of the same prompt (a `user` entry with the same promptId).
+fn prompt_entries(prompt_id: &str, uuid: &str, text: &str) -> String {
+    line(
+        json!({"parentUuid": null, "promptId": prompt_id, "type": "user", "uuid": uuid,
+        "message": {"role": "user", "content": text}, "sessionId": "sess-1"}),
+    ) + &line(json!({"type": "file-history-snapshot", "messageId": uuid}))
+        + &line(
+            json!({"type": "user", "promptId": prompt_id, "uuid": crate::agent::uuid(),
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}}),
+        )
+}
+
+fn append(path: &std::path::Path, text: &str) {
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+fn hook_ok(m: &Mounted, ev: serde_json::Value) {
+    let out = run_hook(m, &ev);
     assert!(
-        out.status.success(),
-        "{}",
+        out.status.success() && out.stderr.is_empty(),
+        "{ev}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The race the real CLI has (FINDINGS §3): the prompt's entry reaches the transcript only
+/// after UserPromptSubmit, and usually after the turn's first PreToolUse. The checkpoint must
+/// begin at UserPromptSubmit anyway, hold the turn's first change, and answer to the message
+/// uuid once a later hook sees the entry.
+#[test]
+fn a_prompt_begins_at_submit_and_takes_its_uuid_when_the_transcript_shows_it() {
+    require_fuse();
+    let m = Mounted::new();
     let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let transcript = m.tmp.path().join("t.jsonl"); // not written yet, as at a session's start
+    let (prompt_id, message) = (uuid(), uuid());
+    let base = json!({"session_id": "sess-1", "transcript_path": transcript, "cwd": m.dir,
+        "prompt_id": prompt_id, "permission_mode": "bypassPermissions"});
+    let with = |extra: serde_json::Value| {
+        let mut v = base.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    hook_ok(
+        &m,
+        with(json!({"hook_event_name": "UserPromptSubmit", "prompt": "add a file\nand more"})),
+    );
     let st = c.request("status", json!({})).unwrap();
     assert_eq!(
         st["currentCheckpoint"],
-        json!(prompt),
-        "the typed prompt, not the tool result"
+        json!(prompt_id),
+        "begun at submit, under prompt_id"
     );
     assert_eq!(st["sessionId"], json!("sess-1"));
     assert_eq!(
         st["agentPids"],
         json!([std::process::id()]),
-        "the process that ran the hook is the agent"
+        "$CLAUDE_PID is the agent"
     );
-    // While the span is open, a write of its file is the tool's even from a child process.
-    crate::support::sh(&m.dir, "echo x > new.txt");
-    let post = json!({"hook_event_name": "PostToolUse", "session_id": "sess-1", "transcript_path": transcript, "cwd": m.dir,
-        "tool_name": "Write", "tool_use_id": "toolu_2", "tool_input": {"file_path": target}});
-    assert!(run_hook(&m, &post).status.success());
-    let log = c.request("log", json!({"path": "new.txt"})).unwrap();
-    assert!(
-        log["entries"]
-            .as_array()
+    // The first tool call runs before the transcript shows the prompt.
+    let target = m.p("new.txt");
+    let tool = json!({"tool_name": "Write", "tool_use_id": "toolu_1", "tool_input": {"file_path": target, "content": "x"}});
+    hook_ok(
+        &m,
+        with(json!({"hook_event_name": "PreToolUse"}))
+            .as_object()
             .unwrap()
-            .iter()
-            .all(|e| e["actor"] == json!("tool"))
+            .clone()
+            .into_iter()
+            .chain(tool.as_object().unwrap().clone())
+            .collect(),
     );
-    // Tool scope sees it: rewinding to the prompt removes the tool-created file.
+    crate::support::sh(&m.dir, "echo x > new.txt");
+    append(
+        &transcript,
+        &prompt_entries(&prompt_id, &message, "add a file\nand more"),
+    );
+    hook_ok(
+        &m,
+        with(json!({"hook_event_name": "PostToolUse"}))
+            .as_object()
+            .unwrap()
+            .clone()
+            .into_iter()
+            .chain(tool.as_object().unwrap().clone())
+            .collect(),
+    );
+    let st = c.request("status", json!({})).unwrap();
+    assert_eq!(
+        st["currentCheckpoint"],
+        json!(message),
+        "bound by the next hook"
+    );
+    let log = c.request("log", json!({"path": "new.txt"})).unwrap();
+    let entries = log["entries"].as_array().unwrap();
+    assert!(
+        !entries.is_empty()
+            && entries
+                .iter()
+                .all(|e| e["actor"] == json!("tool") && e["checkpoint"] == json!(message)),
+        "{log}"
+    );
     let r = c
         .request(
             "rewind_files",
-            json!({"user_message_id": prompt, "dry_run": true}),
+            json!({"user_message_id": message, "dry_run": true}),
         )
         .unwrap();
-    assert_eq!(r["filesChanged"], json!(["new.txt"]));
+    assert_eq!(
+        r["filesChanged"],
+        json!([target]),
+        "the turn's first change is in its checkpoint"
+    );
+    let list = c.request("list_checkpoints", json!({})).unwrap();
+    let cp = list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["uuid"] == json!(message))
+        .cloned()
+        .unwrap();
+    assert_eq!(cp["prompt"], json!("add a file"), "its first line");
+    assert_eq!(cp["bound"], json!(true));
 }
 
+/// A turn that runs no tool is bound at Stop and rewindable (the SDK can rewind to it); a tool
+/// that fails after PreToolUse (no PostToolUse, as an Edit refused on a symlink) has its span
+/// closed at Stop, so a later shell write to its file is the shell's; a prompt whose later
+/// hooks never came is bound when a rewind names its uuid.
 #[test]
-fn user_prompt_submit_waits_for_a_lagging_transcript() {
-    if !require_fuse() {
-        return;
+fn a_turn_without_tools_is_bound_at_stop_and_a_span_left_open_ends_with_the_turn() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("f.txt"), "plain\n").unwrap());
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let transcript = m.tmp.path().join("t.jsonl");
+    let ev = |event: &str, prompt_id: &str, extra: serde_json::Value| {
+        let mut v = json!({"hook_event_name": event, "session_id": "sess-1", "transcript_path": transcript,
+            "cwd": m.dir, "prompt_id": prompt_id});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let (p1, u1, p2, u2, p3, u3) = (uuid(), uuid(), uuid(), uuid(), uuid(), uuid());
+    hook_ok(
+        &m,
+        ev("UserPromptSubmit", &p1, json!({"prompt": "what is 2+2?"})),
+    );
+    append(&transcript, &prompt_entries(&p1, &u1, "what is 2+2?"));
+    hook_ok(&m, ev("Stop", &p1, json!({"stop_hook_active": false})));
+    let dry = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": u1, "dry_run": true}),
+        )
+        .unwrap();
+    assert_eq!(dry["canRewind"], json!(true), "{dry}");
+    assert_eq!(dry["filesChanged"], json!([]));
+
+    hook_ok(
+        &m,
+        ev("UserPromptSubmit", &p2, json!({"prompt": "edit the link"})),
+    );
+    hook_ok(
+        &m,
+        ev(
+            "PreToolUse",
+            &p2,
+            json!({"tool_name": "Edit", "tool_use_id": "toolu_9",
+        "tool_input": {"file_path": m.p("f.txt"), "old_string": "plain", "new_string": "x"}}),
+        ),
+    );
+    append(&transcript, &prompt_entries(&p2, &u2, "edit the link"));
+    hook_ok(&m, ev("Stop", &p2, json!({})));
+    crate::support::sh(&m.dir, "echo more >> f.txt");
+    let log = c.request("log", json!({"path": "f.txt"})).unwrap();
+    let actors: Vec<_> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["actor"].clone())
+        .collect();
+    assert!(
+        !actors.is_empty() && actors.iter().all(|a| a == "shell"),
+        "the span ended with the turn: the agent's child is the shell, not the tool: {log}"
+    );
+
+    hook_ok(&m, ev("UserPromptSubmit", &p3, json!({"prompt": "third"})));
+    append(&transcript, &prompt_entries(&p3, &u3, "third"));
+    let dry = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": u3, "dry_run": true}),
+        )
+        .unwrap();
+    assert_eq!(dry["canRewind"], json!(true), "bound when named: {dry}");
+    assert_eq!(
+        c.request("status", json!({})).unwrap()["currentCheckpoint"],
+        json!(u3)
+    );
+}
+
+/// `rewindfs setup claude` writes the hooks into a project's settings once, and takes them out.
+#[test]
+fn setup_writes_the_hooks_once_and_removes_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(run(&["setup", "claude"]).contains("added the rewindfs hook for 6 event(s)"));
+    assert!(run(&["setup", "claude"]).contains("there already"));
+    let v: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(tmp.path().join(".claude/settings.json")).unwrap(),
+    )
+    .unwrap();
+    let cmd = v["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cmd.ends_with("rewindfs hook") && cmd.starts_with('/'),
+        "{cmd}"
+    );
+    for e in [
+        "UserPromptSubmit",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "Stop",
+        "SessionEnd",
+    ] {
+        assert_eq!(v["hooks"][e][0]["hooks"][0]["command"], json!(cmd), "{e}");
     }
+    assert!(run(&["setup", "claude", "--remove"]).contains("removed 6"));
+    let v: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(tmp.path().join(".claude/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(v, json!({}));
+}
+
+/// A CLI whose hooks carry no prompt_id (older than 2.1): UserPromptSubmit waits for the
+/// transcript to show the prompt.
+#[test]
+fn without_a_prompt_id_user_prompt_submit_waits_for_a_lagging_transcript() {
+    require_fuse();
     let m = Mounted::new();
     let transcript = m.tmp.path().join("t.jsonl");
     fs::write(&transcript, "").unwrap();
@@ -147,9 +341,7 @@ fn the_hook_never_blocks_the_agent_when_the_daemon_is_down() {
 
 #[test]
 fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     let store = tmp.path().join("s");
@@ -187,4 +379,65 @@ fn exec_mounts_runs_the_command_as_the_agent_and_passes_its_exit_code() {
         )
         .unwrap();
     assert_eq!(actor, "tool", "the command itself is the agent");
+}
+
+/// `rewindfs exec` from outside the workspace starts the command at its root, and from a
+/// directory inside it (entered before the mount, so underneath it) at the same place, through
+/// the mount: its writes are in the log.
+#[test]
+fn exec_runs_the_command_inside_the_mount_at_the_callers_place() {
+    require_fuse();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    let exec = |store: &str, cwd: &std::path::Path, file: &str| {
+        let out = Command::new(BIN)
+            .args(["exec", dir.to_str().unwrap(), "--store"])
+            .arg(tmp.path().join(store))
+            .args(["--", "bash", "-c"])
+            .arg(format!(
+                "set -e; pwd; test \"$(stat -f -c %t .)\" = 65735546; echo made > {file}; \"$RW\" log"
+            ))
+            .env("RW", BIN)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "exec from {}: {}\n{stdout}{}",
+            cwd.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+
+    let out = exec("s1", tmp.path(), "top.txt");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(dir.to_str().unwrap()),
+        "starts at the root: {out}"
+    );
+    assert!(
+        lines.any(|l| l.contains(" top.txt ")),
+        "the write is recorded: {out}"
+    );
+    assert!(dir.join("top.txt").exists() && !tmp.path().join("top.txt").exists());
+
+    let sub = dir.join("sub");
+    let out = exec("s2", &sub, "inner.txt");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(sub.to_str().unwrap()),
+        "starts in sub: {out}"
+    );
+    assert!(
+        lines.any(|l| l.contains(" sub/inner.txt ")),
+        "the write is recorded: {out}"
+    );
+    assert!(sub.join("inner.txt").exists());
+    assert!(!is_fuse(&dir), "unmounted after the command");
 }

@@ -28,9 +28,7 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 
 #[test]
 fn mount_detaches_and_umount_leaves_the_same_files() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut m = Mounted::with(|d| {
         fs::write(d.join("a.txt"), b"alpha\n").unwrap();
         fs::create_dir(d.join("src")).unwrap();
@@ -60,9 +58,7 @@ fn mount_detaches_and_umount_leaves_the_same_files() {
 
 #[test]
 fn bad_mount_requests_get_one_line_errors_and_fail() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
@@ -109,9 +105,7 @@ fn bad_mount_requests_get_one_line_errors_and_fail() {
 
 #[test]
 fn a_store_inside_the_workspace_or_containing_it_is_refused_and_nothing_is_created() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     fs::create_dir(&dir).unwrap();
@@ -149,9 +143,7 @@ fn a_store_inside_the_workspace_or_containing_it_is_refused_and_nothing_is_creat
 
 #[test]
 fn a_killed_daemons_mount_is_recognised_and_cleared() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut m = Mounted::with(|d| fs::write(d.join("f"), b"data").unwrap());
     let pid = m.daemon_pid();
     crate::support::sh(&m.dir, "true");
@@ -182,9 +174,7 @@ fn a_killed_daemons_mount_is_recognised_and_cleared() {
 /// (It used to do so only once serving, so a signal in between killed it, mount left behind.)
 #[test]
 fn a_sigterm_right_at_startup_still_unmounts_cleanly() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     for round in 0..10 {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("p");
@@ -207,9 +197,7 @@ fn a_sigterm_right_at_startup_still_unmounts_cleanly() {
 
 #[test]
 fn a_foreground_daemon_unmounts_and_exits_cleanly_on_sigterm() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     let store = tmp.path().join("s");
@@ -230,9 +218,7 @@ fn a_foreground_daemon_unmounts_and_exits_cleanly_on_sigterm() {
 
 #[test]
 fn a_second_daemon_on_the_same_store_is_refused() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let other = m.tmp.path().join("other");
     fs::create_dir(&other).unwrap();

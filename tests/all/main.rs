@@ -12,6 +12,8 @@ mod fork;
 mod fuzz;
 mod hook;
 mod lifecycle;
+mod log;
+mod messages;
 mod model;
 mod nonroot;
 mod posix;
@@ -19,8 +21,10 @@ mod protocol;
 mod remote;
 mod retention;
 mod rewind;
+mod sessions;
 mod transport;
 mod travel;
+mod unprotected;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

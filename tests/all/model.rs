@@ -327,22 +327,26 @@ proptest! {
 
     #[test]
     fn rewinding_with_the_all_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
-        if require_fuse() { check(steps, pick, "all")?; }
+        require_fuse();
+        check(steps, pick, "all")?;
     }
 
     #[test]
     fn rewinding_with_the_agent_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
-        if require_fuse() { check(steps, pick, "agent")?; }
+        require_fuse();
+        check(steps, pick, "agent")?;
     }
 
     #[test]
     fn after_gc_the_sessions_first_and_current_checkpoints_rewind_exactly(steps in prop::collection::vec(step(), 1..30), last in any::<bool>(), scope in prop_oneof![Just("all"), Just("agent"), Just("tool")]) {
-        if require_fuse() { check_after_gc(steps, last, scope)?; }
+        require_fuse();
+        check_after_gc(steps, last, scope)?;
     }
 
     #[test]
     fn rewinding_with_the_tool_scope_follows_the_sdk_rule(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
-        if require_fuse() { check(steps, pick, "tool")?; }
+        require_fuse();
+        check(steps, pick, "tool")?;
     }
 }
 
@@ -395,6 +399,7 @@ proptest! {
 
     #[test]
     fn a_file_changed_in_place_over_many_turns_rewinds_to_each(steps in prop::collection::vec(chain_step(), 1..40), pick in any::<usize>()) {
-        if require_fuse() { check_chain(steps, pick)?; }
+        require_fuse();
+        check_chain(steps, pick)?;
     }
 }

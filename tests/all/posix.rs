@@ -593,17 +593,14 @@ fn script(d: &Path) -> Vec<String> {
 
 #[test]
 fn every_operation_behaves_as_on_the_native_filesystem_over_io_uring() {
-    if !require_fuse() || !crate::transport::require_io_uring() {
-        return;
-    }
+    require_fuse();
+    crate::transport::require_io_uring();
     differential(&["--io-uring", "on"]);
 }
 
 #[test]
 fn every_operation_behaves_as_on_the_native_filesystem_over_dev_fuse() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     differential(&["--io-uring", "off"]);
 }
 
@@ -634,9 +631,7 @@ fn differential(mount_args: &[&str]) {
 
 #[test]
 fn inode_numbers_are_stable_and_match_the_disk() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut m = Mounted::with(|d| fs::write(d.join("keep"), b"k").unwrap());
     let ino = fs::metadata(m.p("keep")).unwrap().ino();
     fs::rename(m.p("keep"), m.p("moved")).unwrap();
@@ -656,9 +651,7 @@ fn inode_numbers_are_stable_and_match_the_disk() {
 /// and root keeps them.
 #[test]
 fn setid_bits_are_cleared_as_natively_when_an_ordinary_user_writes_or_truncates() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     fn run(d: &Path) -> Vec<String> {
         let setup = [
             ("w", 0o4777), // write by a user: suid goes
@@ -717,9 +710,7 @@ fn setid_bits_are_cleared_as_natively_when_an_ordinary_user_writes_or_truncates(
 /// large directory empties it.
 #[test]
 fn a_directory_listed_while_it_changes_shows_every_staying_entry_once() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let d = m.p("big");
     fs::create_dir(&d).unwrap();
@@ -762,9 +753,7 @@ fn a_directory_listed_while_it_changes_shows_every_staying_entry_once() {
 /// the new attributes.
 #[test]
 fn a_listing_gives_every_entry_the_attributes_on_disk() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     use std::os::unix::fs::symlink;
     let shown = |p: &Path| {
         let m = fs::symlink_metadata(p).unwrap();

@@ -72,9 +72,7 @@ fn err(v: &Value) -> String {
 
 #[test]
 fn every_response_matches_the_protocol_schema() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let mut c = Raw::new(&a.m);
     let u1 = uuid();
@@ -87,7 +85,7 @@ fn every_response_matches_the_protocol_schema() {
         "response_begin_message",
     );
     a.tool_write("a.txt", b"changed\n");
-    ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_empty");
+    ok(&c.req("2", json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Edit", "tool_use_id": "t", "file_path": a.m.p("a.txt")})), "2", "response_unbound");
     ok(
         &c.req(
             "3",
@@ -143,7 +141,7 @@ fn every_response_matches_the_protocol_schema() {
         "7c",
         "response_diff",
     );
-    assert_eq!(d["filesChanged"], json!(["a.txt"]));
+    assert_eq!(a.files(&d), ["a.txt"]);
     let s = ok(
         &c.req(
             "7d",
@@ -185,7 +183,11 @@ fn every_response_matches_the_protocol_schema() {
         "7i",
         "response_diff",
     );
-    assert_eq!(d["filesChanged"], json!(["a.txt"]));
+    // What differs is the fork's: its paths are under the fork.
+    assert_eq!(
+        d["filesChanged"],
+        json!([fork.join("a.txt").to_str().unwrap()])
+    );
     let bundle = a.m.tmp.path().join("h.rwb");
     ok(
         &c.req("7j", json!({"subtype": "export", "path": bundle})),
@@ -248,6 +250,64 @@ fn every_response_matches_the_protocol_schema() {
         "13",
         "response_undo_rewind",
     );
+    // The older CLIs' subtype, with their error texts (seed 002).
+    let missing = uuid();
+    assert_eq!(
+        err(&c.req(
+            "14",
+            json!({"subtype": "rewind_code", "user_message_id": missing})
+        )),
+        format!("No code checkpoint found for message {missing}")
+    );
+    ok(
+        &c.req(
+            "15",
+            json!({"subtype": "rewind_code", "user_message_id": u1}),
+        ),
+        "15",
+        "response_rewind_files",
+    );
+    // The plain CLI's hook path: a prompt begins under its prompt_id, is listed as unbound to
+    // the session's hooks until bound, and answers to its message uuid once bound.
+    let (p, u) = (uuid(), uuid());
+    ok(
+        &c.req(
+            "16",
+            json!({"subtype": "begin_prompt", "session_id": "s", "prompt_id": p, "prompt": "hi", "transcript_path": "/nonexistent/t.jsonl"}),
+        ),
+        "16",
+        "response_begin_prompt",
+    );
+    let unbound = ok(
+        &c.req(
+            "17",
+            json!({"subtype": "tool_use", "phase": "pre", "tool_name": "Write", "tool_use_id": "t2", "session_id": "s"}),
+        ),
+        "17",
+        "response_unbound",
+    );
+    assert_eq!(unbound["unboundPromptIds"], json!([p]));
+    ok(
+        &c.req(
+            "18",
+            json!({"subtype": "bind_message", "prompt_id": p, "user_message_id": u}),
+        ),
+        "18",
+        "response_begin_message",
+    );
+    let ended = ok(
+        &c.req("19", json!({"subtype": "end_turn", "session_id": "s"})),
+        "19",
+        "response_unbound",
+    );
+    assert_eq!(ended["unboundPromptIds"], json!([]));
+    assert!(
+        err(&c.req(
+            "20",
+            json!({"subtype": "bind_message", "prompt_id": uuid(), "user_message_id": uuid()})
+        ))
+        .contains("no checkpoint began under prompt")
+    );
     // The schema rejects what it should (the test can fail).
     let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
@@ -259,9 +319,7 @@ fn every_response_matches_the_protocol_schema() {
 /// the capture journal, not yet in the database.
 #[test]
 fn a_checkpoint_begins_once() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "a\n").unwrap());
     let mut c = Raw::new(&a.m);
     let (u1, u2) = (uuid(), uuid());
@@ -292,14 +350,13 @@ fn a_checkpoint_begins_once() {
 
 #[test]
 fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let mut c = Raw::new(&m);
-    assert_eq!(
-        err(&c.req("u", json!({"subtype": "undo_rewind"}))),
-        "Failed to rewind: nothing to undo"
+    let e = err(&c.req("u", json!({"subtype": "undo_rewind"})));
+    assert!(
+        e.starts_with("there is no rewind to undo: ") && e.contains("rewindfs list"),
+        "{e}"
     );
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let cases: Vec<(Vec<u8>, &str)> = vec![
@@ -307,8 +364,8 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
         (vec![0xff, 0xfe, b'{', b'}'], "invalid JSON"),
         (deep.into_bytes(), "invalid JSON"),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"format_disk"}}"#.to_vec(), "unknown request subtype"),
-        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"begin_message","session_id":"s","user_message_id":"nope"}}"#.to_vec(), "not a UUID"),
-        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files"}}"#.to_vec(), "user_message_id"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"begin_message","session_id":"s","user_message_id":"a\u0007b"}}"#.to_vec(), "not a message id"),
+        (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files"}}"#.to_vec(), "No file checkpoint found for this message."),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"register_agent","pid":"1"}}"#.to_vec(), "pid"),
         (br#"{"type":"control_request","request_id":"x","request":{"subtype":"rewind_files","user_message_id":"43a0616f-86de-4176-b8c4-b711ba2d9691","paths":["../../etc/passwd"],"scope":"all"}}"#.to_vec(), ""),
     ];
@@ -361,9 +418,7 @@ fn hostile_input_gets_errors_and_the_connection_and_daemon_survive() {
 
 #[test]
 fn a_peer_with_another_uid_is_refused() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let sock = m.socket();
     assert_eq!(

@@ -102,9 +102,7 @@ fn rw_ok(s3: &S3, args: &[&str]) -> Value {
 
 #[test]
 fn push_and_pull_carry_history_through_s3_sharing_blobs_and_resuming_a_cut_push() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let s3 = s3();
     let remote = "s3://fleet/team";
     let shared = "the same content in two workspaces\n".repeat(50);

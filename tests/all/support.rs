@@ -6,26 +6,46 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_rewindfs");
 
-/// Whether this run must have FUSE (CI, or REQUIRE_FUSE=1): then a missing /dev/fuse fails.
-fn fuse_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-        || std::env::var("REQUIRE_FUSE").is_ok_and(|v| v == "1")
+/// What to do when a prerequisite is missing: the tests never skip (a skipped test would
+/// print "ok"); `scripts/test.sh` checks the prerequisites first and leaves those tests out,
+/// saying so.
+pub const HOW_TO_SKIP: &str = "run `bash scripts/test.sh`, which checks the prerequisites first \
+     and leaves out (and names) the tests that cannot run here";
+
+/// Panics with what is missing and what to do unless this process can mount FUSE directly:
+/// root, and a `/dev/fuse` it can open. A test that needs a mount calls it first (and
+/// [`Mounted`] does), so that a machine without FUSE fails the test instead of passing it.
+pub fn require_fuse() {
+    let mut missing = Vec::new();
+    if !rustix::process::geteuid().is_root() {
+        missing.push("root (the mount tests mount directly, as root does in CI)");
+    }
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        missing.push("a /dev/fuse that opens read-write (`modprobe fuse`; in a container `--device /dev/fuse`)");
+    }
+    assert!(
+        missing.is_empty(),
+        "this test mounts FUSE and needs {}; {HOW_TO_SKIP}",
+        missing.join(" and ")
+    );
 }
 
-/// Returns false (and says why) when FUSE is unavailable outside CI; panics in CI.
-pub fn require_fuse() -> bool {
-    let ok = Path::new("/dev/fuse").exists() && rustix::process::geteuid().is_root();
-    if !ok {
-        if fuse_required() {
-            panic!(
-                "FUSE is required (CI=true or REQUIRE_FUSE=1) but /dev/fuse is missing or we are not root"
-            );
-        }
-        eprintln!(
-            "SKIPPED: /dev/fuse missing or not root; set REQUIRE_FUSE=1 to make this a failure"
-        );
-    }
-    ok
+/// Panics naming `bin` and what to do unless `bin` is on PATH.
+pub fn require_command(bin: &str, package: &str) {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "this test needs `{bin}` on PATH (Debian: `apt-get install {package}`); {HOW_TO_SKIP}"
+    );
 }
 
 /// Runs the rewindfs binary.
@@ -87,6 +107,7 @@ impl Mounted {
 
     /// [`mount`](Self::mount) with `env` set for the daemon (the tests' fault injection).
     pub fn mount_with_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
+        require_fuse();
         let mut args = vec![
             "mount",
             self.dir.to_str().unwrap(),

@@ -3,11 +3,13 @@
 //! `show`/`ls` give at every checkpoint is the one a rewind to it produces, byte for byte.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use proptest::prelude::*;
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{Diff, Ls, Show, ShowReply};
 use rewindfs::rewind::Scope;
+use rewindfs::store::Kind;
 
 use crate::agent::Agent;
 use crate::model::{Run, cases, step, tree_map};
@@ -46,10 +48,10 @@ pub(crate) fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, Str
             } else {
                 format!("{dir}/{}", e.name)
             };
-            let line = match e.kind.as_str() {
-                "dir" => format!("{p} dir {:o}", e.mode),
-                "symlink" => format!("{p} link -> {}", e.target.clone().unwrap_or_default()),
-                "file" => {
+            let line = match e.kind {
+                Kind::Dir => format!("{p} dir {:o}", e.mode),
+                Kind::Symlink => format!("{p} link -> {}", e.target.clone().unwrap_or_default()),
+                Kind::File => {
                     let s = show(c, uuid, &p)?;
                     let data = s.content.unwrap_or_default();
                     if data.len() as u64 != e.size || s.size != e.size {
@@ -69,7 +71,7 @@ pub(crate) fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, Str
                 _ => format!("{p} other {:o}", e.mode),
             };
             out.insert(p.clone(), line);
-            if e.kind == "dir" {
+            if e.kind == Kind::Dir {
                 walk(c, uuid, &p, out)?;
             }
         }
@@ -82,9 +84,7 @@ pub(crate) fn tree_at(c: &mut Client, uuid: &str) -> Result<BTreeMap<String, Str
 
 #[test]
 fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let mut a = Agent::new(|d| {
         std::fs::write(d.join("a.txt"), "one\ntwo\n").unwrap();
         std::fs::create_dir_all(d.join("src/deep")).unwrap();
@@ -101,7 +101,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
     // show: the file as it was, raw bytes (binary too), from the store or from the tree.
     let s = show(&mut a.c, &u1, "a.txt").unwrap();
     assert_eq!(s.content.as_deref(), Some(&b"one\ntwo\n"[..]));
-    assert_eq!((s.kind.as_str(), s.size, s.unchanged), ("file", 8, false));
+    assert_eq!((s.kind, s.size, s.unchanged), (Kind::File, 8, false));
     let s = show(&mut a.c, &u1, "bin.dat").unwrap();
     assert_eq!(s.content.as_deref(), Some(&[0u8, 1, 2, 255, 0, 7][..]));
     // Moved away since u1: found where the rename took it (nothing copied into the store).
@@ -179,8 +179,9 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
             scope: Scope::All,
         })
         .unwrap();
+    // Absolute paths under the workspace, as every reply names them.
     assert_eq!(
-        d.files_changed,
+        a.files(&serde_json::to_value(&d).unwrap()),
         [
             "a.txt",
             "bin.dat",
@@ -195,7 +196,11 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
         d.diff
             .contains("Binary files a/bin.dat and b/bin.dat differ")
     );
-    let st = d.stats.iter().find(|s| s.path == "a.txt").unwrap();
+    let st = d
+        .stats
+        .iter()
+        .find(|s| Path::new(&s.path) == a.m.p("a.txt"))
+        .unwrap();
     assert_eq!((st.insertions, st.deletions), (2, 1));
     // Restricted to a path.
     let d =
@@ -207,7 +212,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
             scope: Scope::All,
         })
         .unwrap();
-    assert_eq!(d.files_changed, ["a.txt"]);
+    assert_eq!(a.files(&serde_json::to_value(&d).unwrap()), ["a.txt"]);
 
     // The CLI: raw bytes to stdout, --json, ls, diff A B --stat.
     let sock = a.m.socket();
@@ -272,9 +277,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
 /// first checkpoint from the chain of range pre-images (nothing is written to the store).
 #[test]
 fn show_streams_a_range_captured_file_from_its_chain() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let start: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let mut a = Agent::with_args(
         |d| std::fs::write(d.join("big.bin"), &start).unwrap(),
@@ -370,7 +373,8 @@ fn check_show(steps: Vec<crate::model::Step>, pick: usize) -> Result<(), TestCas
         .collect();
     want.sort();
     want.dedup();
-    prop_assert_eq!(&d.files_changed, &want, "diff of turns {} and {}", i, j);
+    let got = run.a.files(&serde_json::to_value(&d).unwrap());
+    prop_assert_eq!(&got, &want, "diff of turns {} and {}", i, j);
     let t = pick % run.turns.len();
     run.a
         .rewind(&run.turns[t], "all", false)
@@ -390,6 +394,7 @@ proptest! {
 
     #[test]
     fn show_and_ls_at_every_checkpoint_give_what_a_rewind_to_it_produces(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
-        if require_fuse() { check_show(steps, pick)?; }
+        require_fuse();
+        check_show(steps, pick)?;
     }
 }

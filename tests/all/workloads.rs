@@ -5,21 +5,12 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{Mounted, require_fuse, sh, tree};
-
-fn have(bin: &str) -> bool {
-    Command::new("bash")
-        .arg("-c")
-        .arg(format!("command -v {bin}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use crate::support::{Mounted, require_command, require_fuse, sh, tree};
 
 #[test]
 fn git_init_add_commit_status_checkout() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
+    require_command("git", "git");
     let m = Mounted::new();
     let out = sh(
         &m.dir,
@@ -40,9 +31,7 @@ fn git_init_add_commit_status_checkout() {
 
 #[test]
 fn extracting_a_tar_of_thousands_of_files_matches_the_source() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let src = tempfile::tempdir().unwrap();
     sh(
         src.path(),
@@ -59,9 +48,8 @@ fn extracting_a_tar_of_thousands_of_files_matches_the_source() {
 
 #[test]
 fn cargo_builds_a_small_crate() {
-    if !require_fuse() || !have("cargo") {
-        return;
-    }
+    require_fuse();
+    require_command("cargo", "cargo");
     let m = Mounted::new();
     sh(
         &m.dir,
@@ -76,9 +64,7 @@ fn cargo_builds_a_small_crate() {
 
 #[test]
 fn sqlite_in_wal_mode_works() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let path = m.p("db.sqlite");
     {
@@ -109,9 +95,8 @@ fn sqlite_in_wal_mode_works() {
 
 #[test]
 fn python_venv_is_created_and_runs() {
-    if !require_fuse() || !have("python3") {
-        return;
-    }
+    require_fuse();
+    require_command("python3", "python3 python3-venv");
     let m = Mounted::new();
     let out = sh(
         &m.dir,
@@ -122,9 +107,7 @@ fn python_venv_is_created_and_runs() {
 
 #[test]
 fn several_processes_write_rename_and_list_at_once_without_loss() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let mut kids = Vec::new();
     for w in 0..4 {
@@ -171,9 +154,7 @@ fn several_processes_write_rename_and_list_at_once_without_loss() {
 /// leak would end the mount on a large tree), and closed once the kernel forgets the node.
 #[test]
 fn released_files_are_closed() {
-    if !require_fuse() {
-        return;
-    }
+    require_fuse();
     let m = Mounted::new();
     let fds = |pid: u32| fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
     let pid = m.daemon_pid();

@@ -107,16 +107,6 @@ def normalize_script(script: Any) -> dict:
     return {"turns": turns, "default_text": script.get("default_text", "Done.")}
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
-
-
 def _prompt_text(content: Any) -> str:
     """The text a person typed: text blocks that are not ``<system-reminder>`` wrappers."""
     if isinstance(content, str):

@@ -6,7 +6,8 @@ Needs the venv made by ``install.sh`` (claude-agent-sdk, which bundles the CLI):
     $REWINDFS_CLIENTS_DIR/venv/bin/python tests/clients/run_session.py SCENARIO.json \\
         --workspace /tmp/ws [--home DIR] [--log-dir DIR] [--hook-log] [--wire-log]
 
-It starts :mod:`fake_api` on a free port, starts ``ClaudeSDKClient`` with
+The workspace should be empty (scenarios create what they need with ``shell`` steps); it is
+not cleaned. It starts :mod:`fake_api` on a free port, starts ``ClaudeSDKClient`` with
 ``enable_file_checkpointing=True`` and ``replay-user-messages`` in the workspace, runs
 the scenario's steps and prints one JSON object per line for each step (see below).
 
@@ -22,7 +23,8 @@ Scenario (JSON)::
          "responses": [[{"tool": "Write",              #   message (it becomes its uuid)
                          "input": {"file_path": "{ws}/a.txt", "content": "a\\n"}}]]},
         {"rewind": "t1", "dry_run": true},             # SDK rewind_files: by name, turn index,
-        {"rewind": "t1"},                              #   or a literal uuid
+        {"rewind": "t1"},                              #   NAME#N (N-th non-prompt message of
+                                                       #   the turn), or a literal uuid
         {"rewind_public": "t1"},                       # through ClaudeSDKClient.rewind_files()
         {"control": {"subtype": "rewind_code", "user_message_id": "t1"}},  # any control request
         {"tree": true},                                # list the workspace (type, mode, ino, hash)
@@ -38,7 +40,9 @@ Output lines: ``{"kind": "prompt", "name", "uuid", "echoed_uuid", "session_id",
 "messages": [...]}`` (``echoed_uuid``: the uuid of the UserMessage the CLI replayed),
 ``{"kind": "rewind", "target", "uuid", "dry_run", "ok", "response" | "error"}``,
 ``{"kind": "shell", "cmd", "rc", "out"}``, ``{"kind": "tree", "entries": {...}}``,
-``{"kind": "restart", "session_id"}``.
+``{"kind": "restart", "session_id"}``. A step may carry ``"expect"`` (see :func:`compare`);
+with ``--check`` the results are compared with it (``scenarios/*.json`` carry the real
+SDK's answers, recorded by ``record_expect.py``).
 
 For rewindfs: :class:`Session` takes ``before_prompt`` (an async callback called with the
 session, the uuid and the text before each prompt is sent: the place for
@@ -164,6 +168,48 @@ def install_wire_log(path: str) -> None:
     cls.write, cls.read_messages, cls._wire_logged = write, read_messages, True
 
 
+def script_of(scenario: dict, ws: str) -> dict:
+    """The fake API script of a scenario: its prompt steps' responses, in order."""
+    sc = subst(scenario, os.path.abspath(ws))
+    steps = sc.get("steps") or sc.get("turns") or []
+    return {"turns": [{"match": s.get("match"), "responses": s.get("responses", [])}
+                      for s in steps if "prompt" in s],
+            "default_text": sc.get("default_text", "Done.")}
+
+
+TREE_FIELDS = ("type", "mode", "text", "sha256", "size", "target", "nlink")
+
+
+def compare(step: dict, r: dict, trees: dict[str, dict]) -> Optional[dict]:
+    """Checks a step's result against its ``expect`` (recorded from the real SDK). Returns
+    None when they agree, else ``{"expected": …, "got": …}``.
+
+    - rewind / rewind_public / control steps: ``expect`` is the answer (``response``) of a
+      success, or ``{"error": TEXT}`` for an error answer; compared exactly (``filesChanged``
+      order included: the SDK lists files in the order they were first tracked).
+    - tree steps: ``expect`` maps each path to the fields in TREE_FIELDS it must have (the
+      whole tree must have exactly those paths); ``"same_inode": {"path": "TREE-NAME"}`` asks
+      that a path keeps the inode it had in an earlier named tree step.
+    - shell steps: ``expect`` is the exact output.
+    """
+    exp = step["expect"]
+    if r["kind"] in ("rewind", "rewind_public", "control"):
+        got = r.get("response") if r.get("ok") else {"error": r.get("error")}
+    elif r["kind"] == "tree":
+        got = {p: {k: v for k, v in e.items() if k in TREE_FIELDS and k in exp.get(p, {})}
+               for p, e in r["entries"].items()}
+        for path, tname in (step.get("same_inode") or {}).items():
+            before = trees.get(tname, {}).get(path, {}).get("ino")
+            now = r["entries"].get(path, {}).get("ino")
+            if before is None or before != now:
+                return {"expected": f"{path} keeps the inode it had in tree {tname!r} ({before})", "got": now}
+    elif r["kind"] == "shell":
+        got = r["out"]
+    else:
+        got = r
+    return None if got == exp else {"expected": exp, "got": got}
+
+
 class Session:
     """Runs one scenario. See the module doc for the callbacks."""
 
@@ -195,14 +241,13 @@ class Session:
         self.stderr = stderr
         self.turns: dict[str, str] = {}      # name -> uuid
         self.turn_list: list[str] = []       # uuid per prompt, in order
+        self.turn_msgs: dict[str, list[str]] = {}  # name -> uuids of the turn's other messages
         self.session_id: Optional[str] = None
         self.client: Any = None
+        self.trees: dict[str, dict] = {}     # named tree steps, for "same_inode" checks
         if wire_log:
             install_wire_log(os.path.join(self.log_dir, "wire.jsonl"))
-        script = {"turns": [{"match": s.get("match"), "responses": s.get("responses", [])}
-                            for s in self.steps if "prompt" in s],
-                  "default_text": sc.get("default_text", "Done.")}
-        self.api = FakeAPI(script, log_path=os.path.join(self.log_dir, "api.jsonl"))
+        self.api = FakeAPI(script_of(scenario, self.ws), log_path=os.path.join(self.log_dir, "api.jsonl"))
 
     # ---- set-up ----------------------------------------------------------------------
     def write_settings(self) -> None:
@@ -240,8 +285,14 @@ class Session:
         return self.options_hook(opts) if self.options_hook else opts
 
     def resolve(self, target: Any) -> str:
+        """A turn index, a turn name, ``NAME#N`` (the uuid of the N-th assistant or tool-result
+        message of that turn, as the SDK streamed them), or a literal uuid."""
         if isinstance(target, int):
             return self.turn_list[target]
+        if isinstance(target, str) and "#" in target:
+            name, n = target.rsplit("#", 1)
+            if name in self.turn_msgs:
+                return self.turn_msgs[name][int(n)]
         return self.turns.get(target, target)
 
     # ---- steps -----------------------------------------------------------------------
@@ -261,6 +312,7 @@ class Session:
         await self.client.query(one())
         echoed = None
         messages = []
+        others: list[str] = []
         async for m in self.client.receive_response():
             if isinstance(m, SystemMessage) and m.subtype == "init":
                 self.session_id = m.data.get("session_id", self.session_id)
@@ -268,10 +320,13 @@ class Session:
                 self.session_id = m.session_id
             if isinstance(m, UserMessage) and isinstance(m.content, str) and echoed is None:
                 echoed = m.uuid
+            elif getattr(m, "uuid", None) and type(m).__name__ in ("UserMessage", "AssistantMessage"):
+                others.append(m.uuid)
             messages.append(_msg_json(m))
         name = step.get("name") or f"t{len(self.turn_list)}"
         self.turns[name] = u
         self.turn_list.append(u)
+        self.turn_msgs[name] = others
         return {"kind": "prompt", "name": name, "uuid": u, "echoed_uuid": echoed,
                 "session_id": self.session_id, "messages": messages}
 
@@ -349,6 +404,10 @@ class Session:
                 else:
                     raise ValueError(f"unknown step: {step}")
                 r["ms"] = round((time.time() - t0) * 1000)
+                if "expect" in step:
+                    r["mismatch"] = compare(step, r, self.trees)
+                if r["kind"] == "tree" and step.get("name"):
+                    self.trees[step["name"]] = r["entries"]
                 results.append(r)
                 self.emit(r)
         finally:
@@ -368,8 +427,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cli", help="path of the claude binary (default: the one bundled with the SDK)")
     ap.add_argument("--brief", action="store_true", help="omit the messages of each turn")
     ap.add_argument("--stderr", action="store_true", help="print the CLI's stderr to ours")
+    ap.add_argument("--check", action="store_true",
+                    help="compare steps that carry an 'expect' with it; exit 1 on any mismatch")
+    ap.add_argument("--print-script", action="store_true",
+                    help="only print the fake API script of the scenario (for fake_api.py --script)")
     a = ap.parse_args(argv)
     scenario = json.load(sys.stdin if a.scenario == "-" else open(a.scenario))
+    if a.print_script:
+        print(json.dumps(script_of(scenario, a.workspace), indent=1))
+        return 0
 
     def emit(e: dict) -> None:
         if a.brief:
@@ -380,7 +446,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 wire_log=a.wire_log, cli_path=a.cli, emit=emit,
                 stderr=(lambda line: print(line, file=sys.stderr)) if a.stderr else None)
     print(json.dumps({"kind": "start", "workspace": s.ws, "home": s.home, "log_dir": s.log_dir}), flush=True)
-    asyncio.run(s.run())
+    results = asyncio.run(s.run())
+    if a.check:
+        bad = [dict(step=i, **r["mismatch"]) for i, r in enumerate(results) if r.get("mismatch")]
+        checked = sum(1 for st in s.steps if "expect" in st)
+        print(json.dumps({"kind": "check", "checked": checked, "mismatches": bad}), flush=True)
+        return 1 if bad else 0
     return 0
 
 

@@ -80,11 +80,11 @@ def test_prompts_begin_their_checkpoint_first_and_turns_rewind(mounted, monkeypa
             assert all(s["uuid"] == s["current"] for s in client.seen), client.seen
             # Tool scope (the SDK's): the Write of b.txt goes, the shell's file stays.
             r = await rw.rewind_files(t2)
-            assert r.filesChanged == ["b.txt"]
+            assert r.filesChanged == [str(proj / "b.txt")]
             assert not (proj / "b.txt").exists() and (proj / "shell-b.txt").exists()
             # Agent scope: the shell's work goes too.
             r = await rw.rewind_files(t1, scope="agent")
-            assert sorted(r.filesChanged) == ["a.txt", "shell-a.txt", "shell-b.txt"]
+            assert sorted(r.filesChanged) == [str(proj / n) for n in ("a.txt", "shell-a.txt", "shell-b.txt")]
             assert sorted(p.name for p in proj.iterdir()) == []
         finally:
             agent.stdin.close()

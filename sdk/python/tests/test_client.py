@@ -36,7 +36,7 @@ def test_rewind_files_behaves_like_the_sdk(mounted) -> None:
         (proj / "new.py").write_text("print('hi')\n")
         (proj / "keep.txt").write_text("v1\n")
         dry = c.rewind_files(turn, dry_run=True)
-        assert dry.canRewind and sorted(dry.filesChanged) == ["keep.txt", "new.py"]
+        assert dry.canRewind and sorted(dry.filesChanged) == [str(proj / "keep.txt"), str(proj / "new.py")]
         assert (dry.insertions, dry.deletions) == (1, 2)
         real = c.rewind_files(turn)
         assert real.canRewind and real.skippedLinks == 0
@@ -62,7 +62,7 @@ def test_the_async_client_speaks_the_same_protocol(mounted) -> None:
             await c.begin_message("s2", turn)
             (proj / "a.txt").write_text("a\n")
             r = await c.rewind_files(turn, dry_run=True, scope="all")
-            assert r.filesChanged == ["a.txt"]
+            assert r.filesChanged == [str(proj / "a.txt")]
             r = await c.rewind_files(turn, scope="all")
             assert r.canRewind and not (proj / "a.txt").exists()
             with pytest.raises(RewindfsError):

@@ -52,7 +52,7 @@ test("rewindFiles returns the SDK's RewindFilesResult and rejects like the SDK",
     writeFileSync(join(d.proj, "new.ts"), "export {}\n");
     const dry = await c.rewindFiles(turn, { dryRun: true });
     assert.equal(dry.canRewind, true);
-    assert.deepEqual([...dry.filesChanged].sort(), ["keep.txt", "new.ts"]);
+    assert.deepEqual([...dry.filesChanged].sort(), [join(d.proj, "keep.txt"), join(d.proj, "new.ts")]);
     assert.equal(dry.deletions, 2);
     const real = await c.rewindFiles(turn);
     assert.equal(real.canRewind, true);

@@ -11,7 +11,7 @@ use crate::control::error::ControlError;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeginMessage {
     pub session_id: String,
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
 }
 
@@ -29,26 +29,9 @@ impl Command for BeginMessage {
 
 impl BeginMessage {
     pub(super) fn apply(self, d: &Daemon) -> Result<BeginMessageReply, ControlError> {
-        let e = &d.engine;
-        let (seq, uuid, _) = e.recorder.current();
-        if uuid == self.user_message_id {
-            return Ok(BeginMessageReply {
-                checkpoint: uuid,
-                seq,
-            });
-        }
-        if e.store.checkpoint_began(&self.user_message_id)? {
-            return Err(ControlError::AlreadyBegan(self.user_message_id));
-        }
-        // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
-        e.kernel.flush();
-        let seq = e
-            .recorder
-            .begin(&self.user_message_id, Some(&self.session_id), "message")
-            .map_err(|source| ControlError::Begin {
-                uuid: self.user_message_id.clone(),
-                source,
-            })?;
+        let seq = d
+            .engine
+            .begin_message(&self.session_id, &self.user_message_id)?;
         Ok(BeginMessageReply {
             checkpoint: self.user_message_id,
             seq,

@@ -1,6 +1,8 @@
 //! `diff`: a unified diff, current → the state at a checkpoint's start; or, with a second
 //! checkpoint, from the state at the first one's start to the state at the second one's.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::Command;
@@ -13,12 +15,12 @@ use crate::rewind::{DiffOut, FileStat, Scope};
 /// `to_message_id` began (scope `all` only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diff {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "super::message_id::optional"
+        deserialize_with = "crate::store::optional_message_id"
     )]
     pub to_message_id: Option<String>,
     /// A fork of `user_message_id` (absolute): the diff goes from the tree when that
@@ -39,6 +41,7 @@ fn all_scope() -> Scope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffStat {
+    /// Absolute, under the workspace (as `filesChanged`).
     pub path: String,
     pub insertions: u64,
     pub deletions: u64,
@@ -58,20 +61,24 @@ pub struct DiffReply {
 }
 
 impl DiffReply {
-    /// The reply for a computed diff.
-    pub fn of(d: DiffOut) -> DiffReply {
+    /// The reply for a computed diff: its paths absolute, under `workspace` (as a rewind's).
+    pub fn of(workspace: &Path, d: DiffOut) -> DiffReply {
         DiffReply {
             diff: d.text,
-            files_changed: d.files_changed,
-            stats: d.stats.into_iter().map(DiffStat::from).collect(),
+            files_changed: super::rewind_files::absolute(workspace, d.files_changed),
+            stats: d
+                .stats
+                .into_iter()
+                .map(|s| DiffStat::of(workspace, s))
+                .collect(),
         }
     }
 }
 
-impl From<FileStat> for DiffStat {
-    fn from(s: FileStat) -> DiffStat {
+impl DiffStat {
+    fn of(workspace: &Path, s: FileStat) -> DiffStat {
         DiffStat {
-            path: s.path,
+            path: workspace.join(s.path).to_string_lossy().into_owned(),
             insertions: s.insertions,
             deletions: s.deletions,
             binary: s.binary,
@@ -93,11 +100,12 @@ impl Diff {
         }
         if let Some(dir) = &self.fork_dir {
             let dir = super::fork::destination(d, dir)?;
-            return Ok(DiffReply::of(d.engine.diff_dir(
-                &self.user_message_id,
+            // What differs is the fork's: its paths are under the fork.
+            return Ok(DiffReply::of(
                 &dir,
-                self.path.as_deref(),
-            )?));
+                d.engine
+                    .diff_dir(&self.user_message_id, &dir, self.path.as_deref())?,
+            ));
         }
         let out = match &self.to_message_id {
             None => d
@@ -113,6 +121,6 @@ impl Diff {
                 .engine
                 .diff_between(&self.user_message_id, to, self.path.as_deref())?,
         };
-        Ok(DiffReply::of(out))
+        Ok(DiffReply::of(&d.workspace, out))
     }
 }

@@ -20,7 +20,7 @@ pub struct Export {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "super::message_id::optional"
+        deserialize_with = "crate::store::optional_message_id"
     )]
     pub since: Option<String>,
 }

@@ -12,7 +12,7 @@ use crate::control::error::ControlError;
 /// empty directory; outside the workspace and the store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fork {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     pub dir: String,
 }

@@ -58,13 +58,7 @@ impl Import {
         let path = super::export::bundle_path(d, &self.path, false)?;
         // A bundle inside the workspace is read from beneath the mount, not through it.
         let file = match path.strip_prefix(&d.workspace) {
-            Ok(rel) => crate::sys::open_beneath(
-                d.engine.recorder.root(),
-                rel,
-                rustix::fs::OFlags::RDONLY,
-                0,
-            )
-            .map(std::fs::File::from),
+            Ok(rel) => d.engine.open_in_workspace(rel),
             Err(_) => std::fs::File::open(&path),
         }
         .map_err(|e| {

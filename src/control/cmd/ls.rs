@@ -6,11 +6,12 @@ use super::Command;
 use super::show::{ShowReply, shown};
 use crate::control::Daemon;
 use crate::control::error::ControlError;
+use crate::store::Kind;
 
 /// Lists directory `path` (default: the workspace) as it was when `user_message_id` began.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ls {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     /// Absolute, or relative to the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -25,7 +26,7 @@ pub struct LsEntry {
     pub name: String,
     /// `file`, `dir`, `symlink` or `other`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: Kind,
     /// Permission bits.
     pub mode: u32,
     /// A file's size.

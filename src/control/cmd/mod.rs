@@ -6,7 +6,10 @@
 //! [`Request`] is the one place a request's subtype chooses its type and its handler.
 
 mod begin_message;
+mod begin_prompt;
+mod bind_message;
 mod diff;
+mod end_turn;
 mod export;
 mod fork;
 mod gc;
@@ -15,6 +18,7 @@ mod list_checkpoints;
 mod log;
 mod ls;
 mod register_agent;
+mod rewind_code;
 mod rewind_files;
 mod show;
 mod status;
@@ -26,7 +30,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
+pub use self::begin_prompt::{BeginPrompt, BeginPromptReply};
+pub use self::bind_message::BindMessage;
 pub use self::diff::{Diff, DiffReply, DiffStat};
+pub use self::end_turn::EndTurn;
 pub use self::export::{Export, ExportReply};
 pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
@@ -35,10 +42,13 @@ pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::ls::{Ls, LsEntry, LsReply};
 pub use self::register_agent::RegisterAgent;
+pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
 pub use self::show::{Show, ShowReply};
-pub use self::status::{Status, StatusReply};
-pub use self::tool_use::{Phase, ToolUse};
+pub use self::status::{
+    Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
+};
+pub use self::tool_use::{Phase, ToolUse, Unbound};
 pub use self::undo_rewind::{UndoReply, UndoRewind};
 use super::Daemon;
 use super::error::ControlError;
@@ -59,9 +69,14 @@ pub struct Empty {}
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     BeginMessage(BeginMessage),
+    BeginPrompt(BeginPrompt),
+    BindMessage(BindMessage),
+    EndTurn(EndTurn),
     ToolUse(ToolUse),
     RegisterAgent(RegisterAgent),
     RewindFiles(RewindFiles),
+    /// The older CLIs' name for `rewind_files` (tool scope, no dry run).
+    RewindCode(RewindCode),
     UndoRewind(UndoRewind),
     ListCheckpoints(ListCheckpoints),
     Diff(Diff),
@@ -99,9 +114,13 @@ impl Request {
     pub fn decode(subtype: &str, fields: Map<String, Value>) -> Result<Request, String> {
         Ok(match subtype {
             BeginMessage::SUBTYPE => Request::BeginMessage(decode(fields)?),
+            BeginPrompt::SUBTYPE => Request::BeginPrompt(decode(fields)?),
+            BindMessage::SUBTYPE => Request::BindMessage(decode(fields)?),
+            EndTurn::SUBTYPE => Request::EndTurn(decode(fields)?),
             ToolUse::SUBTYPE => Request::ToolUse(decode(fields)?),
             RegisterAgent::SUBTYPE => Request::RegisterAgent(decode(fields)?),
             RewindFiles::SUBTYPE => Request::RewindFiles(decode(fields)?),
+            RewindCode::SUBTYPE => Request::RewindCode(decode(fields)?),
             UndoRewind::SUBTYPE => Request::UndoRewind(decode(fields)?),
             ListCheckpoints::SUBTYPE => Request::ListCheckpoints(decode(fields)?),
             Diff::SUBTYPE => Request::Diff(decode(fields)?),
@@ -130,9 +149,13 @@ impl Request {
     pub fn apply(self, d: &Daemon) -> Result<Value, ControlError> {
         match self {
             Request::BeginMessage(c) => reply(c.apply(d)),
+            Request::BeginPrompt(c) => reply(c.apply(d)),
+            Request::BindMessage(c) => reply(c.apply(d)),
+            Request::EndTurn(c) => reply(c.apply(d)),
             Request::ToolUse(c) => reply(c.apply(d)),
             Request::RegisterAgent(c) => reply(c.apply(d)),
-            Request::RewindFiles(c) => reply(c.apply(d)),
+            Request::RewindFiles(c) => reply(c.run(d)),
+            Request::RewindCode(c) => reply(c.apply(d)),
             Request::UndoRewind(c) => reply(c.apply(d)),
             Request::ListCheckpoints(c) => reply(c.apply(d)),
             Request::Diff(c) => reply(c.apply(d)),
@@ -151,26 +174,4 @@ impl Request {
 fn reply<R: Serialize>(r: Result<R, ControlError>) -> Result<Value, ControlError> {
     // Serializing plain structs of strings and numbers cannot fail.
     r.map(|r| serde_json::to_value(r).unwrap_or_default())
-}
-
-/// A user message uuid on the wire: any case in, lowercase hyphenated out.
-pub(crate) mod message_id {
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        let s = String::deserialize(d)?;
-        uuid::Uuid::parse_str(&s)
-            .map(|u| u.hyphenated().to_string())
-            .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}")))
-    }
-
-    /// An optional uuid (`null` or absent: none).
-    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        match Option::<String>::deserialize(d)? {
-            Some(s) => uuid::Uuid::parse_str(&s)
-                .map(|u| Some(u.hyphenated().to_string()))
-                .map_err(|_| serde::de::Error::custom(format!("not a UUID: {s:?}"))),
-            None => Ok(None),
-        }
-    }
 }

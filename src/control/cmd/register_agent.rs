@@ -7,11 +7,14 @@ use super::{Command, Empty};
 use crate::control::Daemon;
 use crate::control::error::ControlError;
 
-/// Registers `pid` as the agent.
+/// Registers `pid` as an agent, of `session_id` if given (without it: of whichever session
+/// began a message last, as before sessions were told apart).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterAgent {
     #[serde(deserialize_with = "positive_pid")]
     pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 fn positive_pid<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
@@ -31,7 +34,8 @@ impl RegisterAgent {
         if !crate::sys::process_alive(self.pid) {
             return Err(ControlError::NoProcess(self.pid));
         }
-        d.engine.recorder.register_agent(self.pid);
+        d.engine
+            .register_agent(self.pid, self.session_id.as_deref());
         Ok(Empty {})
     }
 }

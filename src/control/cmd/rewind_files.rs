@@ -1,6 +1,8 @@
 //! `rewind_files`: the SDK's own request (same subtype, same fields, same answers), with
 //! rewindfs's additions: `scope`, `force`, `paths`, `session_id`.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::Command;
@@ -9,28 +11,8 @@ use crate::control::error::ControlError;
 use crate::rewind::{Outcome, Scope};
 
 /// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
-/// the checkpoint `user_message_id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RewindFiles {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
-    pub user_message_id: String,
-    #[serde(default)]
-    pub dry_run: bool,
-    #[serde(default = "tool_scope")]
-    pub scope: Scope,
-    #[serde(default)]
-    pub force: bool,
-    /// Workspace-relative paths or globs; empty: every path in the scope.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-    /// If given, the checkpoint must belong to this session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-}
-
-fn tool_scope() -> Scope {
-    Scope::Tool
-}
+/// the checkpoint `user_message_id`: the rewind engine's own request type.
+pub use crate::rewind::Request as RewindFiles;
 
 /// The SDK's answer: a dry run's `{canRewind, error?, filesChanged, insertions, deletions}`,
 /// a real rewind's `{canRewind, skippedLinks}`, and rewindfs's additions.
@@ -50,6 +32,23 @@ pub struct RewindReply {
     /// A real rewind's id (what `undo_rewind` undoes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_id: Option<String>,
+    /// Paths changed since the checkpoint that this scope leaves out (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<OmittedReply>,
+}
+
+/// What a scope left out, and how to include it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OmittedReply {
+    /// How many paths changed since the checkpoint the scope does not restore.
+    pub count: u64,
+    /// How many of them each actor changed (`shell`, `external`, …).
+    pub by_actor: std::collections::BTreeMap<String, u64>,
+    /// The scope that includes them.
+    pub scope: Scope,
+    /// The command that would include them.
+    pub command: String,
 }
 
 impl RewindReply {
@@ -62,18 +61,37 @@ impl RewindReply {
         }
     }
 
-    fn of(o: Outcome, dry_run: bool) -> RewindReply {
+    fn of(o: Outcome, dry_run: bool, workspace: &Path, uuid: &str) -> RewindReply {
+        let omitted = o.omitted.scope.map(|scope| OmittedReply {
+            count: o.omitted.count,
+            by_actor: o.omitted.by_actor.clone(),
+            scope,
+            command: format!(
+                "rewindfs rewind {uuid} --scope {}{}",
+                scope.as_str(),
+                if dry_run { " --dry-run" } else { "" }
+            ),
+        });
         RewindReply {
             can_rewind: o.can_rewind,
             error: o.error,
-            files_changed: o.files_changed,
+            files_changed: absolute(workspace, o.files_changed),
             insertions: o.insertions,
             deletions: o.deletions,
-            conflicts: o.conflicts,
+            conflicts: absolute(workspace, o.conflicts),
             skipped_links: o.skipped_links,
             rewind_id: o.rewind_id.filter(|_| !dry_run),
+            omitted,
         }
     }
+}
+
+/// Workspace-relative paths as the SDK answers them: absolute, under the workspace (which, with
+/// the mount in place, is the project's own path).
+pub(super) fn absolute(workspace: &Path, rel: Vec<String>) -> Vec<String> {
+    rel.into_iter()
+        .map(|p| workspace.join(p).to_string_lossy().into_owned())
+        .collect()
 }
 
 impl Command for RewindFiles {
@@ -82,16 +100,12 @@ impl Command for RewindFiles {
 }
 
 impl RewindFiles {
-    pub(super) fn apply(self, d: &Daemon) -> Result<RewindReply, ControlError> {
-        let dry_run = self.dry_run;
-        let r = crate::rewind::Request {
-            user_message_id: self.user_message_id,
-            dry_run,
-            scope: self.scope,
-            force: self.force,
-            paths: self.paths,
-            session_id: self.session_id,
-        };
-        Ok(RewindReply::of(d.engine.rewind(&r)?, dry_run))
+    pub(super) fn run(self, d: &Daemon) -> Result<RewindReply, ControlError> {
+        Ok(RewindReply::of(
+            d.engine.rewind(&self)?,
+            self.dry_run,
+            &d.workspace,
+            &self.user_message_id,
+        ))
     }
 }

@@ -9,11 +9,12 @@ use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
 use crate::rewind::{Entry, Want};
+use crate::store::Kind;
 
 /// Shows `path` as it was when `user_message_id` began.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Show {
-    #[serde(deserialize_with = "super::message_id::deserialize")]
+    #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     /// Absolute, or relative to the workspace (`.` or empty: the workspace itself).
     pub path: String,
@@ -40,7 +41,7 @@ pub struct ShowReply {
     pub path: String,
     /// `file`, `dir`, `symlink` or `other`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: Kind,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
     pub uid: u32,
@@ -81,15 +82,11 @@ impl ShowReply {
     pub(super) fn of(e: &Entry) -> ShowReply {
         ShowReply {
             path: shown(&e.path),
-            kind: e.kind.as_str().to_string(),
+            kind: e.kind,
             mode: e.mode & 0o7777,
             uid: e.uid,
             gid: e.gid,
-            size: if e.kind == crate::store::Kind::File {
-                e.size
-            } else {
-                0
-            },
+            size: if e.kind == Kind::File { e.size } else { 0 },
             hash: e.known_hash().map(str::to_string),
             target: e
                 .target

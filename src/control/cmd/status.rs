@@ -1,12 +1,14 @@
-//! `status`: the daemon, its store and its current checkpoint.
+//! `status`: the daemon, its store, its current checkpoint, and the processes left underneath
+//! its mount.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
+use crate::procs::{Holds, Underneath};
 
 /// Asks for the daemon's status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +35,99 @@ pub struct StatusReply {
     pub store_bytes: u64,
     /// RFC 3339 UTC, now.
     pub time: String,
+    /// Processes that still see the directory underneath the mount (they were inside it
+    /// before the mount): what they change is not recorded. Computed at each request.
+    #[serde(default)]
+    pub unprotected_processes: Vec<UnprotectedProcess>,
+    /// The sessions at work in the workspace since the mount, each with its current
+    /// checkpoint and agents.
+    #[serde(default)]
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// A session and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub current_checkpoint: String,
+    pub agent_pids: Vec<u32>,
+    /// False once its agents have exited and it has begun no message for 30 minutes (its
+    /// checkpoints stay rewindable).
+    pub live: bool,
+}
+
+/// A process whose cwd, root or an open file is on the directory underneath the mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnprotectedProcess {
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// What it holds there: `cwd`, `root` or `file`.
+    pub holds: Holds,
+    /// That directory or file.
+    pub path: PathBuf,
+}
+
+impl From<Underneath> for UnprotectedProcess {
+    fn from(u: Underneath) -> Self {
+        UnprotectedProcess {
+            pid: u.pid,
+            command: u.command,
+            holds: u.holds,
+            path: u.path,
+        }
+    }
+}
+
+impl UnprotectedProcess {
+    /// One line for people: `pid 1234 (bash): current directory /w/src`.
+    pub fn describe(&self) -> String {
+        let what = match self.holds {
+            Holds::Cwd => "current directory",
+            Holds::Root => "root directory",
+            Holds::File => "open file",
+        };
+        format!(
+            "pid {} ({}): {what} {}",
+            self.pid,
+            self.command,
+            self.path.display()
+        )
+    }
+}
+
+/// The warning about `list` for people: who, why it matters, and what to do.
+pub fn unprotected_warning(workspace: &Path, list: &[UnprotectedProcess]) -> String {
+    let lines: Vec<String> = list.iter().map(|p| format!("  {}", p.describe())).collect();
+    format!(
+        "{} process(es) entered {ws} before it was mounted and still see the directory \
+         underneath the mount: what they change there is not recorded and cannot be rewound:\n\
+         {}\n\
+         In a shell, cd out and back in (`cd \"$PWD\"` is enough); restart other programs. \
+         `rewindfs status` lists them while they remain.",
+        list.len(),
+        lines.join("\n"),
+        ws = workspace.display(),
+    )
+}
+
+/// The processes left underneath the mount over `workspace` (none if it is not mounted), the
+/// daemon itself and `skip` aside.
+pub fn unprotected_processes(workspace: &Path, skip: &[u32]) -> Vec<UnprotectedProcess> {
+    let Ok(Some(m)) = crate::mounts::mount_at(workspace) else {
+        return Vec::new();
+    };
+    if m.fstype != crate::mounts::FSTYPE {
+        return Vec::new();
+    }
+    let mut skip = skip.to_vec();
+    skip.push(std::process::id());
+    crate::procs::underneath(workspace, m.dev, &skip)
+        .into_iter()
+        .map(UnprotectedProcess::from)
+        .collect()
 }
 
 impl Command for Status {
@@ -43,23 +138,34 @@ impl Command for Status {
 impl Status {
     pub(super) fn apply(self, d: &Daemon) -> Result<StatusReply, ControlError> {
         let e = &d.engine;
-        let (current_seq, current_checkpoint, session_id) = e.recorder.current();
-        let (checkpoints, checkpoints_dropped, captures, bytes_captured) = e.store.counts()?;
+        let current = e.current();
+        let counts = e.counts()?;
         Ok(StatusReply {
             workspace: d.workspace.clone(),
             store: d.store_dir.clone(),
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            session_id,
-            current_checkpoint,
-            current_seq,
-            checkpoints,
-            checkpoints_dropped,
-            captures,
-            bytes_captured,
-            agent_pids: e.recorder.agents(),
-            store_bytes: e.store.size_bytes()?,
-            time: crate::control::rfc3339(crate::store::now_ms()),
+            session_id: current.session_id,
+            current_checkpoint: current.uuid,
+            current_seq: current.seq,
+            checkpoints: counts.checkpoints,
+            checkpoints_dropped: counts.checkpoints_dropped,
+            captures: counts.captures,
+            bytes_captured: counts.bytes_captured,
+            agent_pids: current.agent_pids,
+            store_bytes: counts.store_bytes,
+            time: crate::store::rfc3339(crate::store::now_ms()),
+            unprotected_processes: unprotected_processes(&d.workspace, &[]),
+            sessions: e
+                .live_sessions()
+                .into_iter()
+                .map(|s| SessionInfo {
+                    session_id: s.session_id,
+                    current_checkpoint: s.current_checkpoint,
+                    agent_pids: s.agent_pids,
+                    live: s.live,
+                })
+                .collect(),
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Command, Empty};
+use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
 
@@ -15,7 +15,7 @@ pub enum Phase {
     Post,
 }
 
-/// A PreToolUse / PostToolUse hook's report.
+/// A PreToolUse / PostToolUse / PostToolUseFailure hook's report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolUse {
     pub phase: Phase,
@@ -24,25 +24,49 @@ pub struct ToolUse {
     /// Absolute or workspace-relative; a path outside the workspace is ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
+    /// The hook's session: a `pre` ends the session's file-tool spans still open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// The prompts of the session whose message uuid the daemon does not know yet (the hook
+/// binds those the transcript shows: `bind_message`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unbound {
+    #[serde(default)]
+    pub unbound_prompt_ids: Vec<String>,
+}
+
+impl Unbound {
+    pub(super) fn of(d: &Daemon, session: Option<&str>) -> Result<Unbound, ControlError> {
+        Ok(Unbound {
+            unbound_prompt_ids: match session {
+                Some(s) => d.engine.unbound_prompts(Some(s))?,
+                None => Vec::new(),
+            },
+        })
+    }
 }
 
 impl Command for ToolUse {
     const SUBTYPE: &'static str = "tool_use";
-    type Reply = Empty;
+    type Reply = Unbound;
 }
 
 impl ToolUse {
-    pub(super) fn apply(self, d: &Daemon) -> Result<Empty, ControlError> {
+    pub(super) fn apply(self, d: &Daemon) -> Result<Unbound, ControlError> {
         let rel = self
             .file_path
             .as_deref()
             .and_then(|p| d.rel_to_workspace(p));
-        d.engine.recorder.tool_span(
+        d.engine.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,
             &self.tool_use_id,
             rel,
+            self.session_id.as_deref(),
         );
-        Ok(Empty {})
+        Unbound::of(d, self.session_id.as_deref())
     }
 }

@@ -32,7 +32,7 @@ impl UndoRewind {
         let o = d.engine.undo()?;
         Ok(UndoReply {
             can_rewind: true,
-            files_changed: o.files_changed,
+            files_changed: super::rewind_files::absolute(&d.workspace, o.files_changed),
             insertions: o.insertions,
             deletions: o.deletions,
             undone: o.rewind_id,

@@ -101,6 +101,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+// rewindfs: the FUSE-over-io_uring transport and its kernel probe (see VENDORED.md).
 #[cfg(target_os = "linux")]
 mod uring;
 #[cfg(target_os = "linux")]

@@ -38,6 +38,7 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    // rewindfs: added.
     /// The ring entry of a request that came over io_uring.
     Uring(std::sync::Arc<crate::uring::UringReply>),
     #[cfg(test)]
@@ -51,7 +52,7 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
-            ReplySender::Uring(u) => u.send(data),
+            ReplySender::Uring(u) => u.send(data), // rewindfs: io_uring
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -66,7 +67,7 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
-            ReplySender::Uring(u) => u.dev().open_backing(fd),
+            ReplySender::Uring(u) => u.dev().open_backing(fd), // rewindfs: io_uring
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -78,7 +79,7 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
-            ReplySender::Uring(u) => unsafe { u.dev().wrap_backing(id) },
+            ReplySender::Uring(u) => unsafe { u.dev().wrap_backing(id) }, // rewindfs: io_uring
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -214,6 +215,7 @@ impl ReplyData {
         self.reply.send_ll(&ll::ResponseSlice(data));
     }
 
+    // rewindfs: added.
     /// Reply with up to `size` bytes that `fill` writes into the buffer it is given, returning
     /// how many it wrote (or an error to reply with instead). Over io_uring the bytes go
     /// straight into the ring entry, with no copy. (Added by rewindfs.)

@@ -34,6 +34,7 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    // rewindfs: the io_uring reply target.
     /// Set when the request came over io_uring: the reply goes to its ring entry.
     pub(crate) uring: Option<std::sync::Arc<crate::uring::UringReply>>,
     /// Parsed request
@@ -53,7 +54,7 @@ impl<'a> RequestWithSender<'a> {
 
         Some(Self {
             ch,
-            uring: None,
+            uring: None, // rewindfs: set by uring.rs for a request from a ring entry
             request,
         })
     }
@@ -310,7 +311,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        self.sender(),
+                        self.sender(), // rewindfs: was ReplySender::Channel
                         x.size() as usize,
                     ),
                 );
@@ -485,7 +486,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        self.sender(),
+                        self.sender(), // rewindfs: was ReplySender::Channel
                         x.size() as usize,
                     ),
                 );
@@ -558,9 +559,10 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), self.sender())
+        Reply::new(self.request.unique(), self.sender()) // rewindfs: was ReplySender::Channel
     }
 
+    // rewindfs: added.
     /// Where the reply goes: the ring entry the request came from, or `/dev/fuse`.
     fn sender(&self) -> ReplySender {
         match &self.uring {

@@ -139,6 +139,7 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    // rewindfs: added.
     /// Set at the handshake when requests will also come over io_uring.
     #[cfg(target_os = "linux")]
     uring: Option<crate::uring::UringSettings>,
@@ -190,7 +191,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             #[cfg(target_os = "linux")]
-            uring: None,
+            uring: None, // rewindfs: io_uring
         };
 
         session.handshake()?;
@@ -220,7 +221,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             #[cfg(target_os = "linux")]
-            uring: None,
+            uring: None, // rewindfs: io_uring
         };
 
         session.handshake()?;
@@ -260,7 +261,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             #[cfg(target_os = "linux")]
-            uring,
+            uring, // rewindfs: io_uring
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -279,6 +280,7 @@ impl<FS: Filesystem> Session<FS> {
         let mut filesystem = Arc::new(filesystem);
 
         let mut channels = Vec::with_capacity(n_threads);
+        // rewindfs: the /dev/fuse channel the ring entries are registered on.
         #[cfg(target_os = "linux")]
         let ring_ch = ch.clone();
 
@@ -317,8 +319,9 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
-        // The io_uring queues: the kernel switches to them once every queue has an entry; the
-        // /dev/fuse threads above keep serving FORGET, INTERRUPT and anything sent before.
+        // rewindfs: the io_uring queues: the kernel switches to them once every queue has an
+        // entry; the /dev/fuse threads above keep serving FORGET, INTERRUPT and anything sent
+        // before.
         #[cfg(target_os = "linux")]
         let mut ring_threads = Vec::new();
         #[cfg(target_os = "linux")]
@@ -375,8 +378,8 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
 
-        // A ring thread that fails only means its queue is not used (the kernel stays on
-        // /dev/fuse until every queue has an entry): log it, do not end the session.
+        // rewindfs: a ring thread that fails only means its queue is not used (the kernel stays
+        // on /dev/fuse until every queue has an entry): log it, do not end the session.
         #[cfg(target_os = "linux")]
         for thread in ring_threads {
             match thread.join() {
@@ -494,6 +497,7 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // rewindfs: ask for FUSE_OVER_IO_URING when configured and offered.
             #[cfg(target_os = "linux")]
             if self.config.io_uring_threads_per_queue > 0
                 && init
@@ -558,6 +562,7 @@ impl<FS: Filesystem> Session<FS> {
         }
     }
 
+    // rewindfs: added.
     /// Whether requests will also be served over io_uring (negotiated at the handshake).
     pub fn io_uring_active(&self) -> bool {
         #[cfg(target_os = "linux")]

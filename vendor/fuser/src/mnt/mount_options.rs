@@ -18,6 +18,7 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    // rewindfs: the three io_uring settings below.
     /// Serve requests over io_uring (Linux ≥ 6.14, fuse's `enable_uring` parameter set) with
     /// this many threads per CPU queue, each pinned to the queue's CPU, when the kernel offers
     /// `FUSE_OVER_IO_URING`. 0: `/dev/fuse` only. (Added by rewindfs.)

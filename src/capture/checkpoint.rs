@@ -1,0 +1,293 @@
+//! The current checkpoint and what has been captured in it: the rule "a path is captured at
+//! most once per (checkpoint, path)", the boundary that starts a new checkpoint, and a
+//! tool's session-wide first change (`tracked`).
+//!
+//! Invariants, kept under the recorder's `state` lock (taken after `gate` and `capture`):
+//! - `seen` holds exactly the paths with a capture in checkpoint `seq`, each with the bit set
+//!   of the actors that changed it (also recorded in the store); it is the "captured?" lookup,
+//!   so a path's second change in a checkpoint costs no I/O;
+//! - a capture is taken under the `capture` lock, which a boundary takes too, so it belongs
+//!   wholly to one checkpoint; `seen` is looked at again under that lock, so two changes racing
+//!   on one path capture it once (and a capture that finds the checkpoint changed under it is
+//!   taken again for the new one);
+//! - `partial` ⊆ `seen`: the range captures whose bytes are not all saved yet;
+//! - a boundary empties `seen` and `partial`, under the `capture` lock;
+//! - `tracked[session]` mirrors the store's `tracked` table for the sessions seen so far.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::actors::is_tool_temp;
+use super::adopt::Adopt;
+use super::ranges::Partial;
+use super::snapshot::{snapshot, stat_of};
+use super::{Need, Op, Recorder, path_key};
+use crate::store::Actor;
+use crate::store::Purpose;
+use crate::store::{CheckpointKind, Prompt};
+
+/// Paths a checkpoint's set must have held for its end to trim the heap.
+const TRIM_AFTER_PATHS: usize = 10_000;
+
+/// The current checkpoint and what has been captured in it.
+#[derive(Debug)]
+pub(super) struct State {
+    /// Sequence number of the current checkpoint.
+    pub(super) seq: i64,
+    /// Its uuid.
+    pub(super) uuid: String,
+    /// The session of the last `begin_message` (None until the first one).
+    pub(super) session: Option<String>,
+    /// Paths captured in the current checkpoint → bit set of the actors that changed them.
+    pub(super) seen: HashMap<Vec<u8>, u8>,
+    /// Paths a tool has changed, per session (mirror of the `tracked` table).
+    pub(super) tracked: HashMap<String, HashSet<Vec<u8>>>,
+    /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
+    pub(super) partial: HashMap<Vec<u8>, Partial>,
+    /// Each session's current checkpoint (the last message it began) and when it began.
+    /// Captures go to the checkpoint that began last, whoever's it is (that is enough to
+    /// reconstruct every checkpoint's start); this is what each session is working in.
+    pub(super) sessions: HashMap<String, SessionNow>,
+}
+
+/// A session's current checkpoint.
+#[derive(Debug, Clone)]
+pub struct SessionNow {
+    pub seq: i64,
+    pub uuid: String,
+    /// When its last message began.
+    pub since: std::time::Instant,
+}
+
+impl State {
+    /// The state at the start of checkpoint `seq`, before any session.
+    pub(super) fn new(seq: i64, uuid: String) -> State {
+        State {
+            seq,
+            uuid,
+            session: None,
+            seen: HashMap::new(),
+            tracked: HashMap::new(),
+            partial: HashMap::new(),
+            sessions: HashMap::new(),
+        }
+    }
+}
+
+impl Recorder {
+    /// The current checkpoint: (seq, uuid, session).
+    pub fn current(&self) -> (i64, String, Option<String>) {
+        let s = self.state.lock().unwrap();
+        (s.seq, s.uuid.clone(), s.session.clone())
+    }
+
+    /// Begins a checkpoint of kind `kind` (message or rewind). The caller has flushed the
+    /// kernel's dirty data first, so it lands in the previous checkpoint.
+    pub fn begin(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+    ) -> io::Result<i64> {
+        self.begin_for(uuid, session, kind, None)
+    }
+
+    /// Begins the checkpoint of a message whose uuid is not known yet: a hook's `prompt`,
+    /// under its prompt_id (see [`crate::store::Prompt`]).
+    pub fn begin_for(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+        prompt: Option<&Prompt>,
+    ) -> io::Result<i64> {
+        // The backlog goes to SQLite before changes are held up: under the capture lock only
+        // the checkpoint's own row is written (a boundary used to stall every change for the
+        // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
+        self.flush_log();
+        let _g = self.capture.lock().unwrap();
+        let seq = self
+            .store
+            .begin_checkpoint_for(uuid, session, kind, prompt)?;
+        let mut s = self.state.lock().unwrap();
+        s.seq = seq;
+        s.uuid = uuid.to_string();
+        if let Some(sess) = session {
+            s.sessions.insert(
+                sess.to_string(),
+                SessionNow {
+                    seq,
+                    uuid: uuid.to_string(),
+                    since: std::time::Instant::now(),
+                },
+            );
+            if s.session.as_deref() != Some(sess) {
+                s.session = Some(sess.to_string());
+                if !s.tracked.contains_key(sess) {
+                    let paths = self
+                        .store
+                        .tracked(sess)?
+                        .into_iter()
+                        .map(|t| t.path)
+                        .collect();
+                    s.tracked.insert(sess.to_string(), paths);
+                }
+            }
+        }
+        if s.seen.len() >= TRIM_AFTER_PATHS {
+            // Dropping that many paths frees megabytes the allocator would keep; the flusher
+            // hands them back (off this thread: trimming a large heap takes milliseconds).
+            self.log.want_trim();
+        }
+        s.seen = HashMap::new();
+        s.partial = HashMap::new();
+        Ok(seq)
+    }
+
+    /// Checkpoint `seq` is now known as `uuid` (its message uuid, bound after it began).
+    pub fn renamed(&self, seq: i64, uuid: &str) {
+        let mut s = self.state.lock().unwrap();
+        if s.seq == seq {
+            s.uuid = uuid.to_string();
+        }
+        for now in s.sessions.values_mut().filter(|n| n.seq == seq) {
+            now.uuid = uuid.to_string();
+        }
+    }
+
+    /// Each session's current checkpoint.
+    pub fn sessions(&self) -> Vec<(String, SessionNow)> {
+        let s = self.state.lock().unwrap();
+        let mut v: Vec<_> = s
+            .sessions
+            .iter()
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        v.sort_by_key(|(_, n)| n.seq);
+        v
+    }
+
+    /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
+    pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
+        self.ensure_captured(
+            &path_key(p),
+            Actor::Rewind,
+            Op::Write,
+            Adopt::No,
+            Need::All,
+            None,
+        )
+        .map(|_| ())
+    }
+
+    /// Makes sure `p` has a pre-image in the current checkpoint. Returns the checkpoint seq
+    /// and, if this call took the capture, its id.
+    pub(super) fn ensure_captured(
+        &self,
+        p: &[u8],
+        actor: Actor,
+        op: Op,
+        adopt: Adopt<'_>,
+        need: Need,
+        file: Option<BorrowedFd<'_>>,
+    ) -> io::Result<(i64, Option<i64>)> {
+        loop {
+            let (seq, bits, partial) = {
+                let s = self.state.lock().unwrap();
+                (s.seq, s.seen.get(p).copied(), s.partial.contains_key(p))
+            };
+            if let Some(bits) = bits {
+                if bits & actor.bit() == 0 {
+                    self.store.add_actor(seq, p, actor.bit())?;
+                    if let Some(b) = self.state.lock().unwrap().seen.get_mut(p) {
+                        *b |= actor.bit();
+                    }
+                }
+                if partial && need != Need::Meta {
+                    let _g = self.capture.lock().unwrap();
+                    self.save_ranges(p, need, op)?;
+                }
+                return Ok((seq, None));
+            }
+            let _g = self.capture.lock().unwrap();
+            {
+                let s = self.state.lock().unwrap();
+                if s.seq != seq || s.seen.contains_key(p) {
+                    continue;
+                }
+            }
+            let rel = Path::new(OsStr::from_bytes(p));
+            // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
+            let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
+            if need != Need::All {
+                if let Some(Ok(st)) = &st {
+                    if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
+                        return Ok((seq, Some(id)));
+                    }
+                }
+            }
+            let id = self.capture_whole(p, seq, actor, op, adopt, file, st)?;
+            let mut s = self.state.lock().unwrap();
+            if s.seq != seq {
+                continue; // a boundary passed: capture again for the new checkpoint
+            }
+            s.seen.insert(p.to_vec(), actor.bit());
+            return Ok((seq, Some(id)));
+        }
+    }
+
+    /// A directory was renamed (or exchanged) from or to `a` and `b`: the paths beneath either
+    /// name now hold other files, so they are captured afresh.
+    pub(super) fn forget_beneath(&self, a: &[u8], b: &[u8]) {
+        let mut s = self.state.lock().unwrap();
+        let under =
+            |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
+        s.seen.retain(|k, _| !under(k, a) && !under(k, b));
+        s.partial.retain(|k, _| !under(k, a) && !under(k, b));
+    }
+
+    /// A tool changes `p`: remember the state just before its first tool change in the session.
+    pub(super) fn track(
+        &self,
+        session: Option<&str>,
+        p: &[u8],
+        seq: i64,
+        fresh_capture: Option<i64>,
+        op: Op,
+    ) -> io::Result<()> {
+        let session = {
+            let s = self.state.lock().unwrap();
+            match session.map(str::to_string).or_else(|| s.session.clone()) {
+                Some(sess) if !s.tracked.get(&sess).is_some_and(|t| t.contains(p)) => sess,
+                _ => return Ok(()),
+            }
+        };
+        if is_tool_temp(Path::new(OsStr::from_bytes(p))) {
+            return Ok(());
+        }
+        let id = match fresh_capture {
+            Some(id) => id,
+            None => {
+                // Already changed in this checkpoint by someone else: the state now is what the
+                // tool is about to overwrite.
+                let _g = self.capture.lock().unwrap();
+                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
+                self.store
+                    .insert_capture(seq, p, Purpose::Tool, &pre, Actor::Tool, op)?
+            }
+        };
+        self.store.track(&session, p, seq, id)?;
+        self.state
+            .lock()
+            .unwrap()
+            .tracked
+            .entry(session)
+            .or_default()
+            .insert(p.to_vec());
+        Ok(())
+    }
+}

@@ -1,0 +1,272 @@
+//! "Before this change": find the actor, capture the pre-image once per (checkpoint, path).
+//!
+//! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
+//! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
+//! held until the change is done, so a rewind (which takes the gate exclusively) never
+//! interleaves with a change. Then it calls [`Observer::after`], or [`Observer::failed`] if
+//! the change did not happen.
+//!
+//! Invariants kept by [`Recorder`]:
+//! - **write-ahead**: the pre-image's blob and row are committed before `before` returns;
+//!   if they cannot be saved the change is refused (its errno, e.g. `ENOSPC`), never applied
+//!   unprotected;
+//! - **once per (checkpoint, path)**: a path is captured at most once per checkpoint (the
+//!   in-memory `seen` map is the "captured?" lookup, so the common case costs no I/O); a large
+//!   file's later changes in the checkpoint save only the bytes not saved yet;
+//! - **tracked**: a tool's first change to a file in a session records the state just before
+//!   it (`tracked`), as the SDK's checkpointing does.
+//!
+//! # Layout
+//! - `mod.rs` — the gate and [`Permit`], the [`Observer`] trait, the [`Recorder`] and how
+//!   each kind of change is routed to captures;
+//! - `op.rs` — what a change is ([`Op`], [`Change`]) and which bytes it overwrites;
+//! - `actors.rs` — who makes it: tool spans and the process tree;
+//! - `checkpoint.rs` — the current checkpoint, the once-per-path rule, the boundary, `tracked`;
+//! - `snapshot.rs` — whole pre-images;
+//! - `adopt.rs` — a file losing its last name kept by a link: the recorder's steps;
+//! - `ranges.rs` — range pre-images of large files;
+//! - `log.rs` — the change log, buffered, and the flusher thread that writes it.
+//!
+//! # Lock order
+//! `gate` → `capture` → `state`. `actors`, `adopted` and the change log's locks (`flushing`
+//! → `entries`; `flush_wanted` alone) come after these, and no other lock of the recorder is
+//! taken while one of them is held.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::store::gc::{Policy, Report};
+use crate::store::{Actor, Store};
+use crate::sys;
+
+mod actors;
+mod adopt;
+mod checkpoint;
+mod log;
+mod op;
+mod ranges;
+mod snapshot;
+
+use actors::{Actors, Who};
+use adopt::Adopt;
+use checkpoint::State;
+use log::ChangeLog;
+use op::Need;
+pub use op::{Change, Op};
+pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
+pub use snapshot::snapshot;
+
+/// Held while a change is applied: a rewind waits for every permit to be dropped.
+pub type Permit<'a> = Option<RwLockReadGuard<'a, ()>>;
+
+/// Sees every change before and after it is applied.
+pub trait Observer: Send + Sync {
+    /// Called before the change is applied; an error refuses the change (its errno goes to
+    /// the caller). The permit must be held until the change is done.
+    fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>>;
+    /// Called after the change succeeded.
+    fn after(&self, pid: u32, change: &Change<'_>);
+    /// Called when the change failed after `before` allowed it.
+    fn failed(&self, _change: &Change<'_>) {}
+}
+
+/// An observer that records nothing: a plain passthrough (the FUSE core's unit tests).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct Passthrough;
+
+#[cfg(test)]
+impl Observer for Passthrough {
+    fn before(&self, _pid: u32, _change: &Change<'_>) -> io::Result<Permit<'_>> {
+        Ok(None)
+    }
+    fn after(&self, _pid: u32, _change: &Change<'_>) {}
+}
+
+/// The bytes a path is stored under.
+pub fn path_key(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+/// Records every change: pre-images into the store, entries into the change log.
+pub struct Recorder {
+    /// The workspace's underlying directory (a dup of the core's root fd).
+    root: OwnedFd,
+    /// Where pre-images, moves and the change log go.
+    store: Arc<Store>,
+    /// Current checkpoint and captured paths (see `checkpoint.rs`). Lock order: `gate` →
+    /// `capture` → `state`.
+    state: Mutex<State>,
+    /// Serialises taking pre-images, so two changes to one path cannot both capture.
+    capture: Mutex<()>,
+    /// Changes hold it shared; a rewind holds it exclusively.
+    gate: RwLock<()>,
+    /// Actor classification (see `actors.rs`).
+    actors: Mutex<Actors>,
+    /// The change log not yet written and the flusher's signals.
+    log: ChangeLog,
+    /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
+    /// that removes the file's name has happened → the pending blob key (see `adopt.rs`).
+    adopted: Mutex<HashMap<Vec<u8>, String>>,
+    /// Files larger than this get range pre-images (see `ranges.rs`).
+    range_capture_min: std::sync::atomic::AtomicU64,
+}
+
+impl Recorder {
+    /// Opens a recorder, beginning the mount's implicit checkpoint.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn new(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
+        let root = rustix::io::fcntl_dupfd_cloexec(root, 3)
+            .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let seq = store.begin_checkpoint(&uuid, None, crate::store::CheckpointKind::Mount)?;
+        Ok(Recorder {
+            root,
+            store,
+            state: Mutex::new(State::new(seq, uuid)),
+            capture: Mutex::new(()),
+            gate: RwLock::new(()),
+            actors: Mutex::new(Actors::default()),
+            log: ChangeLog::default(),
+            adopted: Mutex::new(HashMap::new()),
+            range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
+        })
+    }
+
+    /// The workspace's underlying directory, which every path of a change is relative to.
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
+    /// current session is live. Holds the capture lock so no blob is written meanwhile.
+    ///
+    /// # Errors
+    /// Store errors.
+    /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
+    pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
+        let _g = self.capture.lock().unwrap();
+        let (seq, session) = {
+            let s = self.state.lock().unwrap();
+            (s.seq, s.session.clone())
+        };
+        let keep_from = hold_from.map_or(seq, |h| h.min(seq));
+        Ok(self.store.gc(policy, keep_from, session.as_deref(), full)?)
+    }
+
+    /// Removes the blob files among `hashes` that no capture names (see
+    /// [`Store::discard_unreferenced`]), under the capture lock.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn discard_unreferenced(&self, hashes: &[crate::store::BlobRef]) -> io::Result<u64> {
+        if hashes.is_empty() {
+            return Ok(0);
+        }
+        // Applied before the lock is taken (hashing what adoptions linked), so that changes
+        // wait only for what was journalled since.
+        self.store.flush_journal()?;
+        let _g = self.capture.lock().unwrap();
+        Ok(self.store.discard_unreferenced(hashes)?)
+    }
+
+    /// Takes the gate exclusively: no change runs until the guard is dropped.
+    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Observer for Recorder {
+    fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
+        let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        // For a rename, the file that matters for tool spans is the target.
+        let subject = if change.op == Op::Rename {
+            change.path2.unwrap_or(change.path)
+        } else {
+            change.path
+        };
+        let who = self.classify(pid, Some(subject));
+        match change.op {
+            Op::Rename | Op::Exchange => self.before_move(change, &who)?,
+            _ => self.before_change(change, &who)?,
+        }
+        Ok(Some(permit))
+    }
+
+    fn after(&self, pid: u32, change: &Change<'_>) {
+        if change.last_name {
+            self.settle_adopted(&path_key(change.path2.unwrap_or(change.path)));
+        }
+        self.log_change(pid, change);
+    }
+
+    fn failed(&self, change: &Change<'_>) {
+        if change.last_name {
+            self.unshare_adopted(&path_key(change.path2.unwrap_or(change.path)));
+        }
+    }
+}
+
+impl Recorder {
+    /// Before a rename or exchange: captures both names (adopting the file a rename takes the
+    /// last name of), records a directory's move, and tracks a tool's change.
+    fn before_move(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
+        let (op, actor) = (change.op, who.actor);
+        let primary = path_key(change.path);
+        let dst = change.path2.map(path_key).unwrap_or_default();
+        let (seq, _) = self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
+        let adopt = if change.last_name && op == Op::Rename {
+            Adopt::Yes(change.gone)
+        } else {
+            Adopt::No
+        };
+        let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
+        let is_dir = |p: &Path| {
+            sys::lstat_at(self.root(), p).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        };
+        // Looked at here, under the gate: a rewind may have replaced either name since
+        // the caller's stat.
+        if is_dir(change.path) || change.path2.is_some_and(is_dir) {
+            // Written before the rename: a rewind maps paths beneath it through this.
+            self.store
+                .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
+            self.forget_beneath(&primary, &dst);
+        }
+        if actor == Actor::Tool {
+            let session = who.session.as_deref();
+            self.track(session, &dst, seq2, fresh, op)?;
+            if op == Op::Exchange {
+                self.track(session, &primary, seq, None, op)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before any other change: captures the other names of the file whose content changes,
+    /// then the path itself (adopting the file an unlink takes the last name of, or only the
+    /// bytes a write overwrites), and tracks a tool's change.
+    fn before_change(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
+        let (op, actor) = (change.op, who.actor);
+        let primary = path_key(change.path);
+        let need = change.need();
+        for alias in change.aliases {
+            self.ensure_captured(&path_key(alias), actor, op, Adopt::No, need, None)?;
+        }
+        let adopt = if change.last_name && op == Op::Unlink {
+            Adopt::Yes(change.gone)
+        } else {
+            Adopt::No
+        };
+        let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
+        if actor == Actor::Tool && op != Op::Mkdir {
+            self.track(who.session.as_deref(), &primary, seq, fresh, op)?;
+        }
+        Ok(())
+    }
+}

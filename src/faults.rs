@@ -1,0 +1,40 @@
+//! Fault injection for tests only. Compiled in with the `fault-injection` cargo feature, which
+//! `scripts/test.sh` enables for the test build; without it every fault is `None` and a build
+//! for users cannot be made to fail on purpose. Each fault is read from its environment
+//! variable once, and logged when set, so a daemon running with one says so.
+
+use std::time::Duration;
+
+/// `REWINDFS_TEST_HOLD_NAMED_WRITE_MS`: how long a write that found its file by name waits,
+/// holding the removal lock shared, before its capture and write (widens the window a removal
+/// must not use to one a test can hit every time; see `fs::core`'s `removing`).
+pub fn hold_named_write() -> Option<Duration> {
+    read("REWINDFS_TEST_HOLD_NAMED_WRITE_MS").map(Duration::from_millis)
+}
+
+/// `REWINDFS_TEST_FAIL_REWIND_AFTER=N`: a rewind fails after writing N files, as one that runs
+/// out of space would, and stays 'applying' for the next mount to finish.
+pub fn fail_rewind_after() -> Option<usize> {
+    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| read("REWINDFS_TEST_FAIL_REWIND_AFTER").map(|n| n as usize))
+}
+
+#[cfg(feature = "fault-injection")]
+fn read(var: &str) -> Option<u64> {
+    let v = std::env::var(var).ok()?;
+    match v.parse() {
+        Ok(n) => {
+            tracing::warn!("fault injection: {var}={n} (a test build)");
+            Some(n)
+        }
+        Err(_) => {
+            tracing::warn!("fault injection: {var}={v:?} is not a number; ignored");
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn read(_var: &str) -> Option<u64> {
+    None
+}

@@ -1,0 +1,60 @@
+//! How the store's domain values are written to and read from SQLite columns: as the strings
+//! of their `as_str` (the stored form, which never changes), read back by their total `parse`.
+
+use rusqlite::ToSql;
+use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
+
+use super::model::{
+    Actor, BlobRef, CheckpointKind, Kind, Op, OriginKind, Purpose, RewindScope, RewindState, Scope,
+};
+
+/// Implements both directions for a type with `as_str(self) -> &'static str` and a total
+/// `parse(&str) -> Self`.
+macro_rules! text_column {
+    ($t:ty) => {
+        impl ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+        impl FromSql for $t {
+            fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+                v.as_str().map(<$t>::parse)
+            }
+        }
+    };
+}
+
+text_column!(Actor);
+text_column!(Kind);
+text_column!(Op);
+text_column!(Purpose);
+text_column!(CheckpointKind);
+text_column!(RewindState);
+text_column!(RewindScope);
+text_column!(OriginKind);
+
+impl ToSql for Scope {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for Scope {
+    fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+        // A scope this build does not know is the widest one.
+        v.as_str().map(|s| Scope::parse(s).unwrap_or(Scope::All))
+    }
+}
+
+impl ToSql for BlobRef {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for BlobRef {
+    fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+        v.as_str().map(BlobRef::from_stored)
+    }
+}

@@ -1,0 +1,444 @@
+//! Many agents, one tree (design.md §3): each session keeps its own checkpoints, and a rewind
+//! of one session restores what its own actors changed, never another's work — or says whose
+//! change stands in the way.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use rewindfs::control::client::Client;
+use serde_json::{Value, json};
+
+use crate::agent::uuid;
+use crate::support::{Mounted, require_fuse, sh};
+
+/// An agent process of one session: a shell reading commands, registered for its session. What
+/// it writes itself (redirections) is its `tool` work; the commands it starts are its `shell`.
+pub struct SessionAgent {
+    pub session: String,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl SessionAgent {
+    pub fn start(m: &Mounted, c: &mut Client, session: &str) -> SessionAgent {
+        let mut child = Command::new("bash")
+            .current_dir(&m.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.request(
+            "register_agent",
+            json!({"pid": child.id(), "session_id": session}),
+        )
+        .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        SessionAgent {
+            session: session.to_string(),
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Runs `cmd` in the agent's shell and waits for it.
+    pub fn run(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}; echo __done__").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "agent shell died"
+            );
+            if line.trim() == "__done__" {
+                return;
+            }
+        }
+    }
+
+    /// Begins a message of this session; returns its uuid.
+    pub fn turn(&self, c: &mut Client) -> String {
+        let u = uuid();
+        c.request(
+            "begin_message",
+            json!({"session_id": self.session, "user_message_id": u}),
+        )
+        .unwrap();
+        u
+    }
+}
+
+impl Drop for SessionAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rewind(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<Value, String> {
+    c.request(
+        "rewind_files",
+        json!({"user_message_id": uuid, "scope": "agent", "dry_run": dry, "force": force}),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn files(m: &Mounted, v: &Value) -> Vec<String> {
+    let mut f: Vec<String> = v["filesChanged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            std::path::Path::new(p.as_str().unwrap())
+                .strip_prefix(&m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    f.sort();
+    f
+}
+
+fn read(m: &Mounted, p: &str) -> Option<String> {
+    std::fs::read_to_string(m.p(p)).ok()
+}
+
+/// The case: A begins A1 and writes a.txt; B begins B1 and writes b.txt; A writes
+/// a2.txt. a2.txt is A's (its log entry shows A1), a rewind of A1 undoes a.txt and a2.txt and
+/// leaves b.txt, and a rewind of B1 undoes b.txt only.
+#[test]
+fn each_session_rewinds_its_own_work_and_leaves_the_others() {
+    require_fuse();
+    let m = Mounted::new();
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "session-a");
+    let mut b = SessionAgent::start(&m, &mut c, "session-b");
+    let a1 = a.turn(&mut c);
+    a.run("echo a > a.txt");
+    let b1 = b.turn(&mut c);
+    b.run("echo b > b.txt && mkdir -p bd && echo x > bd/x.txt");
+    a.run("echo a2 > a2.txt && mv a.txt a-moved.txt");
+    let log = c.request("log", json!({"path": "a2.txt"})).unwrap();
+    let e = &log["entries"][0];
+    assert_eq!(
+        (&e["checkpoint"], &e["session"]),
+        (&json!(a1), &json!("session-a")),
+        "recorded under its own session's checkpoint: {log}"
+    );
+    let st = c.request("status", json!({})).unwrap();
+    let sessions: Vec<(String, String)> = st["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["sessionId"].as_str().unwrap().to_string(),
+                s["currentCheckpoint"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sessions,
+        vec![
+            ("session-a".to_string(), a1.clone()),
+            ("session-b".to_string(), b1.clone())
+        ]
+    );
+
+    let dry = rewind(&mut c, &a1, true, false).unwrap();
+    // a.txt did not exist when A1 began, and does not now (it was moved).
+    assert_eq!(files(&m, &dry), vec!["a-moved.txt", "a2.txt"], "{dry}");
+    assert_eq!(dry["canRewind"], json!(true));
+    rewind(&mut c, &a1, false, false).unwrap();
+    assert_eq!(read(&m, "a.txt"), None);
+    assert_eq!(read(&m, "a2.txt"), None);
+    assert_eq!(read(&m, "a-moved.txt"), None);
+    assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"), "B's work stays");
+    assert_eq!(read(&m, "bd/x.txt").as_deref(), Some("x\n"));
+    c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(read(&m, "a2.txt").as_deref(), Some("a2\n"));
+
+    let dry = rewind(&mut c, &b1, true, false).unwrap();
+    assert_eq!(files(&m, &dry), vec!["b.txt", "bd", "bd/x.txt"], "{dry}");
+    rewind(&mut c, &b1, false, false).unwrap();
+    assert_eq!(read(&m, "b.txt"), None);
+    assert!(!m.p("bd").exists());
+    assert_eq!(
+        read(&m, "a2.txt").as_deref(),
+        Some("a2\n"),
+        "A's work stays"
+    );
+    assert_eq!(read(&m, "a-moved.txt").as_deref(), Some("a\n"));
+}
+
+/// A path two sessions changed is a conflict for either's agent-scope rewind: listed by the
+/// dry run, refused by a real rewind (nothing changes) unless forced; an external change
+/// counts the same way. Three sessions at once.
+#[test]
+fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
+    require_fuse();
+    let m = Mounted::with(|d| std::fs::write(d.join("shared.txt"), "v0\n").unwrap());
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let mut k = SessionAgent::start(&m, &mut c, "s-c");
+    let a1 = a.turn(&mut c);
+    a.run("echo a >> shared.txt && echo mine > a.txt");
+    let _b1 = b.turn(&mut c);
+    b.run("echo b >> shared.txt");
+    let _c1 = k.turn(&mut c);
+    k.run("sh -c 'echo c > c.txt'");
+    let before = sh(&m.dir, "cat shared.txt a.txt c.txt");
+    let dry = rewind(&mut c, &a1, true, false).unwrap();
+    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry["conflicts"], json!([m.p("shared.txt")]), "{dry}");
+    let e = rewind(&mut c, &a1, false, false).unwrap_err();
+    assert!(
+        e.starts_with("Failed to rewind: ") && e.contains("shared.txt"),
+        "{e}"
+    );
+    assert_eq!(
+        sh(&m.dir, "cat shared.txt a.txt c.txt"),
+        before,
+        "a refused rewind changes nothing"
+    );
+    let r = rewind(&mut c, &a1, false, true).unwrap();
+    assert_eq!(r["canRewind"], json!(true));
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
+    assert_eq!(read(&m, "a.txt"), None);
+    assert_eq!(
+        read(&m, "c.txt").as_deref(),
+        Some("c\n"),
+        "C's shell work stays"
+    );
+    c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(
+        sh(&m.dir, "cat shared.txt a.txt c.txt"),
+        before,
+        "undo restores all"
+    );
+}
+
+mod model {
+    //! Model-based: random turns and writes of two or three sessions' agents (their own
+    //! writes and their shells') and of an external writer, interleaved; then an agent-scope
+    //! rewind of a random session's checkpoint. The model knows who changed each path since
+    //! each checkpoint began: what that session changed goes back to the checkpoint's start,
+    //! everything else stays byte-identical, and a path it and someone else changed is a
+    //! conflict (listed by the dry run; the forced rewind restores it). Undo gives back all.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+    use rewindfs::control::client::Client;
+    use serde_json::json;
+
+    use super::SessionAgent;
+    use crate::support::{Mounted, require_fuse, tree};
+
+    const PATHS: &[&str] = &["a0", "a1", "b0", "b1", "shared0", "shared1"];
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Session `s` begins a message.
+        Turn(usize),
+        /// Session `s`'s agent writes the file itself (`tool`).
+        Write(usize, usize, u8),
+        /// Session `s`'s shell appends (`shell`).
+        Append(usize, usize, u8),
+        /// Session `s`'s shell removes the file.
+        Remove(usize, usize),
+        /// Someone else writes the file (`external`).
+        External(usize, u8),
+    }
+
+    fn step(sessions: usize) -> impl Strategy<Value = Step> {
+        let s = 0..sessions;
+        let p = 0..PATHS.len();
+        prop_oneof![
+            2 => s.clone().prop_map(Step::Turn),
+            4 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Write(s, p, b)),
+            2 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Append(s, p, b)),
+            1 => (s, p.clone()).prop_map(|(s, p)| Step::Remove(s, p)),
+            1 => (p, any::<u8>()).prop_map(|(p, b)| Step::External(p, b)),
+        ]
+    }
+
+    /// Who changed a path: a session's actors, or someone outside every session.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Who {
+        Session(usize),
+        External,
+    }
+
+    struct Checkpoint {
+        session: usize,
+        uuid: String,
+        at_start: BTreeMap<String, String>,
+        /// Who changed each path since it began.
+        changed: BTreeMap<&'static str, BTreeSet<Who>>,
+    }
+
+    fn tree_map(m: &Mounted) -> BTreeMap<String, String> {
+        tree(&m.dir)
+            .into_iter()
+            .map(|l| (l.split(' ').next().unwrap().to_string(), l))
+            .collect()
+    }
+
+    fn check(n: usize, steps: Vec<Step>, pick: usize) -> Result<(), TestCaseError> {
+        let m = Mounted::with(|d| {
+            for p in PATHS {
+                std::fs::write(d.join(p), format!("{p} at mount\n")).unwrap();
+            }
+        });
+        let mut c = Client::connect(&m.socket()).unwrap();
+        let mut agents: Vec<SessionAgent> = (0..n)
+            .map(|i| SessionAgent::start(&m, &mut c, &format!("session-{i}")))
+            .collect();
+        let mut cps: Vec<Checkpoint> = Vec::new();
+        // Every session begins a first message.
+        let steps: Vec<Step> = (0..n).map(Step::Turn).chain(steps).collect();
+        for s in &steps {
+            let (who, path) = match s {
+                Step::Turn(i) => {
+                    let at_start = tree_map(&m);
+                    let uuid = agents[*i].turn(&mut c);
+                    cps.push(Checkpoint {
+                        session: *i,
+                        uuid,
+                        at_start,
+                        changed: BTreeMap::new(),
+                    });
+                    continue;
+                }
+                Step::Write(i, p, b) => {
+                    agents[*i].run(&format!("echo 'tool {i} {b}' > {}", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::Append(i, p, b) => {
+                    agents[*i].run(&format!("sh -c \"echo 'shell {i} {b}' >> {}\"", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::Remove(i, p) => {
+                    if !m.p(PATHS[*p]).exists() {
+                        continue;
+                    }
+                    agents[*i].run(&format!("rm -f {}", PATHS[*p]));
+                    (Who::Session(*i), PATHS[*p])
+                }
+                Step::External(p, b) => {
+                    // This test process is no session's agent: an external writer.
+                    std::fs::write(m.p(PATHS[*p]), format!("external {b}\n")).unwrap();
+                    (Who::External, PATHS[*p])
+                }
+            };
+            for cp in &mut cps {
+                cp.changed.entry(path).or_default().insert(who);
+            }
+        }
+        let end = tree_map(&m);
+        let cp = &cps[pick % cps.len()];
+        let me = Who::Session(cp.session);
+        let mine: BTreeSet<&str> = cp
+            .changed
+            .iter()
+            .filter(|(_, w)| w.contains(&me))
+            .map(|(p, _)| *p)
+            .collect();
+        let want_conflicts: BTreeSet<String> = cp
+            .changed
+            .iter()
+            .filter(|(_, w)| w.contains(&me) && w.iter().any(|x| *x != me))
+            .map(|(p, _)| m.p(p).display().to_string())
+            .collect();
+        let dry = c
+            .request(
+                "rewind_files",
+                json!({"user_message_id": cp.uuid, "scope": "agent", "dry_run": true}),
+            )
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got_conflicts: BTreeSet<String> = dry["conflicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        prop_assert_eq!(
+            &got_conflicts,
+            &want_conflicts,
+            "conflicts of {}: {}",
+            cp.session,
+            dry
+        );
+        prop_assert_eq!(
+            dry["canRewind"].as_bool(),
+            Some(want_conflicts.is_empty()),
+            "{}",
+            dry
+        );
+        c.request(
+            "rewind_files",
+            json!({"user_message_id": cp.uuid, "scope": "agent", "force": true}),
+        )
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = tree_map(&m);
+        for p in PATHS {
+            let want = if mine.contains(p) {
+                cp.at_start.get(*p)
+            } else {
+                end.get(*p)
+            };
+            prop_assert_eq!(
+                got.get(*p),
+                want,
+                "{} (session {} changed: {})",
+                p,
+                cp.session,
+                mine.contains(p)
+            );
+        }
+        if dry["filesChanged"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+        {
+            c.request("undo_rewind", json!({}))
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        prop_assert_eq!(tree_map(&m), end, "undo gives back everything");
+        Ok(())
+    }
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_rewind_of_one_session_restores_exactly_its_own_changes(
+            n in 2usize..4,
+            steps in prop::collection::vec(step(3), 1..24),
+            pick in any::<usize>(),
+        ) {
+            require_fuse();
+            let steps: Vec<Step> = steps.into_iter().map(|s| match s {
+                Step::Turn(i) => Step::Turn(i % n),
+                Step::Write(i, p, b) => Step::Write(i % n, p, b),
+                Step::Append(i, p, b) => Step::Append(i % n, p, b),
+                Step::Remove(i, p) => Step::Remove(i % n, p),
+                e => e,
+            }).collect();
+            check(n, steps, pick)?;
+        }
+    }
+}
