@@ -27,8 +27,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{self, Read, Write};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
@@ -93,7 +91,7 @@ impl Row {
     /// A BLOB column (`{"$b": base64}`), or text as its bytes.
     pub fn bytes(&self, col: &str) -> Option<Vec<u8>> {
         match self.r.get(col)? {
-            Value::Object(m) => STANDARD.decode(m.get("$b")?.as_str()?).ok(),
+            Value::Object(m) => super::base64::decode(m.get("$b")?.as_str()?).ok(),
             Value::String(s) => Some(s.as_bytes().to_vec()),
             _ => None,
         }
@@ -103,7 +101,7 @@ impl Row {
 /// A BLOB as a bundle holds it.
 pub fn blob_value(b: &[u8]) -> Value {
     let mut m = Map::new();
-    m.insert("$b".into(), Value::String(STANDARD.encode(b)));
+    m.insert("$b".into(), Value::String(super::base64::encode(b)));
     Value::Object(m)
 }
 
@@ -127,7 +125,7 @@ fn to_sql(v: &Value) -> std::result::Result<SqlValue, String> {
         },
         Value::String(s) => SqlValue::Text(s.clone()),
         Value::Object(m) => match m.get("$b").and_then(Value::as_str) {
-            Some(b) => SqlValue::Blob(STANDARD.decode(b).map_err(|e| e.to_string())?),
+            Some(b) => SqlValue::Blob(super::base64::decode(b).map_err(|e| e.to_string())?),
             None => return Err("an object that is not a BLOB".into()),
         },
         Value::Array(_) => return Err("an array".into()),

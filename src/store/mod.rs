@@ -21,7 +21,7 @@
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
 //! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs.rs` the blob directory;
 //! `gc.rs` retention; `fsck.rs` the read-only check; `bundle.rs` history bundles (export and
-//! import).
+//! import); `base64.rs` bytes as text in JSON (bundle rows, and `show`'s content on the wire).
 //!
 //! Invariants:
 //! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
@@ -34,6 +34,7 @@
 //! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`).
 
 mod apply;
+pub mod base64;
 pub mod blobs;
 pub mod bundle;
 mod captures;

@@ -59,7 +59,11 @@ pub struct ShowReply {
     /// Where `content` starts in the file.
     pub offset: u64,
     /// The bytes asked for (base64 on the wire).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "base64_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::store::base64::option"
+    )]
     pub content: Option<Vec<u8>>,
 }
 
@@ -124,29 +128,5 @@ impl Show {
         }
         r.content = s.content;
         Ok(r)
-    }
-}
-
-/// `Option<Vec<u8>>` as an optional base64 string.
-mod base64_opt {
-    use base64::Engine as _;
-    use base64::engine::general_purpose::STANDARD;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(b) => s.serialize_str(&STANDARD.encode(b)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        match Option::<String>::deserialize(d)? {
-            Some(t) => STANDARD
-                .decode(t.as_bytes())
-                .map(Some)
-                .map_err(serde::de::Error::custom),
-            None => Ok(None),
-        }
     }
 }
