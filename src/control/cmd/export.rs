@@ -54,7 +54,7 @@ pub(super) fn bundle_path(d: &Daemon, p: &str, writing: bool) -> Result<PathBuf,
             "{p:?}: the bundle's path must be absolute"
         )));
     }
-    let resolved = crate::config::resolve_uncreated(path)
+    let resolved = crate::sys::resolve_uncreated(path)
         .map_err(|e| ControlError::Invalid(format!("{p}: {e}")))?;
     if writing {
         for (what, place) in [("workspace", &d.workspace), ("store", &d.store_dir)] {

@@ -55,7 +55,7 @@ pub(super) fn destination(d: &Daemon, dir: &str) -> Result<PathBuf, ControlError
             "fork: {dir:?} must be an absolute path"
         )));
     }
-    let resolved = crate::config::resolve_uncreated(p)
+    let resolved = crate::sys::resolve_uncreated(p)
         .map_err(|e| ControlError::Invalid(format!("fork: {dir}: {e}")))?;
     for (what, place) in [("workspace", &d.workspace), ("store", &d.store_dir)] {
         if resolved.starts_with(place) {
