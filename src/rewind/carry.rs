@@ -11,10 +11,10 @@
 //! to the export checkpoint gives the tree as it was at export.
 //!
 //! Invariants:
-//! - An export reads the rows and the present tree under the capture gate (one instant's
-//!   history); the blobs, which never change, are copied after it is released, under the
-//!   `apply` lock (gc cannot remove one meanwhile). The bundle is written beside its name and
-//!   renamed into place when complete.
+//! - An export reads the rows (the change log's buffer flushed first) and the present tree
+//!   under the capture gate (one instant's history); the blobs, which never change, are
+//!   copied after it is released, under the `apply` lock (gc cannot remove one meanwhile).
+//!   The bundle is written beside its name and renamed into place when complete.
 //! - An import stages the bundle (every frame checked, blobs stored) under the `apply` lock,
 //!   then, under the capture gate, records the present state of every path the imported
 //!   history touches (the *splice*, a checkpoint before the imported ones: a rewind to one of
@@ -153,6 +153,8 @@ impl Engine {
         self.kernel.flush();
         let (mut rows, now_rows) = {
             let _gate = self.recorder.exclusive();
+            // The change log's newest entries are still buffered: all of it goes.
+            self.recorder.flush_log();
             let rows = self.store.export_rows(start)?;
             let hist = History::load(&self.store, start)?;
             let mut names: Vec<Vec<u8>> = self

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use rewindfs::control::client::Client;
-use rewindfs::control::cmd::{Export, Import, ImportReply};
+use rewindfs::control::cmd::{Export, Import, ImportReply, ListCheckpoints, Log, LogLine};
 use serde_json::json;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, uuid};
 use crate::model::{PATHS, Run, Step, cases, step, tree_map};
 use crate::support::{Mounted, require_fuse, rewindfs, rewindfs_ok, sh, tree};
 use crate::travel::tree_at;
@@ -156,6 +156,87 @@ fn a_damaged_or_cut_bundle_is_refused_with_its_offset_and_nothing_is_imported() 
         other.socket().to_str().unwrap(),
     ]);
     assert_eq!(s.stdout, b"a\n");
+}
+
+/// What the store knows of prompts and sessions travels too: a checkpoint a prompt began (its
+/// text; bound to its message uuid, or not yet) and the session of each change show the same
+/// after an import as at home.
+#[test]
+fn prompts_and_the_sessions_of_changes_travel_with_the_history() {
+    require_fuse();
+    let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "one\n").unwrap());
+    let session = a.session.clone();
+    a.c.request(
+        "register_agent",
+        json!({"pid": std::process::id(), "session_id": session}),
+    )
+    .unwrap();
+    let (p1, u1, p2) = (uuid(), uuid(), uuid());
+    a.c.request(
+        "begin_prompt",
+        json!({"session_id": session, "prompt_id": p1, "prompt": "make it two\nplease"}),
+    )
+    .unwrap();
+    a.c.request(
+        "bind_message",
+        json!({"prompt_id": p1, "user_message_id": u1}),
+    )
+    .unwrap();
+    a.tool_write("a.txt", b"two\n");
+    a.c.request(
+        "begin_prompt",
+        json!({"session_id": session, "prompt_id": p2, "prompt": "and three"}),
+    )
+    .unwrap();
+    a.tool_write("a.txt", b"three\n");
+    let file = a.m.tmp.path().join("h.rwb");
+    export(&mut a.c, &file);
+    let other = copy_of(&a.m.dir);
+    let mut c = Client::connect(&other.socket()).unwrap();
+    import(&mut c, &file).unwrap();
+
+    let list = c
+        .call(&ListCheckpoints {
+            session_id: Some(session.clone()),
+        })
+        .unwrap();
+    let got: Vec<_> = list
+        .checkpoints
+        .iter()
+        .map(|c| (c.uuid.as_str(), c.prompt.as_deref(), c.bound))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (u1.as_str(), Some("make it two"), true),
+            (p2.as_str(), Some("and three"), false)
+        ]
+    );
+    // Entries as the log shows them, but for their seq (an import renumbers them).
+    let log = |c: &mut Client| -> Vec<LogLine> {
+        c.call(&Log {
+            path: Some("a.txt".into()),
+            since: None,
+            session_id: Some(session.clone()),
+            limit: 1000,
+            after: None,
+            newest_first: false,
+            raw: false,
+        })
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| LogLine { seq: 0, ..e })
+        .collect()
+    };
+    let (home, there) = (log(&mut a.c), log(&mut c));
+    assert_eq!(home.len(), 2, "{home:?}");
+    assert!(
+        home.iter()
+            .all(|e| e.session.as_deref() == Some(session.as_str())),
+        "{home:?}"
+    );
+    assert_eq!(there, home);
 }
 
 /// `import --store` into a store no daemon serves; the next mount with it rewinds to the
