@@ -167,7 +167,8 @@ pub enum Command {
         /// The checkpoint (a user message's UUID).
         #[arg(required_unless_present = "fork")]
         uuid: Option<String>,
-        /// A second checkpoint (a UUID), then a path or glob; or only a path or glob.
+        /// A second checkpoint, then a path or glob; or one word: a checkpoint when it names one
+        /// (a UUID, or an id `rewindfs list` shows), else a path or glob.
         #[arg(num_args = 0..=2)]
         rest: Vec<String>,
         /// Print a summary (lines added and removed per file) instead of the diff.

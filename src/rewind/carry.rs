@@ -413,7 +413,7 @@ fn history_of(rows: &[Row]) -> History {
             path,
             purpose: Purpose::Checkpoint,
             pre: PreImage {
-                kind: Kind::parse(r.text("kind").unwrap_or("other")),
+                kind: r.text("kind").map_or(Kind::Other, Kind::parse),
                 blob: r.text("blob").map(BlobRef::from_stored),
                 mode: r.int("mode").unwrap_or(0) as u32,
                 uid: r.int("uid").unwrap_or(0) as u32,
@@ -422,9 +422,9 @@ fn history_of(rows: &[Row]) -> History {
                 target: r.bytes("target"),
                 partial: r.int("partial").unwrap_or(0) != 0,
             },
-            actor: Actor::parse(r.text("actor").unwrap_or("external")),
+            actor: r.text("actor").map_or(Actor::External, Actor::parse),
             actors: r.int("actors").unwrap_or(0) as u8,
-            op: Op::parse(r.text("op").unwrap_or("")),
+            op: r.text("op").map_or(Op::Write, Op::parse),
         });
     }
     for v in by_path.values_mut() {
@@ -441,7 +441,7 @@ fn history_of(rows: &[Row]) -> History {
                 dst: r.bytes("dst")?,
                 exchange: r.int("exchange").unwrap_or(0) != 0,
                 after_capture: r.int("after_capture").unwrap_or(0),
-                actor: Actor::parse(r.text("actor").unwrap_or("external")),
+                actor: r.text("actor").map_or(Actor::External, Actor::parse),
             })
         })
         .collect();
