@@ -273,6 +273,49 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
     assert_eq!(crate::support::tree(&a.m.dir), before);
 }
 
+/// Message ids need not be UUIDs: `diff A B` takes any two, and one word after A is a second
+/// checkpoint only when it names one (else a path). The CLI shows paths relative.
+#[test]
+fn diff_a_b_takes_any_message_ids_and_one_word_is_a_checkpoint_only_when_it_names_one() {
+    require_fuse();
+    let mut a = Agent::new(|d| std::fs::write(d.join("a.txt"), "one\n").unwrap());
+    let begin = |a: &mut Agent, id: &str| {
+        a.c.request(
+            "begin_message",
+            serde_json::json!({"session_id": a.session, "user_message_id": id}),
+        )
+        .unwrap();
+    };
+    begin(&mut a, "first turn");
+    a.tool_write("a.txt", b"two\n");
+    begin(&mut a, "second turn");
+    let sock = a.m.socket();
+    let sock = sock.to_str().unwrap();
+    let stat = rewindfs_ok(&[
+        "diff",
+        "first turn",
+        "second turn",
+        "--stat",
+        "--socket",
+        sock,
+    ]);
+    assert!(
+        stat.contains(" a.txt ") && stat.contains("1 file(s) changed"),
+        "{stat}"
+    );
+    assert!(!stat.contains(a.m.dir.to_str().unwrap()), "{stat}");
+    // One word that names no checkpoint is a path: current -> the first turn, of a.txt.
+    let path = a.m.p("a.txt");
+    let one = rewindfs_ok(&[
+        "diff",
+        "first turn",
+        path.to_str().unwrap(),
+        "--socket",
+        sock,
+    ]);
+    assert!(one.contains("-two\n+one\n"), "{one}");
+}
+
 /// A file over the range-capture threshold changed in place: `show` streams the state at the
 /// first checkpoint from the chain of range pre-images (nothing is written to the store).
 #[test]
