@@ -350,6 +350,11 @@ impl Engine {
         let mut stored = staged.created.clone();
         let res: Result<ImportReport, RewindError> = (|| {
             let _gate = self.recorder.exclusive();
+            // The message uuids the bundle knows for prompts not bound here yet (true whether
+            // or not the rest is imported).
+            for (prompt_id, uuid) in self.store.bundle_bindings(&staged)? {
+                self.bind_prompt(&prompt_id, &uuid)?;
+            }
             let rows = match self.store.import_plan(&staged)? {
                 ImportPlan::Already(r) => return Ok(r),
                 ImportPlan::Rows(rows) => rows,

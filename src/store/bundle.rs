@@ -755,10 +755,40 @@ impl Store {
         staged: &Staged,
         origin: Option<Origin>,
     ) -> std::result::Result<ImportReport, BundleError> {
+        for (prompt_id, uuid) in self.bundle_bindings(staged)? {
+            self.bind_prompt(&prompt_id, &uuid)?;
+        }
         match self.import_plan(staged)? {
             ImportPlan::Already(r) => Ok(r),
             ImportPlan::Rows(rows) => self.import_rows(staged, &rows, origin, &[]),
         }
+    }
+
+    /// The message uuids a staged bundle knows for this store's prompts not bound yet:
+    /// (prompt_id, uuid) for each checkpoint the bundle has bound to its message whose prompt
+    /// this store began under the same prompt_id and has not bound (the bundle was exported
+    /// after the transcript showed the uuid; an earlier one, imported here, before). Binding
+    /// them first lets the bundle's history meet the store's under the same uuids.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn bundle_bindings(&self, staged: &Staged) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for r in staged.rows.iter().filter(|r| r.t == "checkpoints") {
+            let (Some(prompt_id), Some(uuid)) = (r.text("prompt_id"), r.text("uuid")) else {
+                continue;
+            };
+            if r.int("bound") == Some(0) || prompt_id == uuid {
+                continue;
+            }
+            if self
+                .checkpoint_of_prompt(prompt_id)?
+                .is_some_and(|c| !c.bound)
+            {
+                out.push((prompt_id.to_string(), uuid.to_string()));
+            }
+        }
+        Ok(out)
     }
 
     /// What of a staged bundle is new here: its rows without those of the checkpoints the
@@ -777,7 +807,16 @@ impl Store {
             .filter(|u| **u != m.export_id)
             .cloned()
             .collect();
-        let known = self.known_checkpoints(&history)?;
+        let mut known = self.known_checkpoints(&history)?;
+        // A checkpoint begun by a prompt is here when the store has that prompt, whichever
+        // uuid each side knows it by (the bundle's may not have been bound yet).
+        for r in staged.rows.iter().filter(|r| r.t == "checkpoints") {
+            if let (Some(prompt_id), Some(uuid)) = (r.text("prompt_id"), r.text("uuid")) {
+                if !known.contains(uuid) && self.checkpoint_of_prompt(prompt_id)?.is_some() {
+                    known.insert(uuid.to_string());
+                }
+            }
+        }
         if known.len() == history.len() {
             return Ok(ImportPlan::Already(ImportReport {
                 manifest_checkpoints: m.checkpoints.clone(),
@@ -1113,6 +1152,71 @@ mod tests {
         })
         .unwrap()
         .0
+    }
+
+    /// A bundle of every checkpoint of `s`, as an export writes one (no blobs).
+    fn bundle_of(s: &Store) -> Vec<u8> {
+        let rows = s.export_rows(0).unwrap();
+        let checkpoints = rows
+            .iter()
+            .filter(|r| r.t == "checkpoints")
+            .filter_map(|r| r.text("uuid").map(str::to_string))
+            .collect();
+        let mut w = BundleWriter::new(Vec::new()).unwrap();
+        for r in &rows {
+            w.row(r).unwrap();
+        }
+        w.finish(Manifest {
+            export_id: uuid::Uuid::new_v4().to_string(),
+            checkpoints,
+            ..Manifest::default()
+        })
+        .unwrap()
+        .0
+    }
+
+    fn import(s: &Store, b: &[u8]) -> ImportReport {
+        let staged = s.stage_bundle(b).unwrap();
+        s.import_staged(&staged, None).unwrap()
+    }
+
+    /// A prompt's checkpoint exported before its message uuid was known, then again after: the
+    /// second import binds it here too and adds only what is new; an older bundle after a newer
+    /// one finds everything here.
+    #[test]
+    fn a_prompt_bound_after_an_earlier_export_meets_its_import_under_one_uuid() {
+        let (da, db, dc) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let a = Store::open(da.path(), false).unwrap();
+        let (p, u, v) = ("prompt-1", "message-1", "message-2");
+        let prompt = crate::store::Prompt {
+            prompt_id: p.into(),
+            text: Some("make it so".into()),
+            transcript: None,
+        };
+        a.begin_checkpoint_for(p, Some("s"), CheckpointKind::Message, Some(&prompt))
+            .unwrap();
+        let early = bundle_of(&a);
+        a.bind_prompt(p, u).unwrap();
+        a.begin_checkpoint(v, Some("s"), CheckpointKind::Message)
+            .unwrap();
+        let late = bundle_of(&a);
+
+        let b = Store::open(db.path(), false).unwrap();
+        assert_eq!(import(&b, &early).checkpoints, 1);
+        assert!(!b.checkpoint(p).unwrap().unwrap().bound);
+        let r = import(&b, &late);
+        assert_eq!((r.already, r.checkpoints), (false, 1));
+        let c = b.checkpoint(u).unwrap().unwrap();
+        assert_eq!((c.bound, c.prompt.as_deref()), (true, Some("make it so")));
+        assert!(b.checkpoint(v).unwrap().is_some());
+
+        let c = Store::open(dc.path(), false).unwrap();
+        assert_eq!(import(&c, &late).checkpoints, 2);
+        assert!(import(&c, &early).already);
     }
 
     #[test]
