@@ -135,6 +135,33 @@ else
   node_ok=true
 fi
 
+# --- The real Claude clients (tests/clients): the Claude Code CLI and the Agent SDKs pinned in
+# tests/clients/versions.env, installed from PyPI and npm by tests/clients/install.sh into
+# ${REWINDFS_CLIENTS_DIR:-target/clients} (a cache: a few seconds once there; the first time a
+# minute or two, with network). They run against a scripted Messages API on loopback, through a
+# mount, so they need what the mount tests need; the TypeScript SDK needs node and npm.
+clients_python=""
+clients_paths="py,ts,hook"
+clients_dir="${REWINDFS_CLIENTS_DIR:-$PWD/target/clients}"
+if [ -n "$fuse" ]; then
+  skip "the real-client tests (tests/clients)" "$fuse"
+else
+  skip_ts=0
+  if ! have node || ! have npm; then
+    skip "the TypeScript SDK path of the real-client tests (tests/clients, path ts)" \
+      "node and npm are needed: $(install_cmd nodejs npm)"
+    skip_ts=1
+    clients_paths="py,hook"
+  fi
+  echo "installing the pinned Claude clients (tests/clients/install.sh) into $clients_dir" >&2
+  if why=$(REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_CLIENTS_SKIP_TS=$skip_ts bash tests/clients/install.sh 2>&1 >/dev/null); then
+    clients_python="$clients_dir/venv/bin/python"
+  else
+    skip "the real-client tests (tests/clients)" \
+      "tests/clients/install.sh failed (offline? no python3-venv?): $(printf '%s\n' "$why" | tail -n 3 | tr '\n' ' ')"
+  fi
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "CI=true: these prerequisites are missing (.ci/run installs the packages; outside CI this script leaves those tests out and says so):" >&2
   printf '  %s\n' "${missing[@]}" >&2
@@ -164,6 +191,12 @@ if [ -n "$python" ]; then
 fi
 if $node_ok; then
   (cd sdk/typescript && node --test test/)
+fi
+# The real clients: their recordings still hold (test_sdk_scenarios.py), and rewindfs gives the
+# SDK's answers and trees by every integration path (test_rewindfs_real.py).
+if [ -n "$clients_python" ]; then
+  REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_COMPARE_PATHS="$clients_paths" \
+    timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider tests/clients
 fi
 
 if [ "${#skipped[@]}" -gt 0 ]; then

@@ -153,8 +153,33 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
-    /// Undo the last rewind.
+    /// Undo the newest rewind not yet undone (again and again, back to the first). Refuses,
+    /// changing nothing, when someone other than rewindfs changed since then a path it would
+    /// change (unless --force).
     Undo {
+        /// Only report what would change, and what others changed since the rewind.
+        #[arg(long)]
+        dry_run: bool,
+        /// Undo even over paths others changed since the rewind (`rewindfs redo` right after
+        /// gives them back).
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Re-apply the rewind undone last (again and again, in order), until a new rewind clears
+    /// what can be redone. Refuses, changing nothing, when someone other than rewindfs changed
+    /// since the undo a path it would change (unless --force).
+    Redo {
+        /// Only report what would change, and what others changed since the undo.
+        #[arg(long)]
+        dry_run: bool,
+        /// Redo even over paths others changed since the undo (`rewindfs undo` right after
+        /// gives them back).
+        #[arg(long)]
+        force: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -247,8 +247,11 @@ impl MountConfig {
         if !(0.0..=86400.0).contains(&ttl) {
             bail!("--ttl must be between 0 and 86400 seconds");
         }
-        std::fs::create_dir_all(&store)
+        // 0700 whatever the umask; someone else's store is refused here, before anything is
+        // created in it (the daemon then makes it private, see `daemon::make_private`).
+        crate::store::private::create_dir(&store)
             .with_context(|| format!("creating store {}", store.display()))?;
+        crate::store::private::secure(&store, false)?;
         Ok(MountConfig {
             dir,
             store,

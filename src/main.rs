@@ -11,8 +11,9 @@ use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{
     BeginMessage, CheckpointList, Diff, DiffReply, Export, Fork, Gc, GcReply, Import, ImportReply,
-    ListCheckpoints, Log, LogReply, Ls, LsReply, RegisterAgent, RewindFiles, RewindReply, Show,
-    Status, StatusReply, UndoReply, UndoRewind, unprotected_warning,
+    ListCheckpoints, Log, LogReply, Ls, LsReply, RedoRewind, RegisterAgent, RewindFiles,
+    RewindInfo, RewindReply, Show, StackReply, Status, StatusReply, UndoRewind,
+    unprotected_warning,
 };
 use rewindfs::daemon;
 use rewindfs::rewind::Scope;
@@ -171,11 +172,33 @@ fn run() -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Undo { json, socket } => {
+        Command::Undo {
+            dry_run,
+            force,
+            json,
+            socket,
+        } => {
             let mut client = connect(&socket)?;
-            let r = client.call(&UndoRewind {})?;
+            let r = client.call(&UndoRewind { dry_run, force })?;
             let ws = client.call(&Status {})?.workspace;
-            print_json_or(json, &r, |r| print_undo(r, &ws))?;
+            print_json_or(json, &r, |r| print_stack(r, dry_run, &ws))?;
+            if !r.can_rewind {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Redo {
+            dry_run,
+            force,
+            json,
+            socket,
+        } => {
+            let mut client = connect(&socket)?;
+            let r = client.call(&RedoRewind { dry_run, force })?;
+            let ws = client.call(&Status {})?.workspace;
+            print_json_or(json, &r, |r| print_stack(r, dry_run, &ws))?;
+            if !r.can_rewind {
+                return Ok(ExitCode::FAILURE);
+            }
         }
         Command::Diff {
             uuid,
@@ -905,10 +928,13 @@ fn print_checkpoints(r: &CheckpointList) {
         let session = c.session_id.as_deref().unwrap_or("-");
         // A session id is a uuid: its first block tells sessions apart.
         let session = session.get(..12).unwrap_or(session);
-        let prompt = match (&c.prompt, c.bound) {
-            (Some(p), true) => p.clone(),
-            (Some(p), false) => format!("{p}  (message uuid not known yet; this is the prompt_id)"),
-            (None, _) => String::new(),
+        let prompt = match (&c.prompt, c.bound, &c.rewind) {
+            (_, _, Some(r)) => rewind_label(r),
+            (Some(p), true, _) => p.clone(),
+            (Some(p), false, _) => {
+                format!("{p}  (message uuid not known yet; this is the prompt_id)")
+            }
+            (None, _, _) => String::new(),
         };
         println!(
             "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
@@ -964,6 +990,24 @@ fn print_stat(r: &DiffReply, root: &Path) {
         " {} file(s) changed, {ins} insertion(s)(+), {del} deletion(s)(-)",
         r.stats.len()
     );
+}
+
+/// What began a `rewind` checkpoint, for `list`: "rewind to X (scope all), undone; redo
+/// re-applies it next", "undo of rewind X".
+fn rewind_label(r: &RewindInfo) -> String {
+    let what = match (r.action.as_str(), &r.scope) {
+        ("rewind", Some(scope)) => format!("rewind to {} (scope {scope})", r.target),
+        (action, _) => format!("{action} of rewind {}", r.target),
+    };
+    let state = match r.state.as_str() {
+        "done" => String::new(),
+        s => format!(", {s}"),
+    };
+    let next = match r.next.as_deref() {
+        Some(cmd) => format!("; `rewindfs {cmd}` {cmd}es it next"),
+        None => String::new(),
+    };
+    format!("{what}{state}{next}")
 }
 
 fn print_log(r: &LogReply) {
@@ -1052,9 +1096,48 @@ fn print_gc(r: &GcReply) {
     }
 }
 
-fn print_undo(r: &UndoReply, ws: &Path) {
-    println!("undid rewind {}", r.undone.as_deref().unwrap_or(""));
-    print_changes(&r.files_changed, r.insertions, r.deletions, "changed", ws);
+/// An undo's or redo's reply, for people: which rewind, what changed (or would), what others
+/// changed since, and what undo and redo can do next.
+fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
+    if let Some(e) = &r.error {
+        eprintln!("rewindfs: {e}");
+        if r.undone.is_none() && r.redone.is_none() {
+            return; // nothing to undo or redo: the reason says it all
+        }
+    }
+    let done = !dry_run && r.can_rewind;
+    let (verb, rewind) = match (&r.undone, &r.redone, done) {
+        (Some(u), _, true) => ("undid", u),
+        (Some(u), _, false) => ("would undo", u),
+        (_, Some(u), true) => ("redid", u),
+        (_, Some(u), false) => ("would redo", u),
+        (None, None, _) => return,
+    };
+    let what = match (&r.rewound_to, r.scope) {
+        (Some(to), Some(scope)) => format!(" (the rewind to {to}, scope {})", scope.as_str()),
+        _ => String::new(),
+    };
+    println!("{verb} rewind {rewind}{what}");
+    let changes = if done { "changed" } else { "would change" };
+    print_changes(&r.files_changed, r.insertions, r.deletions, changes, ws);
+    if !r.conflicts.is_empty() {
+        let how = if done { "overwritten" } else { "in the way" };
+        println!("changed since by someone other than rewindfs ({how}):");
+        for f in &r.conflicts {
+            let rel = shown(f, ws);
+            let who = r.conflicts_by.get(rel.as_ref()).map(|w| w.join(", "));
+            println!(
+                "  {rel}{}",
+                who.map(|w| format!(" ({w})")).unwrap_or_default()
+            );
+        }
+    }
+    if done {
+        println!(
+            "undo can go back {} more rewind(s), redo re-apply {}",
+            r.undoable, r.redoable
+        );
+    }
 }
 
 /// An absolute path from a reply, as people read it: relative to the workspace.
@@ -1086,7 +1169,12 @@ fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
         }
     }
     if r.skipped_links > 0 {
-        println!("skipped {} symlink(s)", r.skipped_links);
+        let verb = if dry_run { "would skip" } else { "skipped" };
+        println!(
+            "{verb} {} path(s) as the SDK does: a symlink, not a regular file, hard linked, or \
+             beneath a symlink or a non-directory",
+            r.skipped_links
+        );
     }
     if let Some(o) = &r.omitted {
         let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();

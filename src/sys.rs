@@ -640,6 +640,67 @@ pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     rustix::fs::removexattr(proc_fd(fd), name).map_err(errno)
 }
 
+/// Every extended attribute of the file open at `fd`, as (name, value) pairs in the order the
+/// filesystem lists them. `fd` may be an `O_PATH` fd (then read through `/proc/self/fd`, as the
+/// `f*xattr` calls refuse it with `EBADF`). A filesystem without extended attributes has none;
+/// an attribute removed between the listing and its read is left out.
+///
+/// # Errors
+/// The listing or a read failed otherwise; the error names the call.
+pub fn xattrs_of(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use rustix::io::Errno;
+    // A buffer that grows until what it receives fits (`ERANGE`: it changed meanwhile).
+    fn sized(
+        mut call: impl FnMut(&mut [u8]) -> rustix::io::Result<usize>,
+    ) -> rustix::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        loop {
+            match call(&mut buf) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    return Ok(buf);
+                }
+                Err(Errno::RANGE) if buf.len() < 1 << 21 => buf = vec![0u8; buf.len() * 4],
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let proc = proc_fd(fd);
+    let mut by_path = false;
+    let names = match sized(|b| rustix::fs::flistxattr(fd, b)) {
+        Err(Errno::BADF) => {
+            by_path = true;
+            sized(|b| rustix::fs::listxattr(&proc, b))
+        }
+        r => r,
+    };
+    let names = match names {
+        Ok(n) => n,
+        Err(Errno::NOTSUP) => return Ok(Vec::new()),
+        Err(e) => return Err(ctx(errno(e), format!("listxattr({})", proc.display()))),
+    };
+    let mut out = Vec::new();
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let n = OsStr::from_bytes(name);
+        let value = if by_path {
+            sized(|b| rustix::fs::getxattr(&proc, n, b))
+        } else {
+            sized(|b| rustix::fs::fgetxattr(fd, n, b))
+        };
+        match value {
+            Ok(v) => out.push((name.to_vec(), v)),
+            Err(Errno::NODATA) => {}
+            Err(e) => {
+                return Err(ctx(
+                    errno(e),
+                    format!("getxattr({}, {n:?})", proc.display()),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 pub fn accessat(dir: BorrowedFd<'_>, rel: &Path, mask: i32) -> io::Result<()> {
     let access = rustix::fs::Access::from_bits_retain(mask as _);
     rustix::fs::accessat(dir, at_path(rel), access, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)

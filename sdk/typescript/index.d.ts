@@ -1,3 +1,20 @@
+/** What an undo or redo changed (or, dry, would change); see schema/protocol.md. */
+export interface StackResult {
+  canRewind: boolean;
+  error?: string;
+  filesChanged: string[];
+  insertions: number;
+  deletions: number;
+  /** Absolute paths someone other than rewindfs changed since (a forced one overwrote them). */
+  conflicts: string[];
+  conflictsBy?: Record<string, Array<"tool" | "shell" | "external">>;
+  rewoundTo?: string;
+  scope?: Scope;
+  id?: string;
+  undoable: number;
+  redoable: number;
+}
+
 /** The result of rewindFiles, with the SDK's field names (plus rewindfs's additions). */
 export interface RewindFilesResult {
   canRewind: boolean;
@@ -49,7 +66,10 @@ export class RewindfsClient {
     userMessageId: string,
     opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[] },
   ): Promise<RewindFilesResult>;
-  undoRewind(): Promise<{ canRewind: true; filesChanged: string[]; undone: string }>;
+  /** Undoes the newest rewind not yet undone (a stack); refused over changes made since unless `force`. */
+  undoRewind(opts?: { dryRun?: boolean; force?: boolean }): Promise<StackResult & { undone?: string }>;
+  /** Re-applies the rewind undone last; refused over changes made since the undo unless `force`. */
+  redoRewind(opts?: { dryRun?: boolean; force?: boolean }): Promise<StackResult & { redone?: string }>;
   listCheckpoints(sessionId?: string): Promise<Checkpoint[]>;
   diff(userMessageId: string, path?: string, scope?: Scope): Promise<string>;
   log(path?: string, limit?: number): Promise<LogEntry[]>;

@@ -117,8 +117,11 @@ export class RewindfsClient {
     const v = await this.request("rewind_files", { user_message_id: userMessageId, dry_run: dryRun, scope, force, paths });
     return toResult(v);
   }
-  undoRewind() {
-    return this.request("undo_rewind");
+  undoRewind({ dryRun = false, force = false } = {}) {
+    return this.request("undo_rewind", { dry_run: dryRun, force });
+  }
+  redoRewind({ dryRun = false, force = false } = {}) {
+    return this.request("redo_rewind", { dry_run: dryRun, force });
   }
   async listCheckpoints(sessionId) {
     return (await this.request("list_checkpoints", { session_id: sessionId })).checkpoints;

@@ -1,47 +1,43 @@
-//! The change log: one entry per change that happened (who, what, which path), buffered in
-//! memory and written to SQLite by a flusher thread, off the FUSE request path.
+//! The change log: one entry per change that happened (who, which session, what, which
+//! path), journalled like a pre-image (one `write` to the capture journal once the change is
+//! done, no transaction, no fsync) and applied to SQLite by a flusher thread, off the FUSE
+//! request path.
 //!
-//! Unlike a pre-image, a log entry is made *after* the change and no rewind reads it: it is
-//! what the control socket's `log` request (`rewindfs log`) shows. So it is buffered rather
-//! than written ahead, and a failure to write it loses entries (and says so in the daemon's
-//! log) but never refuses a change.
+//! A log entry is made *after* the change; it is what `rewindfs log` shows, and what tells an
+//! agent-scope rewind which session changed a path. A kill -9 of the daemon loses no entry of
+//! a change that was done (the journal is replayed at the next open); a failure to write one
+//! is logged and never refuses a change.
 //!
 //! Invariants:
-//! - batches land in the order their changes happened: a batch is taken from the buffer and
-//!   written under `flushing`, so two flushes cannot interleave;
-//! - the buffer is bounded: past [`LOG_FLUSH_AT`] entries the flusher is woken, past
-//!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change writes the batch itself;
-//! - consecutive writes by one process to one file in one checkpoint are one entry;
-//! - each flush also applies the capture journal to SQLite (the pre-images themselves are
-//!   already durable in the journal: this only moves them into the database).
+//! - entries land in the order their changes happened (the journal's order);
+//! - the journal is bounded: every [`LOG_FLUSH_AT`] pending records the flusher is woken, past
+//!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change applies it itself;
+//! - consecutive writes by one process to one file in one checkpoint are one entry.
 //!
-//! Lock order: `flushing` → `entries`; `flush_wanted` is taken alone.
+//! `flush_wanted` is taken alone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
+
 use std::time::{Duration, Instant};
 
 use super::{Change, Op, Recorder, path_key};
 use crate::store::{LogEntry, now_ms};
 use crate::sys;
 
-/// Change-log entries buffered before the flusher is woken.
+/// Journal records pending (change-log entries and captures) at which the flusher is woken
+/// (and at every multiple).
 const LOG_FLUSH_AT: usize = 512;
-/// Change-log entries buffered before a change writes them itself (the flusher is behind).
+/// Journal records pending at which a change applies them itself (the flusher is behind).
 const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
 
-/// The change-log entries not yet written, and what the flusher is asked to do.
+/// What the flusher is asked to do.
 #[derive(Debug, Default)]
 pub(super) struct ChangeLog {
-    /// Change-log entries not yet written (flushed with the next capture, at boundaries,
-    /// and by the daemon's timer).
-    entries: Mutex<Vec<LogEntry>>,
-    /// Set (and the flusher woken) when the change log has grown enough to be written.
+    /// Set (and the flusher woken) when the journal has grown enough to be applied.
     flush_wanted: Mutex<bool>,
     /// Wakes the flusher when `flush_wanted` is set.
     flush_wake: Condvar,
-    /// Held while a batch of the change log is written, so batches land in order.
-    flushing: Mutex<()>,
     /// A checkpoint dropped a large set of paths: the flusher returns the memory.
     trim_wanted: AtomicBool,
 }
@@ -54,7 +50,7 @@ impl ChangeLog {
 }
 
 impl Recorder {
-    /// Writes the change log and applies the capture journal every `every`, and at once when
+    /// Applies the journal (pre-images and change-log entries) every `every`, and at once when
     /// changes ask for it, until `stop` is set (checked at each wake-up). Runs on its own
     /// thread, so SQLite stays off the FUSE request path.
     pub fn run_flusher(&self, every: Duration, stop: &AtomicBool) {
@@ -86,19 +82,14 @@ impl Recorder {
         self.log.flush_wake.notify_one();
     }
 
-    /// Writes buffered change-log entries.
+    /// Applies the journal — captures and change-log entries — to the database now.
     pub fn flush_log(&self) {
-        let _order = self.log.flushing.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = std::mem::take(&mut *self.log.entries.lock().unwrap());
-        if let Err(e) = self.store.append_log(&entries) {
-            tracing::error!("change log: {e}; {} entries lost", entries.len());
-        }
         if let Err(e) = self.store.flush_journal() {
             tracing::error!("capture journal: {e}; its records stay pending");
         }
     }
 
-    /// Buffers the log entry of a change that has happened.
+    /// Journals the log entry of a change that has happened.
     pub(super) fn log_change(&self, pid: u32, change: &Change<'_>) {
         let who = self.classify(
             pid,
@@ -123,25 +114,21 @@ impl Recorder {
             tool_use_id: who.span,
             session: who.session,
         };
-        let n = {
-            let mut l = self.log.entries.lock().unwrap();
-            // Consecutive writes to one file are one entry.
-            if let Some(last) = l.last() {
-                if last.op == e.op
-                    && e.op == crate::store::Op::Write
-                    && last.path == e.path
-                    && last.pid == e.pid
-                    && last.checkpoint == e.checkpoint
-                {
-                    return;
-                }
+        // Journalled, as pre-images are: a crash of the daemon loses no entry of a change that
+        // was done (consecutive writes to one file by one process are one entry).
+        let n = match self.store.log_change(e) {
+            Ok(n) => n,
+            Err(err) => {
+                tracing::error!(
+                    "change log: {err}; an entry for {} is lost",
+                    change.path.display()
+                );
+                return;
             }
-            l.push(e);
-            l.len()
         };
         if n >= LOG_FLUSH_INLINE_AT {
             self.flush_log();
-        } else if n == LOG_FLUSH_AT {
+        } else if n % LOG_FLUSH_AT == 0 {
             self.wake_flusher();
         }
     }

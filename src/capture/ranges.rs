@@ -147,6 +147,7 @@ impl Recorder {
             size: st.st_size as u64,
             target: None,
             partial: true,
+            xattrs: super::snapshot::xattrs_at(self.root(), rel),
         };
         let id = self
             .store

@@ -9,7 +9,10 @@
 //! - with an open fd of the file ([`Change::file`](super::Change::file)) the content is read
 //!   through it and the file is not looked up again, nor any of its fds closed (see the
 //!   comment on that field);
-//! - nothing here takes a recorder lock: the callers hold the capture lock while it runs.
+//! - nothing here takes a recorder lock: the callers hold the capture lock while it runs;
+//! - a file's, directory's or special file's extended attributes are read with it (a regular
+//!   file's through the fd its content is read from); one that cannot be read is recorded as
+//!   not known (`None`), which a rewind leaves alone, rather than refusing the change.
 
 use std::ffi::OsStr;
 use std::io;
@@ -23,7 +26,7 @@ use super::adopt::Adopt;
 use super::{Op, Recorder};
 use crate::store::BlobRef;
 use crate::store::Purpose;
-use crate::store::{Actor, Kind, PreImage, Store};
+use crate::store::{Actor, Kind, PreImage, Store, Xattrs};
 use crate::sys;
 
 /// Reads the current state of `rel` beneath `root`, storing a regular file's content as a blob.
@@ -99,7 +102,11 @@ pub(super) fn snapshot_or_adopt(
     if let Adopt::Yes(gone) = adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
         if let Some(a) = store.blobs.adopt(root, rel, gone)? {
-            return Ok((a.pre_image(), a.linked.then_some(a.hash)));
+            let pre = PreImage {
+                xattrs: xattrs_at(root, rel),
+                ..a.pre_image()
+            };
+            return Ok((pre, a.linked.then_some(a.hash)));
         }
     }
     let st = match known.unwrap_or_else(|| stat_of(root, rel, file)) {
@@ -118,18 +125,23 @@ pub(super) fn snapshot_or_adopt(
         size: st.st_size as u64,
         target: None,
         partial: false,
+        xattrs: None,
     };
     Ok((
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => {
-                let (hash, size) = put_content(root, rel, store, file, st.st_size as u64)?;
+                let (hash, size, xattrs) = put_content(root, rel, store, file, st.st_size as u64)?;
                 PreImage {
                     blob: Some(BlobRef::hash(hash)),
                     size,
+                    xattrs,
                     ..base(Kind::File)
                 }
             }
-            libc::S_IFDIR => base(Kind::Dir),
+            libc::S_IFDIR => PreImage {
+                xattrs: xattrs_at(root, rel),
+                ..base(Kind::Dir)
+            },
             libc::S_IFLNK => {
                 let t = sys::readlinkat(root, rel)?;
                 PreImage {
@@ -139,6 +151,7 @@ pub(super) fn snapshot_or_adopt(
             }
             _ => PreImage {
                 size: st.st_rdev,
+                xattrs: xattrs_at(root, rel),
                 ..base(Kind::Other)
             },
         },
@@ -146,20 +159,23 @@ pub(super) fn snapshot_or_adopt(
     ))
 }
 
-/// Stores the content of regular file `rel` as a blob: its hash and the size read.
-/// `size`: what the caller's stat gave.
+/// Stores the content of regular file `rel` as a blob: its hash, the size read, and the
+/// file's extended attributes (read through the same fd). `size`: what the caller's stat gave.
 fn put_content(
     root: BorrowedFd<'_>,
     rel: &Path,
     store: &Store,
     file: Option<BorrowedFd<'_>>,
     size: u64,
-) -> io::Result<(String, u64)> {
+) -> io::Result<(String, u64, Option<Xattrs>)> {
     // Read without touching its access time: through `file` with O_NOATIME set
     // for the read, or a fresh fd opened so. Through `file` the size is the one
     // just stat'ed; a fresh fd may have found another file by now.
     match file.and_then(|fd| sys::with_noatime(fd, || store.blobs.put_fd(fd, Some(size)))) {
-        Some(got) => got,
+        Some(got) => {
+            let (hash, size) = got?;
+            Ok((hash, size, file.and_then(|fd| xattrs_of(fd, rel))))
+        }
         None => {
             let fd = sys::open_beneath(
                 root,
@@ -168,7 +184,31 @@ fn put_content(
                 0,
             )
             .or_else(|_| sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK, 0))?;
-            store.blobs.put_fd(fd.as_fd(), None)
+            let (hash, size) = store.blobs.put_fd(fd.as_fd(), None)?;
+            Ok((hash, size, xattrs_of(fd.as_fd(), rel)))
+        }
+    }
+}
+
+/// The extended attributes of `rel` (not a symlink), read through an `O_PATH` fd; `None` if
+/// they cannot be read (see the module doc).
+pub(crate) fn xattrs_at(root: BorrowedFd<'_>, rel: &Path) -> Option<Xattrs> {
+    match sys::open_beneath(root, rel, OFlags::PATH, 0) {
+        Ok(fd) => xattrs_of(fd.as_fd(), rel),
+        Err(e) => {
+            tracing::debug!("extended attributes of {} not recorded: {e}", rel.display());
+            None
+        }
+    }
+}
+
+/// The extended attributes of the file open at `fd` (`rel`: its name, for the log).
+pub(crate) fn xattrs_of(fd: BorrowedFd<'_>, rel: &Path) -> Option<Xattrs> {
+    match sys::xattrs_of(fd) {
+        Ok(pairs) => Some(Xattrs::new(pairs)),
+        Err(e) => {
+            tracing::warn!("extended attributes of {} not recorded: {e}", rel.display());
+            None
         }
     }
 }

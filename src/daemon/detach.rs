@@ -19,11 +19,9 @@ use crate::{mounts, sys};
 /// The daemon's own error message when it exits before the mount is live, or a timeout.
 pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
     let log_path = cfg.store.join(files::LOG);
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
+    let log =
+        crate::store::private::open_file(&log_path, OpenOptions::new().create(true).append(true))
+            .with_context(|| format!("opening {}", log_path.display()))?;
     let start = log.metadata()?.len();
     let exe = std::env::current_exe().context("finding the rewindfs binary")?;
     let mut cmd = Command::new(exe);

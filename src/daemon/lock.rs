@@ -18,12 +18,11 @@ pub struct StoreLock {
 
 fn open(store: &Path) -> anyhow::Result<File> {
     let lock_path = store.join(files::LOCK);
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))
+    crate::store::private::open_file(
+        &lock_path,
+        OpenOptions::new().create(true).truncate(false).write(true),
+    )
+    .with_context(|| format!("locking {}", lock_path.display()))
 }
 
 impl StoreLock {

@@ -39,7 +39,7 @@ use crate::{mounts, sys};
 /// Files the daemon keeps in the store directory.
 pub use crate::store::layout as files;
 
-/// How often buffered change-log entries and journal records reach SQLite.
+/// How often the journal's records (pre-images and change-log entries) reach SQLite.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// The parts a running daemon is made of.
@@ -59,10 +59,16 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         // Leave the caller's session so its terminal's signals do not reach us.
         let _ = rustix::process::setsid();
     }
+    // For the workspace: modes the kernel sends already carry the caller's umask. The store
+    // sets its modes explicitly (`store::private`), so this does not open it up.
     sys::clear_umask();
+    make_private(&cfg.store)?;
     let lock = StoreLock::acquire(&cfg.store)?;
     let source = mount_source(&cfg.store)?;
-    std::fs::write(cfg.store.join(files::PID), format!("{}\n", sys::getpid()))?;
+    crate::store::private::write_file(
+        &cfg.store.join(files::PID),
+        format!("{}\n", sys::getpid()).as_bytes(),
+    )?;
 
     let parts = open(&cfg)?;
     let policy = cfg.retention.policy();
@@ -124,6 +130,31 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     result
 }
 
+/// Refuses a store that belongs to someone else, and makes this one private: modes looser
+/// than 0700 / 0600 are tightened, and the log says which (design.md §3).
+pub(super) fn make_private(store: &Path) -> anyhow::Result<()> {
+    let tightened = crate::store::private::secure(store, true)?;
+    if !tightened.is_empty() {
+        let shown: Vec<String> = tightened
+            .iter()
+            .take(8)
+            .map(|p| p.display().to_string())
+            .collect();
+        tracing::warn!(
+            "the store {} was open to other users: tightened {} path(s) to 0700/0600 ({}{})",
+            store.display(),
+            tightened.len(),
+            shown.join(", "),
+            if tightened.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
 /// The store's path as the mount's source field (the mount table shows it; clients find the
 /// socket by it), which must not hold the characters that separate mount options.
 fn mount_source(store: &Path) -> anyhow::Result<String> {
@@ -154,7 +185,9 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         core: core.clone(),
         dir: cfg.dir.clone(),
     });
-    let engine = Arc::new(Engine::new(recorder.clone(), store, kernel.clone()));
+    let engine = Arc::new(
+        Engine::new(recorder.clone(), store, kernel.clone()).with_workspace(cfg.dir.clone()),
+    );
     let recovered = engine
         .recover()
         .map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;

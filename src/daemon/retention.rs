@@ -53,6 +53,8 @@ pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Re
     if !store_dir.join(crate::store::layout::DB).exists() {
         bail!("{}: no store database", store_dir.display());
     }
+    // Refused like a mount when the store is someone else's; made private all the same.
+    super::make_private(store_dir)?;
     let Some(_lock) = StoreLock::try_acquire(store_dir)? else {
         return Ok(None);
     };

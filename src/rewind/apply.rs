@@ -1,23 +1,32 @@
-//! Applying a plan: every target path set to its state, in place.
+//! Applying a plan: every target path set to its state.
 //!
-//! [`apply_plan`] makes four passes over the targets: removals deepest first, directories
-//! shallowest first, then files, symlinks and special files, then directory modes deepest
-//! first (so a read-only directory is filled before it is closed).
+//! Targets of [`Apply::Replace`] (scopes `agent` and `all`, undo) are applied by
+//! [`apply_plan`] in four passes: removals deepest first, directories shallowest first, then
+//! files, symlinks and special files, then directory modes deepest first (so a read-only
+//! directory is filled before it is closed). Targets of [`Apply::InPlace`] (scope `tool`) come
+//! after, one after the other in plan order, as the SDK's own rewind does them
+//! ([`apply_in_place`]): a file rewritten in place or unlinked, or skipped when [`look`] says
+//! it is no longer safe to touch.
 //!
 //! Invariants:
-//! - What a pass is about to overwrite, remove or create is captured first, under the
-//!   rewind's own checkpoint (`capture_for_rewind`, `capture_for_replace`), so the rewind can
-//!   be undone.
-//! - A file, symlink or special file is written under a temp name beside it and exchanged
-//!   into place: a reader sees the old state or the new one, never a mix.
+//! - What a pass is about to overwrite, remove or create, and a directory whose mode or owner
+//!   it is about to set, is captured first, under the rewind's own checkpoint
+//!   (`capture_for_rewind`, `capture_for_replace`), so the rewind can be undone exactly.
+//! - A replaced file, symlink or special file is written under a temp name beside it and
+//!   exchanged into place: a reader sees the old state or the new one, never a mix. An in-place
+//!   file keeps its inode and is not atomic: it is truncated, then written.
 //! - Applying can be repeated over a tree it left half done: a path already in its target
-//!   state is set to it again, and the temp name is the rewind's own, so finishing a rewind
-//!   after a crash replaces a half-written temp (see `recovery.rs`).
-//! - Every path is workspace-relative and resolved beneath the root fd, never as a string.
+//!   state is set to it again (an in-place file is truncated and written again), and the temp
+//!   name is the rewind's own, so finishing a rewind after a crash replaces a half-written temp
+//!   (see `recovery.rs`).
+//! - Every path is workspace-relative and resolved beneath the root fd, never as a string, and
+//!   never through a symlink.
 //! - The caller holds the capture gate (or runs before the mount serves): nothing else
 //!   changes the tree between the passes.
 //! - Owners are restored only when the daemon runs as root; elsewhere a chown could only
-//!   fail, and the rewind does not fail for it.
+//!   fail, and the rewind does not fail for it. An in-place file keeps its owner (the SDK's
+//!   does); one it creates gets the target's. Extended attributes are given exactly as
+//!   recorded (see `attrs.rs` for which), after the owner and before the mode.
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -27,12 +36,23 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::OFlags;
+use rustix::fs::{OFlags, Stat};
 
-use super::Target;
+use super::{Target, attrs};
 use crate::capture::Recorder;
-use crate::store::{Kind, Store};
+use crate::store::{Apply, Kind, Store};
 use crate::sys;
+
+/// What applying in-place targets left alone: the paths it skipped as no longer safe to touch
+/// (counted in `skippedLinks`, as the SDK counts them) and those already as wanted (an absent
+/// target with nothing there). Replaced targets are always applied.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// Skipped by the safety check.
+    pub(super) skipped: HashSet<Vec<u8>>,
+    /// Skipped, or nothing to do.
+    pub(super) untouched: HashSet<Vec<u8>>,
+}
 
 /// Sets every target path to its state (see the module doc for the passes and their order).
 ///
@@ -44,16 +64,173 @@ pub(super) fn apply_plan(
     store: &Store,
     targets: &[Target],
     id: &str,
-) -> io::Result<()> {
-    // The sorts are stable and each starts from the previous order: keep their sequence.
-    let mut order: Vec<&Target> = targets.iter().collect();
-    order.sort_by_key(|t| Reverse(depth(&t.path)));
-    remove_what_goes(rec, &order)?;
-    order.sort_by_key(|t| depth(&t.path));
-    make_dirs(rec, &order)?;
-    write_entries(rec, store, &order, id)?;
-    order.sort_by_key(|t| Reverse(depth(&t.path)));
-    set_dir_modes(rec.root(), &order)
+) -> io::Result<Applied> {
+    let (in_place, mut order): (Vec<&Target>, Vec<&Target>) =
+        targets.iter().partition(|t| t.apply == Apply::InPlace);
+    if !order.is_empty() {
+        // The sorts are stable and each starts from the previous order: keep their sequence.
+        order.sort_by_key(|t| Reverse(depth(&t.path)));
+        remove_what_goes(rec, &order)?;
+        order.sort_by_key(|t| depth(&t.path));
+        make_dirs(rec, &order)?;
+        write_entries(rec, store, &order, id)?;
+        order.sort_by_key(|t| Reverse(depth(&t.path)));
+        set_dir_modes(rec, &order)?;
+    }
+    apply_in_place(rec, store, &in_place)
+}
+
+/// What is at a path a rewind would touch in place, by the SDK's safety check (`lstat` of the
+/// path, then its parent's real path against the one recorded with the backup).
+pub(super) enum There {
+    /// Not to be touched: a symlink, not a regular file, several links, or beneath a symlink
+    /// or a non-directory (the parent was replaced by a link: "parent directory moved").
+    Refused,
+    /// Nothing, beneath real directories or where they are missing (a parent renamed away:
+    /// the rewind makes them again).
+    Absent,
+    /// A regular file with one link, beneath real directories.
+    File(Stat),
+}
+
+/// The safety check of a path before a tool-scope rewind touches it (see [`There`]).
+///
+/// # Errors
+/// File-system errors other than a missing or unresolvable path.
+pub(super) fn look(root: BorrowedFd<'_>, rel: &Path) -> io::Result<There> {
+    let refused = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP));
+    let comps: Vec<_> = rel.components().collect();
+    let mut acc = PathBuf::new();
+    for c in &comps[..comps.len().saturating_sub(1)] {
+        acc.push(c);
+        match sys::lstat_beneath(root, &acc) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+            Ok(_) => return Ok(There::Refused),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(There::Absent),
+            Err(e) if refused(&e) => return Ok(There::Refused),
+            Err(e) => return Err(e),
+        }
+    }
+    match sys::lstat_beneath(root, rel) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink <= 1 => {
+            Ok(There::File(st))
+        }
+        Ok(_) => Ok(There::Refused),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(There::Absent),
+        Err(e) if refused(&e) => Ok(There::Refused),
+        Err(e) => Err(e),
+    }
+}
+
+/// The in-place targets (scope `tool`), one after the other in plan order, as the SDK's own
+/// rewind: each path checked again ([`look`]) and skipped if it must not be touched; an absent
+/// target unlinks the file; a file target rewrites it in place ([`restore_in_place`]).
+///
+/// # Errors
+/// The first failure; the paths before it are done. The rewind stays 'applying', and the next
+/// mount applies the plan again (a file it left half written is written again).
+fn apply_in_place(rec: &Recorder, store: &Store, targets: &[&Target]) -> io::Result<Applied> {
+    let root = rec.root();
+    let mut applied = Applied::default();
+    for (i, t) in targets.iter().enumerate() {
+        let rel = t.rel();
+        let there =
+            look(root, rel).map_err(|e| sys::ctx(e, format!("looking at {}", rel.display())))?;
+        let done = match (there, t.kind()) {
+            (There::Refused, _) => {
+                applied.skipped.insert(t.path.clone());
+                false
+            }
+            (There::Absent, Kind::Absent) => false,
+            (There::File(_), Kind::Absent) => {
+                rec.capture_for_replace(rel)?;
+                match sys::unlinkat(root, rel, false) {
+                    Ok(()) => {
+                        rec.replaced(rel);
+                        true
+                    }
+                    Err(e) => {
+                        rec.not_replaced(rel);
+                        return Err(sys::ctx(e, format!("removing {}", rel.display())));
+                    }
+                }
+            }
+            (_, Kind::File) => {
+                let done = restore_in_place(rec, store, rel, t, i)
+                    .map_err(|e| sys::ctx(e, format!("restoring {}", rel.display())))?;
+                if !done {
+                    applied.skipped.insert(t.path.clone());
+                }
+                done
+            }
+            (_, kind) => {
+                return Err(io::Error::other(format!(
+                    "{}: an in-place target must be a file or absent, not {}",
+                    rel.display(),
+                    kind.as_str()
+                )));
+            }
+        };
+        if !done {
+            applied.untouched.insert(t.path.clone());
+        }
+    }
+    Ok(applied)
+}
+
+/// Rewrites the file at `rel` in place with target `t` (the `i`th in-place target), as the
+/// SDK does: opened `O_WRONLY|O_CREAT|O_NOFOLLOW|O_NONBLOCK` (its missing parents made first if
+/// needed), checked to be a regular file with one link, truncated, written, given the target's
+/// mode. Returns false (nothing changed) when what it opened is not such a file.
+fn restore_in_place(
+    rec: &Recorder,
+    store: &Store,
+    rel: &Path,
+    t: &Target,
+    i: usize,
+) -> io::Result<bool> {
+    let root = rec.root();
+    rec.capture_for_rewind(rel)?;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK;
+    let open = || sys::open_beneath(root, rel, flags, t.mode & 0o777);
+    let created = sys::lstat_beneath_opt(root, rel)?.is_none();
+    let fd = match open() {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            ensure_parents(rec, rel)?;
+            open()?
+        }
+        // Became a symlink, a FIFO or a directory: the SDK refuses it too.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP | libc::ENXIO | libc::EISDIR | libc::ENOTDIR)
+            ) =>
+        {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let st = sys::fstat(fd.as_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink > 1 {
+        return Ok(false);
+    }
+    if created && sys::geteuid() == 0 {
+        let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);
+    }
+    sys::ftruncate(fd.as_fd(), 0)?;
+    if crate::faults::fail_rewind_after() == Some(i) {
+        return Err(io::Error::other(
+            "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated",
+        ));
+    }
+    // Hashed while copied: a blob changed since the plan read it is never written (the file,
+    // truncated, is finished by the next attempt or the next mount).
+    if let Some(hash) = &t.blob {
+        store.blobs.copy_verified(hash, fd.as_fd())?;
+    }
+    sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
+    Ok(true)
 }
 
 /// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
@@ -131,13 +308,20 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
     Ok(())
 }
 
-/// Pass 4, deepest first: directory modes and owners, once nothing more is written into them.
-fn set_dir_modes(root: BorrowedFd<'_>, order: &[&Target]) -> io::Result<()> {
+/// Pass 4, deepest first: directory modes, owners and extended attributes, once nothing more
+/// is written into them.
+/// A directory that was already there is captured first (one made in pass 2 was captured as
+/// absent then): without it, an undo would not know the mode and owner it had.
+fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
+    let root = rec.root();
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
+        rec.capture_for_rewind(rel)?;
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }
+        // After the owner (a chown drops some), before the mode (an ACL sets group bits).
+        attrs::restore_at(root, rel, t.xattrs.as_ref());
         sys::chmodat(root, rel, t.mode & 0o7777)?;
     }
     Ok(())
@@ -234,11 +418,9 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                 }
                 r => r?,
             };
+            // Hashed while copied: a blob changed since the plan read it is never put in place.
             if let Some(hash) = &t.blob {
-                if let Some(src) = store.blobs.open_blob(hash)? {
-                    let len = src.metadata()?.len();
-                    sys::copy_all(src.as_fd(), fd.as_fd(), len)?;
-                }
+                store.blobs.copy_verified(hash, fd.as_fd())?;
             }
             if sys::geteuid() == 0 {
                 let _ = rustix::fs::fchown(
@@ -247,6 +429,8 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                     Some(rustix::fs::Gid::from_raw(t.gid)),
                 );
             }
+            // After the owner (a chown drops security.capability), before the mode.
+            attrs::restore(fd.as_fd(), tmp, t.xattrs.as_ref());
             sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
         }
         Kind::Symlink => {
@@ -263,6 +447,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
             if sys::geteuid() == 0 {
                 let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
             }
+            attrs::restore_at(root, tmp, t.xattrs.as_ref());
             sys::chmodat(root, tmp, t.mode & 0o7777)?;
         }
     }

@@ -40,7 +40,7 @@ use crate::store::bundle::{
 };
 use crate::store::{
     Actor, BlobRef, Capture, CheckpointKind, Kind, Move, Op, Origin, OriginKind, PreImage, Purpose,
-    now_ms,
+    Xattrs, now_ms,
 };
 use crate::sys;
 
@@ -174,10 +174,12 @@ impl Engine {
             if w.has_blob(h) {
                 continue;
             }
-            let mut src: Box<dyn Read> = match self.store.blobs.open_blob(h)? {
-                Some(f) => Box::new(f),
-                None => Box::new(io::empty()),
-            };
+            // The writer reads the blob's `size` bytes and checks them against its name itself
+            // (a mismatch fails the export, which leaves no bundle behind).
+            let mut src =
+                self.store.blobs.stream_verified(h).map_err(|e| {
+                    RewindError::Refused(format!("export: blob {h} of the store: {e}"))
+                })?;
             w.blob(h, size as u64, &mut src)
                 .map_err(|e| RewindError::Refused(format!("export: blob {h} of the store: {e}")))?;
         }
@@ -266,6 +268,8 @@ impl Engine {
             c.insert("partial".into(), Value::from(0));
             c.insert("blob".into(), Value::Null);
             c.insert("target".into(), Value::Null);
+            // Not recorded (an absent path, a symlink) unless read below, as capture does.
+            c.insert("xattrs".into(), Value::Null);
             let st = sys::lstat_beneath_opt(self.root(), rel)?;
             let Some(st) = st else {
                 c.insert("kind".into(), Value::from(Kind::Absent.as_str()));
@@ -303,9 +307,14 @@ impl Engine {
                         h
                     };
                     c.insert("blob".into(), Value::from(hash));
+                    c.insert("xattrs".into(), xattrs_value(super::attrs::read(f.as_fd())));
                     Kind::File
                 }
-                libc::S_IFDIR => Kind::Dir,
+                libc::S_IFDIR => {
+                    let x = super::attrs::read_at(self.root(), rel);
+                    c.insert("xattrs".into(), xattrs_value(x));
+                    Kind::Dir
+                }
                 libc::S_IFLNK => {
                     let t = sys::readlinkat(self.root(), rel)?;
                     c.insert("target".into(), blob_value(t.as_bytes()));
@@ -313,6 +322,8 @@ impl Engine {
                 }
                 _ => {
                     c.insert("size".into(), Value::from(st.st_rdev));
+                    let x = super::attrs::read_at(self.root(), rel);
+                    c.insert("xattrs".into(), xattrs_value(x));
                     Kind::Other
                 }
             };
@@ -426,6 +437,7 @@ fn history_of(rows: &[Row]) -> History {
                 size: r.int("size").unwrap_or(0) as u64,
                 target: r.bytes("target"),
                 partial: r.int("partial").unwrap_or(0) != 0,
+                xattrs: r.bytes("xattrs").and_then(|b| Xattrs::decode(&b)),
             },
             actor: r.text("actor").map_or(Actor::External, Actor::parse),
             actors: r.int("actors").unwrap_or(0) as u8,
@@ -452,6 +464,11 @@ fn history_of(rows: &[Row]) -> History {
         .collect();
     moves.sort_by_key(|m| m.seq);
     History { by_path, moves }
+}
+
+/// `captures.xattrs` in a bundle row: its stored form as a BLOB, or NULL (not recorded).
+fn xattrs_value(x: Option<Xattrs>) -> Value {
+    x.map_or(Value::Null, |x| blob_value(&x.encode()))
 }
 
 /// The origin an import records on the first checkpoint it adds.

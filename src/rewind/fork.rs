@@ -186,8 +186,9 @@ impl Engine {
     }
 
     /// Writes a file entry's content into `fd` (new and empty), from where it is: a reflink
-    /// or an in-kernel copy of the present file or of the blob, or the range chain streamed.
-    /// Returns the bytes written.
+    /// or an in-kernel copy of the present file, a copy of the blob hashed as it is made, or
+    /// the range chain streamed (its base blob verified at its end). Returns the bytes
+    /// written; an error (a blob that does not hash to its name among them) fails the fork.
     fn write_content(&self, past: &Past, e: &Entry, fd: BorrowedFd<'_>) -> io::Result<u64> {
         let copy_from = |src: OwnedFd| -> io::Result<u64> {
             let len = sys::fstat(src.as_fd())?.st_size as u64;
@@ -204,10 +205,8 @@ impl Engine {
                     0,
                 )?)
             }
-            Source::Blob(h) => match self.store.blobs.open_blob(h)? {
-                Some(f) => copy_from(OwnedFd::from(f)),
-                None => Ok(0),
-            },
+            // Copied while hashed: a blob that does not hash to its name fails the fork.
+            Source::Blob(h) => self.store.blobs.copy_verified(h, fd),
             Source::Chain(..) | Source::Saved => {
                 let mut src = self
                     .content(past, e)

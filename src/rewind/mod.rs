@@ -1,16 +1,20 @@
-//! Rewind: plan (dry run) and apply a rewind, undo the last one, diff, and finish one a crash
-//! interrupted.
+//! Rewind: plan (dry run) and apply a rewind, undo and redo rewinds (a stack), diff, and finish
+//! one a crash interrupted.
 //!
 //! # Layout
-//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `undo`, `gc`) with
-//!   the locking around them;
+//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `gc`) with the
+//!   locking around them;
 //! - `history.rs`: the history of a path through captures and renames (what it was at a
 //!   checkpoint);
 //! - `patched.rs`: completing a range pre-image (the range-chain reader);
 //! - `filter.rs`: which paths a request names;
 //! - `plan.rs`: planning — which paths change, and to what;
+//! - `tool.rs`: scope `tool`, the SDK's own rewind path by path (its answers, its skips, its
+//!   test of what differs);
 //! - `apply.rs`: applying a plan to the tree;
+//! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
+//! - `stack.rs`: undo and redo, and their check for changes made since by others;
 //! - `diff.rs`: the diff text and the line counts;
 //! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
 //!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses;
@@ -26,9 +30,9 @@
 //! **Applying.** Every target is first made self-contained (a pre-image with its content in a
 //! blob), journalled as the rewind's plan, and each path's current state is captured under the
 //! rewind's own checkpoint before it is overwritten — so a rewind can be undone, and a crash
-//! in the middle is finished at the next mount. Files are written beside and exchanged with
-//! the current ones (atomic per file); writers through the mount are held off for the whole
-//! rewind.
+//! in the middle is finished at the next mount. Scopes `agent` and `all` write files beside the
+//! current ones and exchange them (atomic per file); scope `tool` rewrites them in place (same
+//! inode), as the SDK does. Writers through the mount are held off for the whole rewind.
 //!
 //! # Invariants
 //! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
@@ -42,6 +46,7 @@
 //!   (`Engine::discard`).
 
 mod apply;
+mod attrs;
 mod carry;
 mod diff;
 mod filter;
@@ -53,6 +58,8 @@ mod patched;
 mod plan;
 mod recovery;
 mod session;
+mod stack;
+mod tool;
 
 use std::ffi::OsStr;
 use std::io;
@@ -70,9 +77,19 @@ pub use self::fork::ForkReport;
 pub use self::omitted::Omitted;
 pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
+pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
 pub use crate::store::Scope;
-use crate::store::{Actor, BlobRef, Kind, PreImage, RewindScope, RewindState, Store};
+use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, Store};
+
+/// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
+/// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
+fn unusable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
+    RewindError::Failed(format!(
+        "{}: its content at checkpoint {checkpoint} cannot be restored: {e}; nothing was changed (`rewindfs fsck` checks the whole store)",
+        String::from_utf8_lossy(path)
+    ))
+}
 
 /// Actor bits whose changes a scope restores (for agent/all).
 fn inside(scope: Scope) -> u8 {
@@ -104,6 +121,17 @@ pub enum RewindError {
          you can rewind to (`rewindfs rewind UUID`)"
     )]
     NothingToUndo,
+    /// `redo` with no undone rewind left to redo.
+    #[error(
+        "there is no rewind to redo: nothing was undone since the last rewind (a new rewind \
+         clears what can be redone), or gc dropped what redoing it needs; `rewindfs list` shows \
+         the rewinds and what undo or redo does next"
+    )]
+    NothingToRedo,
+    /// An undo or redo refused: someone other than rewindfs changed what it would change (the
+    /// message names them, and says how to go on).
+    #[error("{0}")]
+    Conflicts(String),
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -189,6 +217,8 @@ impl Target {
             gid: pre.gid,
             target: pre.target.clone(),
             rdev: if pre.kind == Kind::Other { pre.size } else { 0 },
+            apply: Apply::Replace,
+            xattrs: pre.xattrs.clone(),
         }
     }
 
@@ -209,22 +239,49 @@ pub struct Outcome {
     pub can_rewind: bool,
     /// Why it cannot.
     pub error: Option<String>,
-    /// Workspace-relative paths the rewind changes, sorted.
+    /// Workspace-relative paths the rewind changes (a real rewind: changed). Scope `tool`: a
+    /// dry run's are the SDK's list, in tracked order (see `tool.rs`); a real rewind's, the
+    /// paths it changed, in the order it changed them. Other scopes: sorted.
     pub files_changed: Vec<String>,
-    /// Lines the rewind adds, current → target (0 for binary content).
+    /// Lines the rewind adds to those paths, current → target, counted as the SDK counts
+    /// them (binary content too).
     pub insertions: u64,
     /// Lines the rewind removes.
     pub deletions: u64,
     /// Paths changed by the agent and by someone else since the checkpoint, sorted.
     pub conflicts: Vec<String>,
-    /// Symlinks the `tool` scope left alone.
+    /// Paths the `tool` scope leaves alone, as the SDK does (a symlink, not a regular file, hard
+    /// linked, beneath a symlink or a non-directory); a dry run counts those it would.
     pub skipped_links: u64,
     /// The id of the rewind applied (or, for an undo, undone).
     pub rewind_id: Option<String>,
-    /// What the rewind sets each changed path to, in path order.
+    /// What the rewind sets each changed path to: in path order, or (scope `tool`) in
+    /// tracked order.
     pub targets: Vec<Target>,
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
+    /// The lines each target adds and removes (parallel to `targets`).
+    pub(super) lines: Vec<(u64, u64)>,
+}
+
+impl Outcome {
+    /// After a tool-scope rewind is applied: the paths it changed, their lines, and the ones it
+    /// skipped after all (made unsafe by its own earlier steps).
+    fn settle(&mut self, applied: &apply::Applied) {
+        self.files_changed.clear();
+        self.insertions = 0;
+        self.deletions = 0;
+        for (t, (i, d)) in self.targets.iter().zip(&self.lines) {
+            if applied.untouched.contains(&t.path) {
+                continue;
+            }
+            self.files_changed
+                .push(String::from_utf8_lossy(&t.path).into_owned());
+            self.insertions += i;
+            self.deletions += d;
+        }
+        self.skipped_links += applied.skipped.len() as u64;
+    }
 }
 
 /// The kernel side of a rewind: flush what the kernel still holds, and invalidate what it
@@ -252,6 +309,9 @@ pub struct Engine {
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
     scratch: Mutex<Vec<BlobRef>>,
+    /// The workspace's absolute path (the mount is in place): the tool scope follows an
+    /// absolute symlink into it as the SDK would (see `tool.rs`). Set once, at start.
+    workspace: Option<PathBuf>,
 }
 
 impl Engine {
@@ -263,7 +323,15 @@ impl Engine {
             kernel,
             apply: Mutex::new(()),
             scratch: Mutex::default(),
+            workspace: None,
         }
+    }
+
+    /// The same engine, told the workspace's absolute path (the mount point).
+    #[must_use]
+    pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
+        self.workspace = Some(dir);
+        self
     }
 
     /// The workspace's root fd, which every path is resolved beneath.
@@ -316,13 +384,25 @@ impl Engine {
             let applied =
                 self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out.targets);
             self.discard();
-            applied?;
             changed = out
                 .targets
                 .iter()
                 .map(|t| t.rel().to_path_buf())
                 .collect::<Vec<_>>();
+            // Failed or not, the kernel hears of what may have changed: a failure part-way
+            // leaves some paths done (and a file restored in place maybe cut short).
             self.kernel.replaced(&changed);
+            let applied = match applied {
+                Ok(a) => a,
+                Err(e) => {
+                    drop(_gate);
+                    self.kernel.invalidate(&changed);
+                    return Err(e);
+                }
+            };
+            if req.scope == Scope::Tool {
+                out.settle(&applied);
+            }
             t3 = t0.elapsed();
             out.rewind_id = Some(id);
             out
@@ -410,66 +490,5 @@ impl Engine {
             }
         }
         Ok(self.recorder.gc(policy, full, hold_from)?)
-    }
-
-    /// Undoes the last rewind that has not been undone: every path it captured under its own
-    /// checkpoint goes back to what it captured.
-    ///
-    /// # Errors
-    /// `Failed` when there is nothing to undo, and for store and file-system errors.
-    pub fn undo(&self) -> Result<Outcome, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(last) = self.store.last_done_rewind()? else {
-            return Err(RewindError::NothingToUndo);
-        };
-        let cp = self
-            .store
-            .checkpoint_by_seq(last.checkpoint)?
-            .ok_or(RewindError::NoCheckpoint)?;
-        let req = Request {
-            user_message_id: cp.uuid,
-            dry_run: false,
-            scope: Scope::All,
-            force: true,
-            paths: Vec::new(),
-            session_id: None,
-        };
-        // Exactly the paths the rewind touched: its targets, the parents it created and what it
-        // removed beneath them — every path it captured under its own checkpoint.
-        let touched = self
-            .store
-            .captures_in(last.checkpoint)?
-            .into_iter()
-            .filter(|c| c.actor == Actor::Rewind)
-            .map(|c| c.path)
-            .collect();
-        let filter = Filter::exactly(touched);
-        self.kernel.flush();
-        let (out, changed) = {
-            let _gate = self.recorder.exclusive();
-            let planned = self.plan(last.checkpoint, None, &req, &filter);
-            let mut out = match planned {
-                Ok(out) => out,
-                Err(e) => {
-                    self.discard();
-                    return Err(e);
-                }
-            };
-            let id = uuid::Uuid::new_v4().to_string();
-            let applied = self.apply_targets(&id, &last.id, RewindScope::Undo, &out.targets);
-            self.discard();
-            applied?;
-            self.store.set_rewind_state(&last.id, RewindState::Undone)?;
-            out.rewind_id = Some(last.id.clone());
-            let changed = out
-                .targets
-                .iter()
-                .map(|t| t.rel().to_path_buf())
-                .collect::<Vec<_>>();
-            self.kernel.replaced(&changed);
-            (out, changed)
-        };
-        self.kernel.invalidate(&changed);
-        Ok(out)
     }
 }

@@ -18,8 +18,11 @@
 //! - A look holds the engine's `apply` lock (no rewind or gc meanwhile: gc could remove a blob
 //!   being read, a rewind change the present being compared with) after the kernel's dirty
 //!   data is flushed, so what the kernel holds counts as the present.
-//! - The content of a complete pre-image read whole is checked against its hash (a damaged
-//!   blob is an error, never shown as the past).
+//! - Every blob is read verified (`store/blobs.rs`): a complete pre-image is streamed by
+//!   [`BlobStream`](crate::store::blobs::BlobStream), and a range chain's base blob by the
+//!   chain reader, each reporting its end only once the whole blob hashes to its name; what
+//!   was read is used (shown, compared, written out) only after that end, so a damaged or
+//!   missing blob is an error naming the path and the checkpoint, never shown as the past.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -323,7 +326,9 @@ impl Engine {
         Ok(out)
     }
 
-    /// A reader of a file entry's content, from where it is (nothing is copied).
+    /// A reader of a file entry's content, from where it is (nothing is copied). Blobs are
+    /// verified as they are read (see the module doc): nothing read may be used before the
+    /// read that returns 0, and a read error is one to report with [`unreadable`].
     ///
     /// # Errors
     /// The blob or file cannot be opened; a range chain cannot be read.
@@ -332,13 +337,11 @@ impl Engine {
         past: &'a Past,
         e: &Entry,
     ) -> Result<Box<dyn Read + 'a>, RewindError> {
+        let unreadable = |err: io::Error| unreadable(&e.path, &past.uuid, err);
         Ok(match &e.source {
             Source::Saved => Box::new(io::empty()),
-            Source::Blob(h) => match self.store.blobs.open_blob(h)? {
-                Some(f) => Box::new(f),
-                None => Box::new(io::empty()),
-            },
-            Source::Chain(c, at) => Box::new(self.chain(&past.hist, c, at)?),
+            Source::Blob(h) => Box::new(self.store.blobs.stream_verified(h).map_err(unreadable)?),
+            Source::Chain(c, at) => Box::new(self.chain(&past.hist, c, at, &unreadable)?),
             Source::Tree(at) if e.kind == Kind::File => {
                 let rel = Path::new(OsStr::from_bytes(at));
                 let fd = sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
@@ -349,18 +352,12 @@ impl Engine {
         })
     }
 
-    /// Reads a file entry whole: its content, checked against its blob's hash when it is one.
+    /// Reads a file entry whole (its blobs verified).
     fn read_whole(&self, past: &Past, e: &Entry) -> Result<Vec<u8>, RewindError> {
         let mut buf = Vec::with_capacity(e.size.min(1 << 26) as usize);
-        self.content(past, e)?.read_to_end(&mut buf)?;
-        if let Some(h) = e.known_hash() {
-            if blake3::hash(&buf).to_hex().as_str() != h {
-                return Err(RewindError::Refused(format!(
-                    "{}: the store's copy (blob {h}) is damaged: its content does not hash to its name; run `rewindfs fsck`",
-                    String::from_utf8_lossy(&e.path)
-                )));
-            }
-        }
+        self.content(past, e)?
+            .read_to_end(&mut buf)
+            .map_err(|err| unreadable(&e.path, &past.uuid, err))?;
         Ok(buf)
     }
 
@@ -393,14 +390,16 @@ impl Engine {
                 Some(h) => (Some(h.to_string()), None),
                 None => {
                     let mut h = blake3::Hasher::new();
-                    io::copy(&mut self.content(&past, &entry)?, &mut h)?;
+                    io::copy(&mut self.content(&past, &entry)?, &mut h)
+                        .map_err(|err| unreadable(q, &past.uuid, err))?;
                     (Some(h.finalize().to_hex().to_string()), None)
                 }
             },
             Want::Bytes { offset, length } => {
-                // One pass: the whole content is hashed, the part asked for kept.
+                // One pass, to the end (which verifies a blob): the whole content is hashed
+                // (unless the store knows the hash), the part asked for kept.
                 let mut src = self.content(&past, &entry)?;
-                let mut h = blake3::Hasher::new();
+                let mut h = entry.known_hash().is_none().then(blake3::Hasher::new);
                 let mut kept = Vec::new();
                 let end = length.map_or(u64::MAX, |l| offset.saturating_add(l));
                 let mut pos = 0u64;
@@ -410,25 +409,22 @@ impl Engine {
                         Ok(0) => break,
                         Ok(n) => n,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(unreadable(q, &past.uuid, e)),
                     };
-                    h.update(&buf[..n]);
+                    if let Some(h) = &mut h {
+                        h.update(&buf[..n]);
+                    }
                     let (lo, hi) = (pos.max(offset), (pos + n as u64).min(end));
                     if lo < hi {
                         kept.extend_from_slice(&buf[(lo - pos) as usize..(hi - pos) as usize]);
                     }
                     pos += n as u64;
                 }
-                let hash = h.finalize().to_hex().to_string();
-                if let Some(want) = entry.known_hash() {
-                    if want != hash {
-                        return Err(RewindError::Refused(format!(
-                            "{}: the store's copy (blob {want}) is damaged: its content does not hash to its name; run `rewindfs fsck`",
-                            path.display()
-                        )));
-                    }
-                }
-                (Some(hash), Some(kept))
+                let hash = h.map_or_else(
+                    || entry.known_hash().map(str::to_string),
+                    |h| Some(h.finalize().to_hex().to_string()),
+                );
+                (hash, Some(kept))
             }
         };
         Ok(Shown {
@@ -541,6 +537,15 @@ impl Engine {
         }
         Ok(out)
     }
+}
+
+/// A file's content at a checkpoint that cannot be read (a blob missing or damaged, a range
+/// chain that cannot be completed): which path, which checkpoint, and (in `e`) which blob.
+pub(super) fn unreadable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
+    RewindError::Refused(format!(
+        "{}: its content at checkpoint {checkpoint} cannot be read: {e} (`rewindfs fsck` checks the whole store)",
+        String::from_utf8_lossy(path)
+    ))
 }
 
 /// A directory's name in a message (`.` for the workspace itself).

@@ -42,8 +42,14 @@ impl Engine {
         c: &Capture,
         at: &[u8],
     ) -> Result<PreImage, RewindError> {
-        let reader = self.chain(hist, c, at)?;
-        let (hash, size) = self.store.blobs.put_reader(reader)?;
+        // A saved range or base that is missing or corrupt stops the plan, naming where.
+        let unusable_here = |e: io::Error| {
+            let cp = self.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
+            let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
+            super::unusable(&c.path, &cp, e)
+        };
+        let reader = self.chain(hist, c, at, &unusable_here)?;
+        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
         self.scratch
             .lock()
             .unwrap()
@@ -59,11 +65,16 @@ impl Engine {
     /// A reader of the full pre-image of range capture `c` of the file known as `at` (see
     /// [`Engine::materialize`]), streamed from the chain: nothing is copied to answer it. Used
     /// by a rewind's plan (into a blob) and by `show` and `fork` (straight to their output).
+    /// A blob at the chain's end that cannot be opened is an error made by `unusable`; what
+    /// is read is verified as it goes (a saved range when it is loaded, the blob at the end
+    /// once the reader reaches the end), so nothing read from it may be used before the read
+    /// that returns 0.
     pub(super) fn chain(
         &self,
         hist: &History,
         c: &Capture,
         at: &[u8],
+        unusable: &dyn Fn(io::Error) -> RewindError,
     ) -> Result<Patched<'_>, RewindError> {
         let mut layers = Vec::new();
         let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
@@ -75,7 +86,7 @@ impl Engine {
             });
             match hist.lineage_from(&cur_at, (cur.id, 0)) {
                 Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
-                Lineage::Pre(p) => break self.blob_base(&p)?,
+                Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable)?,
                 Lineage::Current(now) => {
                     let rel = Path::new(OsStr::from_bytes(&now));
                     break match sys::open_beneath(
@@ -106,8 +117,8 @@ impl Engine {
     /// file, or nothing (zeros) for an absent path, a directory or the empty blob.
     fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
         Ok(match (&p.kind, &p.blob) {
-            (Kind::File, Some(h)) => match self.store.blobs.open_blob(h)? {
-                Some(f) => Base::File(f),
+            (Kind::File, Some(h)) => match self.store.blobs.open_verified(h)? {
+                Some(b) => Base::Blob(b),
                 None => Base::None, // the empty blob
             },
             _ => Base::None,
@@ -119,8 +130,10 @@ impl Engine {
 enum Base {
     /// No file: zeros.
     None,
-    /// An open file (a blob, or the file as it is now).
+    /// The file as it is now.
     File(std::fs::File),
+    /// A blob, verified once read to its end (see [`crate::store::blobs::BlobReader`]).
+    Blob(crate::store::blobs::BlobReader),
 }
 
 /// One range pre-image in a chain of them (see [`Patched`]): the bytes it saved and the size
@@ -151,7 +164,7 @@ impl Patched<'_> {
         let r = &layer.ranges[i];
         if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
             let data = match &r.content {
-                crate::store::RangeContent::Blob(h) => self.store.blobs.read(h)?,
+                crate::store::RangeContent::Blob(h) => self.store.blobs.read_verified(h)?,
                 crate::store::RangeContent::Inline(d) => d.clone(),
             };
             if data.len() as u64 != r.length {
@@ -177,9 +190,9 @@ impl Patched<'_> {
     }
 
     /// Reads from the base at `pos`, up to `end`; zero past its end.
-    fn read_base(&self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
+    fn read_base(&mut self, end: u64, buf: &mut [u8]) -> io::Result<usize> {
         let n = (end - self.pos) as usize;
-        let got = match &self.base {
+        let got = match &mut self.base {
             Base::File(f) => {
                 use std::os::unix::fs::FileExt;
                 let mut k = 0;
@@ -189,6 +202,16 @@ impl Patched<'_> {
                         Ok(m) => k += m,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(e),
+                    }
+                }
+                k
+            }
+            Base::Blob(b) => {
+                let mut k = 0;
+                while k < n {
+                    match b.read_at(&mut buf[k..n], self.pos + k as u64)? {
+                        0 => break,
+                        m => k += m,
                     }
                 }
                 k
@@ -204,6 +227,10 @@ impl io::Read for Patched<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let size = self.layers.first().map_or(0, |l| l.size);
         if self.pos >= size || buf.is_empty() {
+            if let Base::Blob(b) = &mut self.base {
+                // Not a byte of it is used unless all of it hashes to its name.
+                b.finish()?;
+            }
             return Ok(0);
         }
         // This read stops before the first place where the layer that answers changes.

@@ -1,10 +1,11 @@
 //! Planning a rewind: which paths it changes, and to what.
 //!
-//! [`Engine::plan`] runs in named steps: the state wanted for each path the scope covers
-//! ([`Engine::wanted_by_tool`] for `tool`, [`Engine::wanted_by_actors`] for `agent` and
-//! `all`; design.md §2), then only the paths whose wanted state differs from the present
-//! become targets, with their line counts ([`Engine::keep_differing`]), then an `agent`
-//! rewind over someone else's changes is refused unless forced ([`refuse_on_conflicts`]).
+//! [`Engine::plan`] runs in named steps. Scope `tool` is the SDK's own rewind, path by path
+//! ([`Engine::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (design.md §2): the state
+//! wanted for each path the scope covers ([`Engine::wanted_by_actors`]), then only the paths
+//! whose wanted state differs from the present become targets, with their line counts
+//! ([`Engine::keep_differing`]), then an `agent` rewind over someone else's changes is refused
+//! unless forced ([`refuse_on_conflicts`]).
 //!
 //! Invariants:
 //! - Planning never changes the tree; it only writes blobs. A real rewind plans under the
@@ -13,8 +14,8 @@
 //!   completed from range pre-images is stored as a blob, and a file target always names a
 //!   blob (the empty one for an empty file), so applying a plan never reads the tree it
 //!   rewrites. Blobs put together for a plan go on the engine's scratch list, for `discard`.
-//! - Every target differs from the present; targets are in path order, and the outcome's
-//!   `files_changed` and `conflicts` are sorted.
+//! - Scopes `agent` and `all`: every target differs from the present; targets are in path
+//!   order, and the outcome's `files_changed` and `conflicts` are sorted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -25,13 +26,14 @@ use std::path::Path;
 
 use rustix::fs::OFlags;
 
+use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
-use crate::store::{Actor, Kind, PreImage, Tracked};
+use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
 
 /// Path → the state the rewind should give it, in path order.
@@ -56,93 +58,18 @@ impl Engine {
             can_rewind: true,
             ..Default::default()
         };
-        let wanted = match req.scope {
-            Scope::Tool => self.wanted_by_tool(c, session, &hist, filter, &mut out)?,
+        match req.scope {
+            Scope::Tool => self.plan_tool(c, session, &hist, filter, req.dry_run, &mut out)?,
             Scope::Agent | Scope::All => {
-                self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?
+                let wanted =
+                    self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?;
+                self.keep_differing(wanted, &req.user_message_id, &mut out)?;
+                out.files_changed.sort();
             }
-        };
+        }
         out.conflicts.sort();
-        self.keep_differing(wanted, &mut out)?;
-        out.files_changed.sort();
         refuse_on_conflicts(req, &mut out);
         Ok(out)
-    }
-
-    /// Scope `tool`: the regular files a tool changed in the session, each to the state
-    /// [`Engine::tool_target`] names. Symlinks are skipped and counted; directories and
-    /// special files are left alone; a file someone outside the agent also changed is listed
-    /// as a conflict (reported, never refused: the SDK's behaviour).
-    fn wanted_by_tool(
-        &self,
-        c: i64,
-        session: Option<&str>,
-        hist: &History,
-        filter: &Filter,
-        out: &mut Outcome,
-    ) -> Result<Wanted, RewindError> {
-        let session = session
-            .map(str::to_string)
-            .or_else(|| self.recorder.current().2);
-        let tracked = match &session {
-            Some(s) => self.store.tracked(s)?,
-            None => Vec::new(),
-        };
-        let root = self.root();
-        let mut wanted = Wanted::new();
-        for t in tracked {
-            if !filter.matches(&t.path) {
-                continue;
-            }
-            let Some(target) = self.tool_target(c, hist, &t)? else {
-                continue;
-            };
-            let rel = Path::new(OsStr::from_bytes(&t.path));
-            let now = now_state(root, rel)?;
-            if target.kind == Kind::Symlink || now.kind == Kind::Symlink {
-                out.skipped_links += 1;
-                continue;
-            }
-            // Files only: directories and special files are left alone.
-            if !matches!(target.kind, Kind::File | Kind::Absent)
-                || !matches!(now.kind, Kind::File | Kind::Absent)
-            {
-                continue;
-            }
-            if hist.actors(&t.path) & Actor::External.bit() != 0 {
-                out.conflicts
-                    .push(String::from_utf8_lossy(&t.path).into_owned());
-            }
-            wanted.insert(t.path.clone(), target);
-        }
-        Ok(wanted)
-    }
-
-    /// The state a tracked file goes back to (`None`: leave it): first changed by a tool
-    /// before checkpoint `c` began, its state at `c`'s start; otherwise its state just before
-    /// that first tool change (design.md §2), completed if only its ranges were saved.
-    fn tool_target(
-        &self,
-        c: i64,
-        hist: &History,
-        t: &Tracked,
-    ) -> Result<Option<PreImage>, RewindError> {
-        if t.checkpoint < c {
-            return self.state_of(hist, hist.lineage(&t.path), &t.path);
-        }
-        Ok(
-            match t
-                .capture
-                .and_then(|id| self.store.capture_by_id(id).ok().flatten())
-            {
-                Some(cap) if cap.pre.partial => {
-                    let path = cap.path.clone();
-                    Some(self.materialize(hist, &cap, &path)?)
-                }
-                Some(cap) => Some(cap.pre),
-                None => None,
-            },
-        )
     }
 
     /// Scopes `agent` and `all`: every path an actor inside the scope changed since the
@@ -231,7 +158,7 @@ impl Engine {
     /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
     /// state is self-contained: content found elsewhere in the tree, or completed from a range
     /// pre-image, is stored as a blob, so the plan does not depend on the tree it rewrites.
-    fn state_of(
+    pub(super) fn state_of(
         &self,
         hist: &History,
         lin: Lineage,
@@ -252,13 +179,23 @@ impl Engine {
 
     /// Keeps, of the wanted states, those that differ from the present, as the outcome's
     /// targets, and counts the lines they add and remove.
-    fn keep_differing(&self, wanted: Wanted, out: &mut Outcome) -> Result<(), RewindError> {
+    fn keep_differing(
+        &self,
+        wanted: Wanted,
+        req_uuid: &str,
+        out: &mut Outcome,
+    ) -> Result<(), RewindError> {
         let root = self.root();
         for (p, target) in wanted {
             let rel = Path::new(OsStr::from_bytes(&p));
             let now = now_state(root, rel)?;
             let new_content = match (&target.kind, &target.blob) {
-                (Kind::File, Some(b)) => Some(self.store.blobs.read(b)?),
+                (Kind::File, Some(b)) => Some(
+                    self.store
+                        .blobs
+                        .read_verified(b)
+                        .map_err(|e| super::unusable(&p, req_uuid, e))?,
+                ),
                 (Kind::File, None) => Some(Vec::new()),
                 _ => None,
             };
@@ -272,6 +209,7 @@ impl Engine {
             out.deletions += d;
             out.files_changed
                 .push(String::from_utf8_lossy(&p).into_owned());
+            out.lines.push((i, d));
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
@@ -332,6 +270,10 @@ fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
 pub(super) struct Now {
     pub(super) kind: Kind,
     pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    /// Extended attributes (`None`: a symlink or absent, or they could not be read).
+    pub(super) xattrs: Option<Xattrs>,
     pub(super) content: Option<Vec<u8>>,
     pub(super) target: Option<Vec<u8>>,
 }
@@ -343,6 +285,9 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             return Ok(Now {
                 kind: Kind::Absent,
                 mode: 0,
+                uid: 0,
+                gid: 0,
+                xattrs: None,
                 content: None,
                 target: None,
             });
@@ -358,6 +303,9 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
             Now {
                 kind: Kind::File,
                 mode: st.st_mode,
+                uid: st.st_uid,
+                gid: st.st_gid,
+                xattrs: attrs::read(fd.as_fd()),
                 content: Some(buf),
                 target: None,
             }
@@ -365,18 +313,27 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
         libc::S_IFDIR => Now {
             kind: Kind::Dir,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: attrs::read_at(root, rel),
             content: None,
             target: None,
         },
         libc::S_IFLNK => Now {
             kind: Kind::Symlink,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: None,
             content: None,
             target: Some(sys::readlinkat(root, rel)?.as_bytes().to_vec()),
         },
         _ => Now {
             kind: Kind::Other,
             mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            xattrs: attrs::read_at(root, rel),
             content: None,
             target: None,
         },
@@ -385,13 +342,23 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
 
 impl Now {
     /// Whether a rewind to `target` (a file's bytes in `new_content`) would change this: the
-    /// kind, the permission bits (not a symlink's, which mean nothing), a file's bytes or a
+    /// kind, the permission bits (not a symlink's, which mean nothing), the owner (only when
+    /// the daemon runs as root, the only case in which a rewind restores it), the extended
+    /// attributes a rewind restores (when the target recorded them), a file's bytes or a
     /// symlink's target.
     fn differs_from(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> bool {
         self.kind != target.kind
             || (target.kind != Kind::Absent
                 && self.mode & 0o7777 != target.mode & 0o7777
                 && target.kind != Kind::Symlink)
+            || (target.kind != Kind::Absent
+                && sys::geteuid() == 0
+                && (self.uid, self.gid) != (target.uid, target.gid))
+            || (matches!(target.kind, Kind::File | Kind::Dir | Kind::Other)
+                && target
+                    .xattrs
+                    .as_ref()
+                    .is_some_and(|want| attrs::differ(self.xattrs.as_ref(), want)))
             || (target.kind == Kind::File && self.content != *new_content)
             || (target.kind == Kind::Symlink && self.target != target.target)
     }

@@ -3,20 +3,24 @@
 //! A rewind is applied under a checkpoint of its own, so that what it overwrites is captured
 //! and it can be undone. Before the tree is touched its plan — the targets, each complete
 //! and self-contained — is written to the rewind's row as 'applying'; the row becomes 'done'
-//! once every target is in place. A crash, or a failure part-way (a full disk), leaves it
+//! once every target is in place (an undo's or redo's, together with the state of the rewind it
+//! undid or redid: `Store::finish_rewind`). A crash, or a failure part-way (a full disk), leaves it
 //! 'applying', and [`Engine::recover`] applies the same plan again at the next mount, before
 //! the mount serves.
 //!
 //! Invariants:
 //! - The plan is journalled before the first change to the tree, never after.
 //! - A plan can be applied again over a tree it left half done: a path already in its
-//!   target state is set to the same state again, and a temp file is named after the rewind,
-//!   so a second attempt replaces the first one's.
+//!   target state is set to the same state again, a temp file is named after the rewind, so a
+//!   second attempt replaces the first one's, and a file restored in place (scope `tool`: not
+//!   atomic, possibly left truncated) is written again in full. What a target does is decided
+//!   when it is planned and journalled with it (`apply`), so recovery does the same, only
+//!   checking again that each in-place path is still safe to touch.
 //! - The blobs a plan names outlive it while it is 'applying': `discard` and gc keep them
 //!   (gc reads the plan's `blob` fields, see [`Target`]); once it is done they go unless a
 //!   capture or another unfinished plan names them.
 
-use super::apply::apply_plan;
+use super::apply::{Applied, apply_plan};
 use super::{Engine, RewindError, Target};
 use crate::store::{CheckpointKind, RewindScope, RewindState};
 
@@ -30,21 +34,25 @@ impl Engine {
         target_uuid: &str,
         scope: RewindScope,
         targets: &[Target],
-    ) -> Result<(), RewindError> {
+    ) -> Result<Applied, RewindError> {
         let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
         let plan =
             serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
-        self.store.insert_rewind(&crate::store::RewindRow {
+        let row = crate::store::RewindRow {
             id: id.to_string(),
             checkpoint: seq,
             target: target_uuid.to_string(),
             scope,
             state: RewindState::Applying,
             plan,
+        };
+        self.store.insert_rewind(&row)?;
+        let applied = apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
+            RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
         })?;
-        apply_plan(&self.recorder, &self.store, targets, id)?;
-        self.store.set_rewind_state(id, RewindState::Done)?;
-        Ok(())
+        // An undo or redo also moves the rewind it undid or redid on the stack.
+        self.store.finish_rewind(&row)?;
+        Ok(applied)
     }
 
     /// Finishes rewinds a crash interrupted (called at mount, before serving), and returns
@@ -65,7 +73,8 @@ impl Engine {
                 targets.len()
             );
             apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
-            self.store.set_rewind_state(&r.id, RewindState::Done)?;
+            // An undo or redo also moves the rewind it undid or redid on the stack.
+            self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
             self.scratch
                 .lock()

@@ -36,11 +36,16 @@ use super::{PreImage, RangeContent, Result, Store};
 /// The capture journal and the next ids it hands out (ids are allocated here, not by SQLite,
 /// so a capture is durable with one append; see [`journal`]).
 pub(super) struct Pending {
-    journal: Journal,
+    pub(super) journal: Journal,
     /// Next `captures.id`.
     pub(super) next_capture: i64,
     /// Next `moves.seq`.
     pub(super) next_move: i64,
+    /// Next `changes.seq`.
+    pub(super) next_change: i64,
+    /// The last change-log entry journalled, if a write: the next write by the same process to
+    /// the same file in the same checkpoint is that entry (see `Store::log_change`).
+    pub(super) last_write: Option<super::LogEntry>,
 }
 
 impl Pending {
@@ -77,6 +82,8 @@ impl Pending {
             journal,
             next_capture: next("captures", "id")?,
             next_move: next("moves", "seq")?,
+            next_change: next("changes", "seq")?,
+            last_write: None,
         };
         Ok((pending, conn))
     }
@@ -159,8 +166,8 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                     .execute(params![b, pre.size as i64])?;
             }
             tx.prepare_cached(
-                "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
             .execute(params![
                 id,
@@ -178,7 +185,8 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                 actor.bit() as i64,
                 op,
                 at,
-                pre.partial as i64
+                pre.partial as i64,
+                pre.xattrs
             ])
         }
         Record::Range { capture, range } => {
@@ -211,6 +219,12 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![seq, checkpoint, src, dst, *exchange as i64, after_capture, actor.as_str(), at]),
+        Record::Log(e) => tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO changes (seq, at, checkpoint, op, path, path2, actor, pid, process, tool_use_id, session)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![e.seq, e.at, e.checkpoint, e.op, e.path, e.path2, e.actor, e.pid, e.process, e.tool_use_id, e.session]),
         Record::Epoch(_) => Ok(0),
     }
 }
@@ -357,7 +371,7 @@ mod tests {
         let caps = s.captures_in(k).unwrap();
         let h = blake3::hash(b"deleted content").to_hex().to_string();
         assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
-        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
+        assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
         capture(&s, "also");
         std::mem::forget(s);
         let (problems, _) = fsck(&store_dir).unwrap();
@@ -366,7 +380,7 @@ mod tests {
         let caps = s.captures_in(k).unwrap();
         let h2 = blake3::hash(b"other content").to_hex().to_string();
         assert_eq!(caps[1].pre.blob.as_deref(), Some(h2.as_str()));
-        assert_eq!(s.blobs.read(&h2).unwrap(), b"other content");
+        assert_eq!(s.blobs.read_verified(&h2).unwrap(), b"other content");
         assert_eq!(
             std::fs::read_dir(store_dir.join("blobs/pending"))
                 .unwrap()
@@ -400,7 +414,7 @@ mod tests {
         let s = Store::open(&crashed, false).unwrap();
         let caps = s.captures_in(k).unwrap();
         assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
-        assert_eq!(s.blobs.read(&h).unwrap(), b"deleted content");
+        assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
     }
 
     #[test]

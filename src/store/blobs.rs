@@ -8,6 +8,11 @@
 //!     └── cdef0123…        content whose BLAKE3 hash is "abcdef0123…"
 //! ```
 //!
+//! Directories are 0700 and blob files 0400 (the store is private, `private.rs`), and nothing
+//! is used from a blob without checking its hash: a rewind (and a look at the past: `show`,
+//! `fork`, `export`) reads blobs only through [`Blobs::read_verified`],
+//! [`Blobs::copy_verified`], [`Blobs::open_verified`] and [`Blobs::stream_verified`].
+//!
 //! A blob is hashed while (or, for small files, before) it is written to a temp file in `tmp/`,
 //! optionally fsynced, then renamed into place; an existing blob counts as success, so equal
 //! contents are stored once and a crash leaves at most a stray temp file, never a partial blob
@@ -30,6 +35,7 @@ use std::time::Duration;
 
 use rustix::fs::{OFlags, Stat};
 
+use super::private::{self, BLOB_MODE};
 use crate::sys;
 
 /// The hash of the empty blob, which is never written to disk.
@@ -103,6 +109,7 @@ impl Adopted {
             size: self.size,
             target: None,
             partial: false,
+            xattrs: None,
         }
     }
 }
@@ -121,19 +128,16 @@ impl Blobs {
     /// # Errors
     /// Any I/O error creating the directories.
     pub fn open(dir: &Path, sync: bool) -> io::Result<Blobs> {
+        // Every directory 0700 whatever the umask (the store is private: `private.rs`).
         let tmp = dir.join("tmp");
-        fs::create_dir_all(&tmp)?;
+        private::create_dir(dir)?;
+        private::create_dir(&tmp)?;
         for e in fs::read_dir(&tmp)? {
             let _ = fs::remove_file(e?.path());
         }
-        fs::create_dir_all(dir.join(PENDING))?;
+        private::create_dir(&dir.join(PENDING))?;
         for i in 0..=255u8 {
-            let d = dir.join(format!("{i:02x}"));
-            if let Err(e) = fs::create_dir(&d) {
-                if e.kind() != io::ErrorKind::AlreadyExists {
-                    return Err(io::Error::new(e.kind(), format!("{}: {e}", d.display())));
-                }
-            }
+            private::create_dir(&dir.join(format!("{i:02x}")))?;
         }
         let dirfd = sys::open_dir_path(dir)?;
         let dev = sys::fstat(dirfd.as_fd())?.st_dev;
@@ -216,7 +220,7 @@ impl Blobs {
             d,
             &tmp,
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            0o444,
+            BLOB_MODE,
         )?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 256 * 1024];
@@ -302,7 +306,7 @@ impl Blobs {
             d,
             &tmp,
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            0o444,
+            BLOB_MODE,
         )?;
         let res = write_all(fd.as_fd(), data).and_then(|()| {
             if self.sync {
@@ -522,7 +526,7 @@ impl Blobs {
             d,
             &tmp,
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            0o444,
+            BLOB_MODE,
         )?;
         let len = sys::fstat(src.as_fd())?.st_size as u64;
         if let Err(e) = sys::copy_all(src.as_fd(), fd.as_fd(), len) {
@@ -533,25 +537,109 @@ impl Blobs {
         self.publish(&tmp, hash)
     }
 
-    /// Reads a whole blob.
+    /// Opens a blob for reading, by its content hash (never a pending key).
+    fn open_hash(&self, hash: &str) -> io::Result<File> {
+        if !is_hash(hash) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("blob {hash:?} is not a content hash"),
+            ));
+        }
+        File::open(self.path(hash)).map_err(|e| {
+            let what = if e.kind() == io::ErrorKind::NotFound {
+                "is missing from the store"
+            } else {
+                "cannot be opened"
+            };
+            io::Error::new(e.kind(), format!("blob {hash} {what} ({e})"))
+        })
+    }
+
+    /// Reads a whole blob and checks that it hashes to its name: what a rewind, undo, dry run
+    /// or diff uses of a blob, it has verified (design.md §3, "The store is private").
     ///
     /// # Errors
-    /// `NotFound` when the blob is missing (a damaged store).
-    pub fn read(&self, hash: &str) -> io::Result<Vec<u8>> {
+    /// `NotFound` when the blob is missing, `InvalidData` when its content does not hash to its
+    /// name (the store was changed behind rewindfs's back); each message names the blob.
+    pub fn read_verified(&self, hash: &str) -> io::Result<Vec<u8>> {
         if hash == empty_hash() {
             return Ok(Vec::new());
         }
-        fs::read(self.path(hash)).map_err(|e| io::Error::new(e.kind(), format!("blob {hash}: {e}")))
+        let mut data = Vec::new();
+        self.open_hash(hash)?
+            .read_to_end(&mut data)
+            .map_err(|e| io::Error::new(e.kind(), format!("blob {hash}: reading: {e}")))?;
+        check(hash, blake3::hash(&data))?;
+        Ok(data)
     }
 
-    /// Opens a blob for reading (for large restores).
-    pub fn open_blob(&self, hash: &str) -> io::Result<Option<File>> {
+    /// Copies a blob into `dst` (from offset 0, at its current position), hashing what it
+    /// copies: one read of the blob, and an error once the copy is complete if the content
+    /// does not hash to its name — the caller must then not use `dst` (a rewind writes the
+    /// temporary file beside the target, and puts it in place only after this returns `Ok`).
+    /// Returns the number of bytes copied.
+    ///
+    /// # Errors
+    /// As [`read_verified`](Self::read_verified); I/O errors writing `dst`.
+    pub fn copy_verified(&self, hash: &str, dst: BorrowedFd<'_>) -> io::Result<u64> {
+        if hash == empty_hash() {
+            return Ok(0);
+        }
+        let src = self.open_hash(hash)?;
+        let len = src.metadata()?.len();
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; (len as usize).clamp(4096, 256 * 1024)];
+        let mut off = 0u64;
+        loop {
+            let n = match sys::pread(src.as_fd(), &mut buf, off) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("blob {hash}: reading: {e}"),
+                    ));
+                }
+            };
+            hasher.update(&buf[..n]);
+            write_all(dst, &buf[..n])?;
+            off += n as u64;
+        }
+        check(hash, hasher.finalize())?;
+        Ok(off)
+    }
+
+    /// Opens a blob to be read forward, with gaps (see [`BlobReader`]), verified by the time
+    /// its reader is finished. `None` for the empty blob, which has no file.
+    ///
+    /// # Errors
+    /// As [`read_verified`](Self::read_verified), for a blob that cannot be opened.
+    pub fn open_verified(&self, hash: &str) -> io::Result<Option<BlobReader>> {
         if hash == empty_hash() {
             return Ok(None);
         }
-        File::open(self.path(hash))
-            .map(Some)
-            .map_err(|e| io::Error::new(e.kind(), format!("blob {hash}: {e}")))
+        Ok(Some(BlobReader {
+            file: self.open_hash(hash)?,
+            hash: hash.to_string(),
+            hasher: Box::default(),
+            hashed: 0,
+            used: false,
+            verified: false,
+        }))
+    }
+
+    /// Opens a blob to be read from its start to its end as a [`Read`]er (see [`BlobStream`]):
+    /// the read that reaches the end fails instead of returning 0 unless the whole content
+    /// hashes to the blob's name. The empty blob reads as nothing.
+    ///
+    /// # Errors
+    /// As [`read_verified`](Self::read_verified), for a blob that cannot be opened.
+    pub fn stream_verified(&self, hash: &str) -> io::Result<BlobStream> {
+        Ok(BlobStream {
+            blob: self.open_verified(hash)?,
+            pos: 0,
+        })
     }
 
     /// Checks that a blob exists and hashes to its name.
@@ -567,6 +655,140 @@ impl Blobs {
         let mut h = blake3::Hasher::new();
         io::copy(&mut f, &mut h)?;
         Ok(h.finalize().to_hex().as_str() == hash)
+    }
+}
+
+/// Whether a blob key is a content hash (64 lowercase hex digits), as every row names them.
+fn is_hash(key: &str) -> bool {
+    key.len() == 64 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// `Ok` when `got` is the hash a blob is named by.
+fn check(hash: &str, got: blake3::Hash) -> io::Result<()> {
+    if got.to_hex().as_str() == hash {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "blob {hash} is corrupt: its content hashes to {} (it was changed or damaged outside rewindfs)",
+                got.to_hex()
+            ),
+        ))
+    }
+}
+
+/// A blob read forward at increasing offsets, possibly with gaps (the base of a chain of range
+/// pre-images, where the ranges cover some of it): each byte is read once — the bytes skipped
+/// are hashed on the way to the next read — and [`finish`](Self::finish) hashes the rest and
+/// checks the whole against the blob's name. Whatever was read from it must not be used
+/// unless `finish` returned `Ok`. A reader nothing was read from is not checked (nothing of it
+/// is used: the ranges covered the whole file).
+#[derive(Debug)]
+pub struct BlobReader {
+    file: File,
+    hash: String,
+    /// Boxed: the hasher is 2 KiB, and a reader sits in an enum beside a bare file.
+    hasher: Box<blake3::Hasher>,
+    /// Bytes `[0, hashed)` went into the hasher.
+    hashed: u64,
+    /// Something was read from it.
+    used: bool,
+    verified: bool,
+}
+
+impl BlobReader {
+    /// Reads into `buf` at `off`; 0 at the end of the blob. Offsets before the ones already
+    /// read are read again, but hashed only once.
+    ///
+    /// # Errors
+    /// I/O errors, naming the blob.
+    pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.used = true;
+        if off > self.hashed {
+            self.hash_to(Some(off))?;
+        }
+        let n = self.pread(buf, off)?;
+        let end = off + n as u64;
+        if off <= self.hashed && end > self.hashed {
+            self.hasher.update(&buf[(self.hashed - off) as usize..n]);
+            self.hashed = end;
+        }
+        Ok(n)
+    }
+
+    /// Hashes the rest of the blob and checks it against its name (once; later calls return
+    /// the same answer without reading). Nothing to check if nothing was read.
+    ///
+    /// # Errors
+    /// `InvalidData` when the content does not hash to the blob's name; I/O errors.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.used && !self.verified {
+            self.hash_to(None)?;
+            check(&self.hash, self.hasher.finalize())?;
+            self.verified = true;
+        }
+        Ok(())
+    }
+
+    /// Hashes from `hashed` up to `end` (`None`: the end of the file).
+    fn hash_to(&mut self, end: Option<u64>) -> io::Result<()> {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let want = match end {
+                Some(e) if self.hashed >= e => return Ok(()),
+                Some(e) => ((e - self.hashed) as usize).min(buf.len()),
+                None => buf.len(),
+            };
+            let n = self.pread(&mut buf[..want], self.hashed)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.hasher.update(&buf[..n]);
+            self.hashed += n as u64;
+        }
+    }
+
+    fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        loop {
+            match sys::pread(self.file.as_fd(), buf, off) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => {
+                    return r.map_err(|e| {
+                        io::Error::new(e.kind(), format!("blob {}: reading: {e}", self.hash))
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A blob read in order, from its start, as a [`Read`]er ([`Blobs::stream_verified`]): a
+/// [`BlobReader`] read without gaps, whose end is not reported (the read returning 0) until
+/// the whole has been checked against the blob's name. What was read from it must not be used
+/// (written where it counts, shown, sent) unless it was read to that end without an error.
+#[derive(Debug)]
+pub struct BlobStream {
+    /// `None`: the empty blob.
+    blob: Option<BlobReader>,
+    /// The offset of the next read.
+    pos: u64,
+}
+
+impl Read for BlobStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(blob) = &mut self.blob else {
+            return Ok(0);
+        };
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = blob.read_at(buf, self.pos)?;
+        if n == 0 {
+            blob.finish()?;
+        }
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 
@@ -596,12 +818,98 @@ mod tests {
         assert_eq!(h1, h2);
         assert_eq!(s1, 5);
         assert_eq!(h1, blake3::hash(b"hello").to_hex().to_string());
-        assert_eq!(b.read(&h1).unwrap(), b"hello");
+        assert_eq!(b.read_verified(&h1).unwrap(), b"hello");
         assert!(b.verify(&h1).unwrap());
         let files = walk(d.path());
         assert_eq!(files.len(), 1, "{files:?}");
         let (he, _) = b.put_bytes(b"").unwrap();
-        assert_eq!(b.read(&he).unwrap(), b"");
+        assert_eq!(b.read_verified(&he).unwrap(), b"");
+    }
+
+    /// Overwrites a blob's file in place (as another user with write access could have).
+    fn tamper(b: &Blobs, h: &str, with: &[u8]) {
+        let p = b.path(h);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::write(&p, with).unwrap();
+    }
+
+    /// Every verified way of reading a blob refuses one whose content no longer hashes to its
+    /// name, or that is gone, naming the blob; an intact blob reads back whole.
+    #[test]
+    fn a_corrupt_or_missing_blob_is_refused_by_every_verified_read() {
+        let d = tempfile::tempdir().unwrap();
+        let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
+        let data: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+        let (h, _) = b.put_bytes(&data).unwrap();
+        let copy = |b: &Blobs| -> io::Result<Vec<u8>> {
+            let out = tempfile::tempfile().unwrap();
+            b.copy_verified(&h, out.as_fd())?;
+            Ok(fs::read(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&out)
+            ))
+            .unwrap())
+        };
+        // Forward reads with gaps, as a chain of range pre-images reads its base.
+        let gappy = |b: &Blobs| -> io::Result<Vec<u8>> {
+            let mut r = b.open_verified(&h)?.unwrap();
+            let mut got = vec![0u8; 1000];
+            let mut n = 0;
+            for off in [0u64, 5, 300_000, 299_990, 650_000] {
+                n += r.read_at(&mut got[..100], off)?;
+            }
+            r.finish()?;
+            got.truncate(n.min(1000));
+            Ok(got)
+        };
+        // Read in order, in small pieces, as `show` and `export` read a blob.
+        let stream = |b: &Blobs| -> io::Result<Vec<u8>> {
+            let mut r = b.stream_verified(&h)?;
+            let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+            loop {
+                match r.read(&mut buf)? {
+                    0 => return Ok(got),
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        assert_eq!(b.read_verified(&h).unwrap(), data);
+        assert_eq!(copy(&b).unwrap(), data);
+        assert_eq!(stream(&b).unwrap(), data);
+        gappy(&b).unwrap();
+        let mut empty = b.stream_verified(&empty_hash()).unwrap();
+        assert_eq!(empty.read(&mut [0u8; 16]).unwrap(), 0);
+
+        let mut bad = data.clone();
+        bad[600_000] ^= 1;
+        tamper(&b, &h, &bad);
+        for (what, r) in [
+            ("read", b.read_verified(&h).map(|_| ())),
+            ("copy", copy(&b).map(|_| ())),
+            ("reader", gappy(&b).map(|_| ())),
+            ("stream", stream(&b).map(|_| ())),
+        ] {
+            let e = r.expect_err(what);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{what}: {e}");
+            assert!(
+                e.to_string().contains(&h) && e.to_string().contains("corrupt"),
+                "{what}: {e}"
+            );
+        }
+        // A reader nothing was read from has nothing to vouch for (and reads nothing).
+        b.open_verified(&h).unwrap().unwrap().finish().unwrap();
+        fs::remove_file(b.path(&h)).unwrap();
+        let e = b.read_verified(&h).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            e.to_string().contains(&h) && e.to_string().contains("missing"),
+            "{e}"
+        );
+        assert!(copy(&b).is_err() && b.open_verified(&h).is_err());
+        assert!(b.stream_verified(&h).is_err());
+        // A pending key or a damaged row is not a hash to read by.
+        assert!(b.read_verified("pending/x-1").is_err());
+        assert!(b.read_verified("../../etc/passwd").is_err());
     }
 
     fn ino(p: &Path) -> u64 {
@@ -640,7 +948,7 @@ mod tests {
             r.join().unwrap()
         });
         assert_eq!(h, blake3::hash(b"kept by a link").to_hex().to_string());
-        assert_eq!(b.read(&h).unwrap(), b"kept by a link");
+        assert_eq!(b.read_verified(&h).unwrap(), b"kept by a link");
         // Linked, not copied: had the resolver not waited, the file would still have had its
         // workspace name, and it would have been copied.
         assert_eq!(ino(&b.path(&h)), orig);
@@ -654,7 +962,7 @@ mod tests {
             0
         );
         assert!(b.resolve(&key).is_err());
-        assert_eq!(b.read(&h).unwrap(), b"kept by a link");
+        assert_eq!(b.read_verified(&h).unwrap(), b"kept by a link");
     }
 
     /// The unlink failed: the pending file is made a copy, and later writes to the live file
@@ -670,7 +978,7 @@ mod tests {
         b.settle(&a.hash);
         fs::write(d.path().join("ws/f"), b"after, and longer").unwrap();
         let h = b.resolve(&a.hash).unwrap();
-        assert_eq!(b.read(&h).unwrap(), b"before");
+        assert_eq!(b.read_verified(&h).unwrap(), b"before");
         assert_ne!(ino(&b.path(&h)), ino(&d.path().join("ws/f")));
         assert!(b.verify(&h).unwrap());
     }
@@ -687,7 +995,7 @@ mod tests {
         drop(b);
         let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
         let h = b.resolve(&a.hash).unwrap();
-        assert_eq!(b.read(&h).unwrap(), b"still here");
+        assert_eq!(b.read_verified(&h).unwrap(), b"still here");
         assert_ne!(ino(&b.path(&h)), ino(&d.path().join("ws/f")));
         b.clear_pending().unwrap();
         assert_eq!(

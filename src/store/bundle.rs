@@ -964,8 +964,8 @@ fn insert_rows(
                 )?;
             }
             tx.execute(
-                "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0)",
+                "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?16)",
                 rusqlite::params![
                     splice_base + i as i64,
                     seq,
@@ -982,7 +982,8 @@ fn insert_rows(
                     Actor::Rewind,
                     Actor::Rewind.bit(),
                     Op::Write,
-                    at
+                    at,
+                    pre.xattrs
                 ],
             )?;
         }

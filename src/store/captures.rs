@@ -16,15 +16,16 @@ use rusqlite::OptionalExtension;
 
 use super::journal::Record;
 use super::{
-    Actor, Capture, Kind, Move, PreImage, Range, RangeContent, Result, Store, Tracked, now_ms,
+    Actor, Capture, Kind, Move, PreImage, Range, RangeContent, Result, Store, Tracked, Xattrs,
+    now_ms,
 };
 use super::{BlobRef, Op, Purpose};
 
 /// The columns [`row_capture`] reads, in its order.
-const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial";
+const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial, xattrs";
 
 /// A capture from a row of [`CAPTURE_COLS`]; the schema lets mode, uid, gid and size be NULL,
-/// which reads as 0.
+/// which reads as 0, and xattrs that do not decode read as not recorded.
 fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
     Ok(Capture {
         id: r.get(0)?,
@@ -40,6 +41,9 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
             size: r.get::<_, Option<i64>>(9)?.unwrap_or(0) as u64,
             target: r.get(10)?,
             partial: r.get::<_, i64>(14)? != 0,
+            xattrs: r
+                .get::<_, Option<Vec<u8>>>(15)?
+                .and_then(|b| Xattrs::decode(&b)),
         },
         actor: Actor::parse(&r.get::<_, String>(11)?),
         actors: r.get::<_, i64>(12)? as u8,
@@ -134,11 +138,15 @@ impl Store {
         .map(|_| ())
     }
 
-    /// Every tracked path of a session (to rebuild the in-memory set at mount).
+    /// Every tracked path of a session, in the order a tool first changed each (the order the
+    /// SDK's `trackedFiles` keeps, which its rewind answers in): by the capture taken at that
+    /// change (ids are handed out in the order changes happen), then by row for a row whose
+    /// capture is gone.
     pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
         self.with(|c| {
             let mut st = c.prepare(
-                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 ORDER BY path",
+                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1
+                 ORDER BY capture IS NULL, capture, rowid",
             )?;
             let rows = st.query_map([session], |r| {
                 Ok(Tracked {
@@ -148,6 +156,17 @@ impl Store {
                 })
             })?;
             rows.collect()
+        })
+    }
+
+    /// The last checkpoint before `before` in which `path` was captured (changed), if any.
+    pub fn last_captured_before(&self, path: &[u8], before: i64) -> Result<Option<i64>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT max(checkpoint) FROM captures WHERE path = ?1 AND checkpoint < ?2",
+                rusqlite::params![path, before],
+                |r| r.get(0),
+            )
         })
     }
 
@@ -258,6 +277,10 @@ mod tests {
             size: n,
             target: None,
             partial: false,
+            xattrs: Some(crate::store::Xattrs::new(vec![(
+                b"user.k".to_vec(),
+                b"v".to_vec(),
+            )])),
         };
         s.insert_capture(
             k,

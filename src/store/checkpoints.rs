@@ -131,6 +131,28 @@ impl Store {
         })
     }
 
+    /// The first checkpoint of `session` begun by a user message after checkpoint `after` and
+    /// no later than `upto`.
+    pub fn next_message_checkpoint(
+        &self,
+        session: &str,
+        after: i64,
+        upto: i64,
+    ) -> Result<Option<Checkpoint>> {
+        self.with(|c| {
+            c.query_row(
+                &format!(
+                    "SELECT {CHECKPOINT_COLS} FROM checkpoints
+                     WHERE session_id = ?1 AND kind = 'message' AND seq > ?2 AND seq <= ?3
+                     ORDER BY seq LIMIT 1"
+                ),
+                params![session, after, upto],
+                row_checkpoint,
+            )
+            .optional()
+        })
+    }
+
     /// The last checkpoint that began.
     pub fn last_checkpoint(&self) -> Result<Option<Checkpoint>> {
         self.with(|c| {

@@ -19,6 +19,15 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    /// The store, or something in it, belongs to another user (design.md §3).
+    #[error("{path} is owned by {owner}, not by you ({you}): {fix}")]
+    NotYours {
+        path: String,
+        owner: String,
+        you: String,
+        /// Why it matters and what to do.
+        fix: String,
+    },
     /// SQLite failed.
     #[error("store database: {0}")]
     Sql(#[from] rusqlite::Error),

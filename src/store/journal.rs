@@ -1,5 +1,6 @@
 //! The capture journal: pre-image records appended to a file before the change they protect,
-//! applied to SQLite in batches (group commit).
+//! and change-log entries appended once a change is done, applied to SQLite in batches (group
+//! commit).
 //!
 //! A SQLite transaction per first change of a path (about 14 page writes and 6 lock calls in
 //! WAL mode) dominated the cost of creating or deleting many files. Instead, [`Journal::append`]
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::BlobRef;
-use super::{Actor, Kind, PreImage, Range, RangeContent};
+use super::{Actor, Kind, LogEntry, PreImage, Range, RangeContent, Xattrs};
 
 /// The journal's file names in the store directory (`FILES[0]` is the one older versions
 /// wrote alone).
@@ -85,6 +86,9 @@ pub enum Record {
     },
     /// The first frame of a journal file: orders the files' records when both survive a crash.
     Epoch(u64),
+    /// A change-log entry (`changes` row, with its `seq`), written once the change is done:
+    /// the log survives a crash of the daemon like the pre-images do.
+    Log(LogEntry),
 }
 
 fn fnv1a64(b: &[u8]) -> u64 {
@@ -218,6 +222,11 @@ impl Record {
                 e.bytes(op.as_bytes());
                 e.i64(*at);
                 e.u8(pre.partial as u8);
+                // Last, and only when recorded: a record without it (or from an older
+                // rewindfs) reads as "not recorded".
+                if let Some(x) = &pre.xattrs {
+                    e.bytes(&x.encode());
+                }
             }
             Record::Range { capture, range } => {
                 e.u8(5);
@@ -281,6 +290,20 @@ impl Record {
                 e.u8(6);
                 e.i64(*n as i64);
             }
+            Record::Log(l) => {
+                e.u8(7);
+                e.i64(l.seq);
+                e.i64(l.at);
+                e.i64(l.checkpoint);
+                e.bytes(l.op.as_str().as_bytes());
+                e.bytes(&l.path);
+                e.opt(l.path2.as_deref());
+                e.bytes(l.actor.as_str().as_bytes());
+                e.i64(l.pid as i64);
+                e.bytes(l.process.as_bytes());
+                e.opt(l.tool_use_id.as_deref().map(str::as_bytes));
+                e.opt(l.session.as_deref().map(str::as_bytes));
+            }
         }
         let payload = e.0;
         let mut frame = Vec::with_capacity(payload.len() + 12);
@@ -310,11 +333,15 @@ impl Record {
                     size: d.i64()? as u64,
                     target: d.opt()?,
                     partial: false,
+                    xattrs: None,
                 };
                 let actor = actor_of(d.u8()?)?;
                 let op = d.string()?;
                 let at = d.i64()?;
                 pre.partial = d.u8()? != 0;
+                if !d.0.is_empty() {
+                    pre.xattrs = Some(Xattrs::decode(&d.bytes()?)?);
+                }
                 Record::Capture {
                     id,
                     checkpoint,
@@ -360,6 +387,25 @@ impl Record {
                 at: d.i64()?,
             },
             6 => Record::Epoch(d.i64()? as u64),
+            7 => Record::Log(LogEntry {
+                seq: d.i64()?,
+                at: d.i64()?,
+                checkpoint: d.i64()?,
+                op: super::Op::parse(&d.string()?),
+                path: d.bytes()?,
+                path2: d.opt()?,
+                actor: Actor::parse(&d.string()?),
+                pid: d.i64()? as u32,
+                process: d.string()?,
+                tool_use_id: match d.opt()? {
+                    Some(b) => Some(String::from_utf8(b).ok()?),
+                    None => None,
+                },
+                session: match d.opt()? {
+                    Some(b) => Some(String::from_utf8(b).ok()?),
+                    None => None,
+                },
+            }),
             _ => return None,
         };
         d.0.is_empty().then_some(r)
@@ -466,7 +512,7 @@ impl Journal {
     pub fn open(dir: &Path, sync: bool) -> io::Result<Journal> {
         let paths = FILES.map(|n| dir.join(n));
         let open = |p: &Path| -> io::Result<File> {
-            let f = OpenOptions::new().create(true).append(true).open(p)?;
+            let f = super::private::open_file(p, OpenOptions::new().create(true).append(true))?;
             f.set_len(0)?;
             Ok(f)
         };
@@ -507,6 +553,21 @@ impl Journal {
     /// # Errors
     /// The write failed (e.g. `ENOSPC`): the change it was to protect must not be applied.
     pub fn append(&mut self, r: Record) -> io::Result<()> {
+        let sync = self.sync;
+        self.append_with(r, sync)
+    }
+
+    /// [`append`](Self::append) without `fdatasync`, even with `sync`: for change-log entries,
+    /// which protect nothing and describe changes the daemon does not sync either (a later
+    /// synced record, or the kernel's writeback, carries them to the disk).
+    ///
+    /// # Errors
+    /// As [`append`](Self::append).
+    pub fn append_unsynced(&mut self, r: Record) -> io::Result<()> {
+        self.append_with(r, false)
+    }
+
+    fn append_with(&mut self, r: Record, sync: bool) -> io::Result<()> {
         let frame = r.encode();
         let f = &mut self.files[self.active];
         if let Err(e) = f.write_all(&frame) {
@@ -514,7 +575,7 @@ impl Journal {
             let _ = f.set_len(self.len);
             return Err(e);
         }
-        if self.sync {
+        if sync {
             f.sync_data()?;
         }
         self.len += frame.len() as u64;
@@ -599,6 +660,10 @@ mod tests {
                     size: 12,
                     target: None,
                     partial: true,
+                    xattrs: Some(Xattrs::new(vec![
+                        (b"user.a".to_vec(), b"1".to_vec()),
+                        (b"user.empty".to_vec(), Vec::new()),
+                    ])),
                 },
                 actor: Actor::Shell,
                 op: "write".into(),
@@ -655,6 +720,32 @@ mod tests {
                 actor: Actor::External,
                 at: 9,
             },
+            Record::Log(LogEntry {
+                seq: 41,
+                at: 1_700_000_000_001,
+                checkpoint: 3,
+                op: super::super::Op::Rename,
+                path: b"a\xff".to_vec(),
+                path2: Some(b"b".to_vec()),
+                actor: Actor::Tool,
+                pid: 4242,
+                process: "claude".into(),
+                tool_use_id: Some("toolu_1".into()),
+                session: Some("s1".into()),
+            }),
+            Record::Log(LogEntry {
+                seq: 42,
+                at: 2,
+                checkpoint: 3,
+                op: super::super::Op::Write,
+                path: b"c".to_vec(),
+                path2: None,
+                actor: Actor::Shell,
+                pid: 1,
+                process: String::new(),
+                tool_use_id: None,
+                session: None,
+            }),
         ]
     }
 

@@ -20,8 +20,9 @@
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
 //! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs.rs` the blob directory;
-//! `gc.rs` retention; `fsck.rs` the read-only check; `bundle.rs` history bundles (export and
-//! import); `base64.rs` bytes as text in JSON (bundle rows, and `show`'s content on the wire).
+//! `gc.rs` retention; `fsck.rs` the read-only check; `private.rs` who may use the store, and
+//! the modes of what it creates; `bundle.rs` history bundles (export and import); `base64.rs`
+//! bytes as text in JSON (bundle rows, and `show`'s content on the wire).
 //!
 //! Invariants:
 //! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
@@ -31,7 +32,10 @@
 //!   runs; only checkpoint rows bypass the journal, and need nothing in it (`checkpoints.rs`);
 //! - one connection behind a mutex, held for one statement or transaction; lock order
 //!   `applying` → `conn` → `pending`, and no change waits for SQLite (`apply.rs`);
-//! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`).
+//! - a database written by a newer rewindfs is refused, never misread (`migrate.rs`);
+//! - the store is private: directories 0700, files 0600 (blobs 0400) whatever the umask, and
+//!   another user's store is refused (`private.rs`); what a rewind reads of a blob is checked
+//!   against its hash first (`blobs.rs`).
 
 mod apply;
 pub mod base64;
@@ -48,6 +52,7 @@ pub mod layout;
 mod migrate;
 mod model;
 mod origins;
+pub mod private;
 mod rewinds;
 mod sql;
 mod time;
@@ -64,12 +69,13 @@ pub use self::error::{Result, StoreError};
 pub use self::fsck::fsck;
 use self::migrate::migrate;
 pub use self::model::{
-    Actor, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry, Move,
-    Op, Origin, OriginKind, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow,
-    RewindScope, RewindState, Scope, Tracked, message_id, normalize_message_id,
+    Actor, Apply, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry,
+    Move, Op, Origin, OriginKind, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent,
+    RewindRow, RewindScope, RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
     optional_message_id,
 };
 pub use self::origins::{first_origin, origin_now};
+pub use self::rewinds::{Stack, Step};
 pub use self::time::{now_ms, rfc3339};
 
 /// An open store, shared by the daemon's threads; each method takes the locks it needs, in
@@ -94,8 +100,18 @@ impl Store {
     /// # Errors
     /// [`StoreError::TooNew`] for a store written by a newer rewindfs; SQLite and I/O errors.
     pub fn open(dir: &Path, sync: bool) -> Result<Store> {
-        std::fs::create_dir_all(dir)?;
+        private::create_dir(dir)?;
         let db = dir.join(layout::DB);
+        // Created here, 0600, rather than by SQLite (0644 under the daemon's empty umask); SQLite
+        // gives the -wal and -shm files the database's mode.
+        drop(private::open_file(
+            &db,
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )?);
         let mut conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Room for every statement the journal's applier and gc run per row (the default 16

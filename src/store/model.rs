@@ -10,8 +10,11 @@
 //!   4 external, 8 rewind): shipped stores hold them, so they never change;
 //! - `parse` is total: a value this build does not know reads as the widest meaning
 //!   (`External`, `Other`) instead of failing the whole query;
-//! - the serde forms of [`Kind`], [`Scope`], [`BlobRef`] and [`PlanTarget`] are the rewind
-//!   plans journalled in `rewinds.plan` (recovery and gc read them back): they never change.
+//! - the serde forms of [`Kind`], [`Scope`], [`BlobRef`], [`Xattrs`] and [`PlanTarget`] are
+//!   the rewind plans journalled in `rewinds.plan` (recovery and gc read them back): they never
+//!   change;
+//! - [`Xattrs::encode`] is the form of `captures.xattrs` and of the journal's capture records:
+//!   it never changes either.
 
 use serde::{Deserialize, Serialize};
 
@@ -137,6 +140,9 @@ pub struct PreImage {
     pub target: Option<Vec<u8>>,
     /// Only the overwritten bytes were saved (in `capture_ranges`); see schema 003.
     pub partial: bool,
+    /// The extended attributes; `None`: not recorded (an absent path, a symlink, or a capture
+    /// taken by a rewindfs older than schema `*_xattrs.sql`), so a rewind leaves them alone.
+    pub xattrs: Option<Xattrs>,
 }
 
 impl PreImage {
@@ -150,9 +156,99 @@ impl PreImage {
             size: 0,
             target: None,
             partial: false,
+            xattrs: None,
         }
     }
 }
+
+/// The extended attributes of a file, directory or special file: (name, value) pairs, sorted
+/// by name, names unique. (Symlinks have none here: the mount neither lists nor sets them.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Xattrs(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl Xattrs {
+    /// The attributes given, in name order (a repeated name keeps its last value).
+    pub fn new(mut pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Xattrs {
+        pairs.reverse();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        Xattrs(pairs)
+    }
+
+    /// (name, value), in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.0.iter().map(|(n, v)| (n.as_slice(), v.as_slice()))
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.0
+            .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+            .ok()
+            .map(|i| self.0[i].1.as_slice())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The stored form (`captures.xattrs`, the journal): for each attribute, in name order, its
+    /// name and its value, each as a `u32` LE length and the bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (n, v) in &self.0 {
+            for b in [n, v] {
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+        }
+        out
+    }
+
+    /// Reads [`Xattrs::encode`]'s form; `None` if it is cut short.
+    pub fn decode(mut b: &[u8]) -> Option<Xattrs> {
+        let mut take = || -> Option<Vec<u8>> {
+            let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+            let v = b.get(4..4 + n)?.to_vec();
+            b = &b[4 + n..];
+            Some(v)
+        };
+        let mut pairs = Vec::new();
+        while let Some(name) = take() {
+            pairs.push((name, take()?));
+        }
+        // Whatever is left was not a whole length: a damaged value.
+        b.is_empty().then(|| Xattrs::new(pairs))
+    }
+}
+
+/// In a plan: a list of `[name, value]`, each a string when it is UTF-8, else an array of
+/// bytes (as paths are).
+impl Serialize for Xattrs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<Pair<'_>> = self.0.iter().map(|(n, v)| Pair(n, v)).collect();
+        pairs.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Xattrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Xattrs, D::Error> {
+        let pairs: Vec<OwnedPair> = Vec::deserialize(d)?;
+        Ok(Xattrs::new(pairs.into_iter().map(|p| (p.0, p.1)).collect()))
+    }
+}
+
+#[derive(Serialize)]
+struct Pair<'a>(
+    #[serde(with = "path_bytes")] &'a Vec<u8>,
+    #[serde(with = "path_bytes")] &'a Vec<u8>,
+);
+
+#[derive(Deserialize)]
+struct OwnedPair(
+    #[serde(with = "path_bytes")] Vec<u8>,
+    #[serde(with = "path_bytes")] Vec<u8>,
+);
 
 /// Old bytes of a partial capture: `length` bytes at `offset`, in a blob or (small ranges)
 /// held in the row itself.
@@ -418,6 +514,36 @@ pub struct PlanTarget {
     pub target: Option<Vec<u8>>,
     /// A special file's device number.
     pub rdev: u64,
+    /// How the state is put in place. Plans journalled before this field existed read as
+    /// [`Apply::Replace`], which is how they were applied.
+    #[serde(default, skip_serializing_if = "Apply::is_replace")]
+    pub apply: Apply,
+    /// The extended attributes it is given exactly (absent: left as they are; plans
+    /// journalled before schema `*_xattrs.sql` have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattrs: Option<Xattrs>,
+}
+
+/// How a plan's target is put in place (`rewinds.plan`, field `apply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Apply {
+    /// Written beside the path and exchanged with it (atomic per path; a new inode): scopes
+    /// `agent` and `all`, undo. Applied in passes (removals, directories, entries, modes).
+    #[default]
+    Replace,
+    /// As the SDK's own rewind does it (scope `tool`): a file rewritten in place (same inode:
+    /// truncated, written, its mode set), or unlinked when its target is absent; one path after
+    /// the other in plan order, each skipped if it is no longer a regular file with one link
+    /// under real directories. Not atomic: recovery writes it again.
+    InPlace,
+}
+
+impl Apply {
+    /// The default, left out of the journalled JSON.
+    pub fn is_replace(&self) -> bool {
+        *self == Apply::Replace
+    }
 }
 
 impl PlanTarget {
@@ -522,7 +648,7 @@ pub struct Move {
 }
 
 /// A change-log entry.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogEntry {
     pub seq: i64,
     pub at: i64,
@@ -638,9 +764,68 @@ mod tests {
                 gid: 0,
                 target: None,
                 rdev: 0,
+                apply: Apply::Replace,
+                xattrs: None,
             };
             let json = serde_json::to_string(std::slice::from_ref(&t)).unwrap();
             assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
         }
+    }
+
+    /// A plan journalled before `apply` existed (as a crash may leave one for a newer build to
+    /// finish) reads as `replace`, the way it was applied; `replace` is left out of new plans,
+    /// so their JSON is what it was, and `in_place` round-trips.
+    #[test]
+    fn plans_without_apply_read_as_replace_and_in_place_round_trips() {
+        let old = r#"[{"path":[97],"kind":"file","blob":"ab","mode":33188,"uid":0,"gid":0,"target":null,"rdev":0}]"#;
+        let plan = PlanTarget::parse_plan(old).unwrap();
+        assert_eq!(plan[0].apply, Apply::Replace);
+        assert_eq!(plan[0].kind, Kind::File);
+        // Written again, the path is a string (smaller) and nothing else changes.
+        assert_eq!(
+            serde_json::to_string(&plan).unwrap(),
+            old.replace("[97]", "\"a\"")
+        );
+        let mut t = plan[0].clone();
+        t.apply = Apply::InPlace;
+        let json = serde_json::to_string(&[t.clone()]).unwrap();
+        assert!(json.contains(r#""apply":"in_place""#), "{json}");
+        assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t]);
+    }
+
+    /// Extended attributes, binary values and names included, round trip through their stored
+    /// form and through a plan; a plan journalled before they existed reads as "leave them".
+    #[test]
+    fn extended_attributes_round_trip_stored_and_in_a_plan() {
+        let x = Xattrs::new(vec![
+            (b"user.z".to_vec(), b"last".to_vec()),
+            (b"user.a".to_vec(), Vec::new()),
+            (b"user.bin".to_vec(), vec![0, 0xff, 7]),
+            (b"trusted.\xfe".to_vec(), b"v".to_vec()),
+        ]);
+        assert_eq!(x.iter().next().unwrap().0, b"trusted.\xfe");
+        assert_eq!(x.get(b"user.bin"), Some(&[0, 0xff, 7][..]));
+        assert_eq!(Xattrs::decode(&x.encode()), Some(x.clone()));
+        assert_eq!(
+            Xattrs::decode(&Xattrs::default().encode()),
+            Some(Xattrs::default())
+        );
+        assert_eq!(Xattrs::decode(&x.encode()[..5]), None);
+        let t = PlanTarget {
+            path: b"d".to_vec(),
+            kind: Kind::Dir,
+            blob: None,
+            mode: 0o40755,
+            uid: 0,
+            gid: 0,
+            target: None,
+            rdev: 0,
+            xattrs: Some(x),
+            apply: Apply::Replace,
+        };
+        let json = serde_json::to_string(std::slice::from_ref(&t)).unwrap();
+        assert_eq!(PlanTarget::parse_plan(&json).unwrap(), vec![t], "{json}");
+        let old = r#"[{"path":"d","kind":"dir","blob":null,"mode":16877,"uid":0,"gid":0,"target":null,"rdev":0}]"#;
+        assert_eq!(PlanTarget::parse_plan(old).unwrap()[0].xattrs, None);
     }
 }

@@ -6,6 +6,7 @@ use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
 
 use super::model::{
     Actor, BlobRef, CheckpointKind, Kind, Op, OriginKind, Purpose, RewindScope, RewindState, Scope,
+    Xattrs,
 };
 
 /// Implements both directions for a type with `as_str(self) -> &'static str` and a total
@@ -56,5 +57,13 @@ impl ToSql for BlobRef {
 impl FromSql for BlobRef {
     fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
         v.as_str().map(BlobRef::from_stored)
+    }
+}
+
+/// `captures.xattrs`: [`Xattrs::encode`]'s form (read back by `captures.rs`, where a value that
+/// does not decode reads as "not recorded", which a rewind leaves alone).
+impl ToSql for Xattrs {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.encode()))
     }
 }

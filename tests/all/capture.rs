@@ -525,6 +525,38 @@ fn a_message_boundary_flushes_mmap_data_into_the_previous_checkpoint() {
     assert!(fs::read(a.m.p("m.bin")).unwrap().starts_with(b"DIRTY!"));
 }
 
+/// (seq, op, path) of the change log's entries with a seq of at least `from`, oldest first,
+/// through the `log` request (which answers the newest `limit`: asked again with more until
+/// the answer reaches back to `from`).
+fn log_since(m: &Mounted, from: i64) -> Vec<(i64, String, String)> {
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let mut limit = 4096;
+    loop {
+        let r = c
+            .request("log", json!({"limit": limit, "raw": true}))
+            .unwrap();
+        let all: Vec<(i64, String, String)> = r["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["seq"].as_i64().unwrap(),
+                    e["op"].as_str().unwrap().to_string(),
+                    e["path"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        if all.len() < limit || all.first().is_some_and(|e| e.0 <= from) {
+            return all.into_iter().filter(|e| e.0 >= from).collect();
+        }
+        limit *= 4;
+    }
+}
+
+/// Also checks the change log across each kill (issue 24 §5): the entries the log showed when
+/// the round began are there unchanged after the remount, and every change that completed
+/// before the kill has its entry after them, in order.
 #[test]
 fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
     require_fuse();
@@ -552,6 +584,17 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
     for round in 0..rounds {
         let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
         let first_of_round = checkpoints.len();
+        // The last entries of the change log as the round begins.
+        let log_before = {
+            let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+            let r = c
+                .request("log", json!({"limit": 500, "raw": true}))
+                .unwrap();
+            let from = r["entries"][0]["seq"].as_i64().unwrap_or(1);
+            log_since(&m, from)
+        };
+        // The path each change that completed names in its (first) log entry, in order.
+        let mut done: Vec<String> = Vec::new();
         // SIGKILL the daemon at a random moment of the workload below.
         let pid = m.daemon_pid();
         let delay = Duration::from_millis(50 + rnd(400));
@@ -583,6 +626,7 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
             }
             let n = rnd(40);
             let p = m.p(&format!("f{n}"));
+            // Ok(Some(path)): a change was made, and its log entry names `path`.
             let r = match rnd(7) {
                 0 | 1 => fs::OpenOptions::new()
                     .append(true)
@@ -590,30 +634,37 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
                     .open(&p)
                     .and_then(|mut f| {
                         std::io::Write::write_all(&mut f, format!("{i}\n").as_bytes())
-                    }),
-                2 => fs::write(&p, vec![b'a' + (i % 26) as u8; rnd(20_000) as usize]),
+                    })
+                    .map(|_| Some(format!("f{n}"))),
+                2 => fs::write(&p, vec![b'a' + (i % 26) as u8; rnd(20_000) as usize])
+                    .map(|_| Some(format!("f{n}"))),
                 3 => fs::write(m.p(&format!("sub/t{n}")), format!("{i}\n"))
-                    .and_then(|_| fs::rename(m.p(&format!("sub/t{n}")), m.p(&format!("sub/u{n}")))),
+                    .and_then(|_| fs::rename(m.p(&format!("sub/t{n}")), m.p(&format!("sub/u{n}"))))
+                    .map(|_| Some(format!("sub/t{n}"))),
                 4 => match fs::remove_file(&p) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    r => r,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    r => r.map(|_| Some(format!("f{n}"))),
                 },
                 5 => fs::create_dir(m.p(&format!("d{n}")))
                     .and_then(|_| fs::write(m.p(&format!("d{n}/x")), "x"))
+                    .map(|_| Some(format!("d{n}")))
                     .or_else(|e| {
                         if e.kind() == std::io::ErrorKind::AlreadyExists {
-                            Ok(())
+                            Ok(None)
                         } else {
                             Err(e)
                         }
                     }),
                 _ => match fs::remove_dir_all(m.p(&format!("d{n}"))) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    r => r,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    r => r.map(|_| Some(format!("d{n}"))),
                 },
             };
-            if r.is_err() {
-                break 'work;
+            match r {
+                Err(_) => break 'work,
+                // Consecutive writes to one file by one process are one entry.
+                Ok(Some(path)) if done.last() != Some(&path) => done.push(path),
+                Ok(_) => {}
             }
             ops_total += 1;
         }
@@ -627,6 +678,20 @@ fn killing_the_daemon_at_random_moments_loses_no_pre_image() {
             String::from_utf8_lossy(&out.stdout)
         );
         m.mount(&[]);
+        let from = log_before.first().map_or(1, |e| e.0);
+        let after = log_since(&m, from);
+        assert!(
+            after.len() >= log_before.len() && after[..log_before.len()] == log_before[..],
+            "round {round}: the entries the log showed before the kill are there unchanged"
+        );
+        let mut rest = after[log_before.len()..].iter();
+        for (k, path) in done.iter().enumerate() {
+            assert!(
+                rest.any(|e| e.2 == *path),
+                "round {round}: change {k} of {} (on {path}) completed before the kill and has no log entry after the remount",
+                done.len()
+            );
+        }
         let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
         // A rewind to every checkpoint of this round (newest first, then in random order) and to
         // one of an earlier round gives back the tree seen when it began.

@@ -17,13 +17,17 @@ mod messages;
 mod model;
 mod nonroot;
 mod posix;
+mod privacy;
 mod protocol;
 mod remote;
 mod retention;
 mod rewind;
+mod sdk_rewind;
+mod sdk_scenarios;
 mod sessions;
 mod transport;
 mod travel;
+mod undo;
 mod unprotected;
 mod workloads;
 

@@ -2,11 +2,15 @@
 //! (in-process writes) and the shell (child processes) across random checkpoints, through a
 //! real mount; then a rewind to a random checkpoint with each scope. The expected tree comes
 //! from the trees observed when each checkpoint began (for `agent`/`all`) and from the SDK's
-//! rule for the `tool` scope; an undo must give back the tree from before the rewind.
+//! rewind for the `tool` scope (tests/clients/FINDINGS.md §4: its dry run's list and line
+//! counts, its skips, its test of what differs, path by path in tracked order); an undo must
+//! give back the tree from before the rewind.
 //!
 //! `PROPTEST_CASES` sets the number of cases (CI runs a few; `scripts/soak.sh` runs many).
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 use serde_json::json;
@@ -73,12 +77,79 @@ fn kind(line: Option<&String>) -> Option<&str> {
     line.and_then(|l| l.split(' ').nth(1))
 }
 
+/// The regular files of the tree (not following symlinks) → their content.
+fn contents(a: &Agent) -> BTreeMap<String, Vec<u8>> {
+    tree_map(a)
+        .into_iter()
+        .filter(|(_, l)| is_file(Some(l)))
+        .map(|(p, _)| {
+            let data = std::fs::read(a.m.p(&p)).unwrap();
+            (p, data)
+        })
+        .collect()
+}
+
+/// A path's state in the model: its listing line and, for a file, its content.
+type State = Option<(String, Option<Vec<u8>>)>;
+
+fn state(tree: &BTreeMap<String, String>, data: &BTreeMap<String, Vec<u8>>, p: &str) -> State {
+    tree.get(p).map(|l| (l.clone(), data.get(p).cloned()))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Lines added and removed from `old` to `new` as the SDK counts them, by a longest common
+/// subsequence of lines (each keeping its `\n`; invalid UTF-8 replaced).
+fn lines(old: &[u8], new: &[u8]) -> (u64, u64) {
+    let (o, n) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
+    let a: Vec<&str> = o.split_inclusive('\n').collect();
+    let b: Vec<&str> = n.split_inclusive('\n').collect();
+    let mut t = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            t[i][j] = if a[i] == b[j] {
+                t[i + 1][j + 1] + 1
+            } else {
+                t[i + 1][j].max(t[i][j + 1])
+            };
+        }
+    }
+    let common = t[0][0] as u64;
+    (b.len() as u64 - common, a.len() as u64 - common)
+}
+
+/// What the SDK's rewind does, per the model (see [`Run::expected_tool`]).
+#[derive(Debug, Default, PartialEq)]
+struct ToolRewind {
+    /// The dry run's `filesChanged` (workspace-relative), insertions, deletions.
+    listed: Vec<String>,
+    insertions: u64,
+    deletions: u64,
+    /// The paths the real rewind changes, in order.
+    changed: Vec<String>,
+    skipped: u64,
+    /// The tree after it.
+    tree: BTreeMap<String, String>,
+}
+
 pub(crate) struct Run {
     pub(crate) a: Agent,
     pub(crate) turns: Vec<String>,
+    /// When each turn's `begin_message` had returned (unix ms): no later than the checkpoint's
+    /// start, as the daemon stamps it.
+    began_by: Vec<i64>,
     pub(crate) snapshots: Vec<BTreeMap<String, String>>,
+    /// The files' contents when each turn began.
+    snapshot_data: Vec<BTreeMap<String, Vec<u8>>>,
     /// path → (turn index of the first tool change, the state just before it)
-    tracked: BTreeMap<String, (usize, Option<String>)>,
+    tracked: BTreeMap<String, (usize, State)>,
+    /// The tracked paths in the order a tool first changed each.
+    tracked_order: Vec<String>,
 }
 
 impl Run {
@@ -88,8 +159,11 @@ impl Run {
         let mut run = Run {
             a: Agent::with_args(setup, &["--range-capture-min", "4096"]),
             turns: Vec::new(),
+            began_by: Vec::new(),
             snapshots: Vec::new(),
+            snapshot_data: Vec::new(),
             tracked: BTreeMap::new(),
+            tracked_order: Vec::new(),
         };
         run.apply(&Step::Turn);
         for s in steps {
@@ -103,7 +177,9 @@ impl Run {
         match s {
             Step::Turn => {
                 self.snapshots.push(tree_map(&self.a));
+                self.snapshot_data.push(contents(&self.a));
                 let u = self.a.turn();
+                self.began_by.push(now_ms());
                 self.turns.push(u);
             }
             Step::Tool(i, b) => {
@@ -120,9 +196,10 @@ impl Run {
                     return;
                 }
                 if !self.tracked.contains_key(p) {
-                    let now = tree_map(&self.a);
+                    let now = state(&tree_map(&self.a), &contents(&self.a), p);
                     self.tracked
-                        .insert(p.to_string(), (self.turns.len() - 1, now.get(p).cloned()));
+                        .insert(p.to_string(), (self.turns.len() - 1, now));
+                    self.tracked_order.push(p.to_string());
                 }
                 self.a
                     .tool_write(p, format!("tool {b}\nline two\n").as_bytes());
@@ -184,56 +261,137 @@ impl Run {
         }
     }
 
-    /// What the tool scope must produce (design.md §2), from the model.
-    fn expected_tool(&self, t: usize, now: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let mut out = now.clone();
-        for (p, (first, before_first)) in &self.tracked {
-            let target = if *first < t {
-                self.snapshots[t].get(p).cloned()
+    /// What the tool scope must do (design.md §2; tests/clients/FINDINGS.md §4), from the model:
+    /// per tracked path, in tracked order, its target (its state when turn `t` began if a tool
+    /// had changed it by then, else its state just before its first tool change); the dry run
+    /// lists it if a line of the texts differs (reading through symlinks) or the target is
+    /// absent and something is there; the real rewind skips what is not a regular file, removes
+    /// it if the target is absent, and rewrites it if its mode, size or text differ. `None`
+    /// when the SDK's mtime shortcut might apply (a same-size file last written before the
+    /// backup's time, which the model knows only roughly): the case is not one to judge.
+    fn expected_tool(&self, t: usize, now: &BTreeMap<String, String>) -> Option<ToolRewind> {
+        let data = contents(&self.a);
+        let mut out = ToolRewind {
+            tree: now.clone(),
+            ..Default::default()
+        };
+        for p in &self.tracked_order {
+            let (first, before_first) = &self.tracked[p];
+            let (target, backup_by) = if *first < t {
+                (
+                    state(&self.snapshots[t], &self.snapshot_data[t], p),
+                    self.began_by[t],
+                )
             } else {
-                before_first.clone()
+                (before_first.clone(), self.began_by[*first])
             };
             let cur = now.get(p);
-            if kind(target.as_ref()) == Some("link") || kind(cur) == Some("link") {
-                continue;
-            }
-            if !matches!(kind(target.as_ref()), None | Some("file"))
-                || !matches!(kind(cur), None | Some("file"))
-            {
-                continue;
-            }
-            match target {
-                None => {
-                    if is_file(cur) {
-                        out.remove(p);
-                    }
+            let target_kind = kind(target.as_ref().map(|(l, _)| l));
+            let restorable = matches!(target_kind, None | Some("file"));
+            if restorable {
+                let text = std::fs::read(self.a.m.p(p)).unwrap_or_default();
+                let want = target
+                    .as_ref()
+                    .and_then(|(_, d)| d.clone())
+                    .unwrap_or_default();
+                let (i, d) = lines(&text, &want);
+                let exists = std::fs::metadata(self.a.m.p(p)).is_ok();
+                if i + d > 0 || (target.is_none() && exists) {
+                    out.listed.push(p.clone());
+                    out.insertions += i;
+                    out.deletions += d;
                 }
-                Some(line) => {
-                    // Missing parents are created (0755 under the daemon's creation).
-                    let mut acc = String::new();
-                    for part in p.split('/').collect::<Vec<_>>().split_last().unwrap().1 {
-                        if !acc.is_empty() {
-                            acc.push('/');
+            }
+            // The real rewind: not a regular file (or beneath something that is not a
+            // directory) → skipped.
+            let parents_ok = p
+                .match_indices('/')
+                .all(|(i, _)| matches!(kind(now.get(&p[..i])), None | Some("dir")));
+            if !parents_ok || !matches!(kind(cur), None | Some("file")) {
+                out.skipped += 1;
+                continue;
+            }
+            if !restorable {
+                continue;
+            }
+            let act = match (&target, cur) {
+                (None, None) => false,
+                (None, Some(_)) => {
+                    out.tree.remove(p);
+                    true
+                }
+                (Some(_), None) => true,
+                (Some((line, content)), Some(cur_line)) => {
+                    let f = |l: &str| l.split(' ').skip(2).take(2).collect::<Vec<_>>().join(" ");
+                    if f(line) != f(cur_line) {
+                        true // mode or size
+                    } else {
+                        let md = std::fs::symlink_metadata(self.a.m.p(p)).unwrap();
+                        let mtime = md.mtime() * 1000 + md.mtime_nsec() / 1_000_000;
+                        let want = content.clone().unwrap_or_default();
+                        let have = data.get(p).cloned().unwrap_or_default();
+                        let differ =
+                            String::from_utf8_lossy(&want) != String::from_utf8_lossy(&have);
+                        if differ && mtime + 1000 < backup_by {
+                            return None;
                         }
-                        acc.push_str(part);
-                        out.entry(acc.clone())
-                            .or_insert_with(|| format!("{acc} dir 755"));
+                        differ
                     }
-                    out.insert(p.clone(), line);
                 }
+            };
+            if !act {
+                continue;
+            }
+            out.changed.push(p.clone());
+            if let Some((line, _)) = target {
+                // Missing parents are created (0755 under the daemon's creation).
+                let mut acc = String::new();
+                for part in p.split('/').collect::<Vec<_>>().split_last().unwrap().1 {
+                    if !acc.is_empty() {
+                        acc.push('/');
+                    }
+                    acc.push_str(part);
+                    out.tree
+                        .entry(acc.clone())
+                        .or_insert_with(|| format!("{acc} dir 755"));
+                }
+                out.tree.insert(p.clone(), line);
             }
         }
-        out
+        Some(out)
     }
+}
+
+/// The workspace-relative paths of a reply's `filesChanged`, in its order.
+fn files_in_order(a: &Agent, v: &serde_json::Value) -> Vec<String> {
+    v["filesChanged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            std::path::Path::new(x.as_str().unwrap())
+                .strip_prefix(&a.m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
     let mut run = Run::play(|_| {}, &steps);
     let t = pick % run.turns.len();
     let now = tree_map(&run.a);
-    let expected = match scope {
-        "tool" => run.expected_tool(t, &now),
-        _ => run.snapshots[t].clone(),
+    let tool = match scope {
+        "tool" => match run.expected_tool(t, &now) {
+            Some(x) => Some(x),
+            None => return Err(TestCaseError::reject("the SDK's mtime shortcut may apply")),
+        },
+        _ => None,
+    };
+    let expected = match &tool {
+        Some(x) => x.tree.clone(),
+        None => run.snapshots[t].clone(),
     };
     let dry = run
         .a
@@ -243,12 +401,42 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
         .a
         .rewind(&run.turns[t], scope, false)
         .map_err(TestCaseError::fail)?;
-    prop_assert_eq!(
-        &dry["filesChanged"],
-        &r["filesChanged"],
-        "dry run and rewind disagree"
-    );
-    prop_assert_eq!(&dry["insertions"], &r["insertions"]);
+    if let Some(x) = &tool {
+        // The SDK's answers: the dry run's list and counts; what the real rewind changed
+        // (rewindfs's addition) and skipped.
+        prop_assert_eq!(
+            files_in_order(&run.a, &dry),
+            x.listed.clone(),
+            "dry run: {}",
+            dry
+        );
+        prop_assert_eq!(
+            (dry["insertions"].as_u64(), dry["deletions"].as_u64()),
+            (Some(x.insertions), Some(x.deletions)),
+            "dry run: {}",
+            dry
+        );
+        prop_assert_eq!(
+            files_in_order(&run.a, &r),
+            x.changed.clone(),
+            "rewind: {}",
+            r
+        );
+        prop_assert_eq!(r["skippedLinks"].as_u64(), Some(x.skipped), "rewind: {}", r);
+        prop_assert_eq!(
+            dry["skippedLinks"].as_u64(),
+            Some(x.skipped),
+            "dry run: {}",
+            dry
+        );
+    } else {
+        prop_assert_eq!(
+            &dry["filesChanged"],
+            &r["filesChanged"],
+            "dry run and rewind disagree"
+        );
+        prop_assert_eq!(&dry["insertions"], &r["insertions"]);
+    }
     let got = tree_map(&run.a);
     prop_assert_eq!(
         got.values().collect::<Vec<_>>(),
@@ -297,7 +485,10 @@ fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(
     let t = if last { n - 1 } else { 0 };
     let now = tree_map(&run.a);
     let expected = match scope {
-        "tool" => run.expected_tool(t, &now),
+        "tool" => match run.expected_tool(t, &now) {
+            Some(x) => x.tree,
+            None => return Err(TestCaseError::reject("the SDK's mtime shortcut may apply")),
+        },
         _ => run.snapshots[t].clone(),
     };
     run.a

@@ -244,11 +244,46 @@ fn every_response_matches_the_protocol_schema() {
         )),
         "No file checkpoint found for this message."
     );
-    // Undoing again redoes (the undo was a rewind too).
-    ok(
-        &c.req("13", json!({"subtype": "undo_rewind"})),
-        "13",
+    // Undo and redo are a stack: nothing is left to undo, the undone rewind can be redone.
+    let none = ok(
+        &c.req("13a", json!({"subtype": "undo_rewind", "dry_run": true})),
+        "13a",
         "response_undo_rewind",
+    );
+    assert_eq!(none["canRewind"], json!(false));
+    ok(
+        &c.req("13b", json!({"subtype": "redo_rewind", "dry_run": true})),
+        "13b",
+        "response_redo_rewind",
+    );
+    ok(
+        &c.req("13", json!({"subtype": "redo_rewind"})),
+        "13",
+        "response_redo_rewind",
+    );
+    let none = ok(
+        &c.req("13c", json!({"subtype": "redo_rewind", "dry_run": true})),
+        "13c",
+        "response_redo_rewind",
+    );
+    assert!(
+        none["error"]
+            .as_str()
+            .unwrap()
+            .contains("no rewind to redo")
+    );
+    let listed = ok(
+        &c.req("13d", json!({"subtype": "list_checkpoints"})),
+        "13d",
+        "response_list_checkpoints",
+    );
+    assert!(
+        listed["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["rewind"]["action"] == json!("redo")),
+        "{listed}"
     );
     // The older CLIs' subtype, with their error texts (seed 002).
     let missing = uuid();
@@ -311,6 +346,8 @@ fn every_response_matches_the_protocol_schema() {
     // The schema rejects what it should (the test can fail).
     let bad = json!({"canRewind": true, "filesChanged": "a.txt", "insertions": 0, "deletions": 0});
     assert!(!schema_for("response_rewind_files_dry").is_valid(&bad));
+    let bad = json!({"canRewind": true, "filesChanged": [], "insertions": 0, "deletions": 0, "conflicts": [], "undoable": 0, "redoable": 0, "undone": uuid()});
+    assert!(!schema_for("response_redo_rewind").is_valid(&bad));
 }
 
 /// A message's checkpoint begins once: repeating the current message's `begin_message` is

@@ -85,13 +85,16 @@ if [ "${REWINDFS_CLIENTS_SKIP_TS:-0}" != 1 ]; then
     [ "$ver" = "$CLAUDE_CODE_CLI" ] || { log "error: TS SDK's CLI is $ver, versions.env says $CLAUDE_CODE_CLI"; exit 1; }
 fi
 
-cat > "$DIR/env.sh" <<EOF
-# written by tests/clients/install.sh
+# Written only when it changes: a cache that is up to date is not written to at all (it may be
+# shared, read-only, between work trees).
+env_sh="# written by tests/clients/install.sh
 CLAUDE_CLI='$cli_py'
 CLAUDE_CLI_TS='$cli_ts'
 CLIENTS_PYTHON='$venv/bin/python'
-CLIENTS_NODE_MODULES='$node_modules'
-EOF
+CLIENTS_NODE_MODULES='$node_modules'"
+if [ "$(cat "$DIR/env.sh" 2>/dev/null)" != "$env_sh" ]; then
+    printf '%s\n' "$env_sh" > "$DIR/env.sh"
+fi
 log "ready in $DIR"
 echo "CLAUDE_CLI=$cli_py"
 [ -z "$cli_ts" ] || echo "CLAUDE_CLI_TS=$cli_ts"

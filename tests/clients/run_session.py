@@ -177,6 +177,39 @@ def script_of(scenario: dict, ws: str) -> dict:
             "default_text": sc.get("default_text", "Done.")}
 
 
+def sdk_checkpoints(home: str) -> set[str]:
+    """The message uuids the CLI has recorded a file-history snapshot for (its checkpoints), as
+    its transcripts under ``$HOME/.claude/projects`` show them."""
+    found: set[str] = set()
+    for t in Path(home, ".claude", "projects").glob("*/*.jsonl"):
+        with open(t, errors="replace") as f:
+            for line in f:
+                if '"file-history-snapshot"' not in line:
+                    continue
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("type") == "file-history-snapshot" and e.get("messageId"):
+                    found.add(e["messageId"])
+    return found
+
+
+async def wait_for_sdk_checkpoints(home: str, uuids: list[str], timeout: float = 5.0) -> list[str]:
+    """Waits until the CLI has recorded its checkpoint of every uuid; returns those still
+    missing at the timeout. The CLI records a prompt's snapshot asynchronously: a turn without
+    tool calls can end (``result``) before it is there, and a rewind asked at once answers
+    ``No file checkpoint found for this message.`` (measured: 1 run in 6 of
+    ``last_turn_no_tools``, the turn taking 26 ms). Its transcript is written after its state,
+    so a snapshot seen there is one the CLI can rewind to."""
+    deadline = time.time() + timeout
+    while True:
+        missing = [u for u in uuids if u not in sdk_checkpoints(home)]
+        if not missing or time.time() > deadline:
+            return missing
+        await asyncio.sleep(0.02)
+
+
 TREE_FIELDS = ("type", "mode", "text", "sha256", "size", "target", "nlink")
 
 
@@ -340,6 +373,8 @@ class Session:
 
     async def rewind(self, target: Any, dry_run: bool) -> dict:
         u = self.resolve(target)
+        if not self.rewinder:
+            await wait_for_sdk_checkpoints(self.home, self.turn_list)
         if self.rewinder:
             try:
                 res: dict = {"ok": True, "response": await self.rewinder(u, dry_run)}

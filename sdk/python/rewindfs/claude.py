@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from .client import AsyncRewindfsClient, RewindfsError
 
-__all__ = ["with_rewindfs", "send_prompt", "register_cli", "tool_span_hooks"]
+__all__ = ["with_rewindfs", "send_prompt", "register_cli", "span_hooks", "tool_span_hooks"]
 
 
 def _file_of(tool_input: Any) -> Optional[str]:
@@ -43,40 +43,65 @@ def _file_of(tool_input: Any) -> Optional[str]:
     return None
 
 
-def tool_span_hooks(rw: AsyncRewindfsClient) -> tuple[Any, Any]:
-    """PreToolUse / PostToolUse callbacks that report tool spans to the daemon. They never
-    block the agent: a daemon error is swallowed (the tool still runs)."""
+def span_hooks(rw: AsyncRewindfsClient) -> dict[str, Any]:
+    """SDK hook callbacks that report tool spans to the daemon, keyed by hook event.
 
-    async def span(phase: str, input_data: dict[str, Any], tool_use_id: Optional[str]) -> dict[str, Any]:
+    A span opens at PreToolUse and closes at PostToolUse or PostToolUseFailure. A tool that the
+    CLI refuses after PreToolUse (an Edit of a symlink) gets neither: its span is closed at the
+    next PreToolUse (the CLI runs tools that write one at a time), at UserPromptSubmit and at
+    Stop, so that later shell writes to its file are not taken for the tool's. The callbacks
+    never block the agent: a daemon error is swallowed (the tool still runs)."""
+    open_spans: dict[str, str] = {}  # tool_use_id -> tool_name, opened and not yet closed
+
+    def id_of(input_data: dict[str, Any], tool_use_id: Optional[str]) -> str:
+        return tool_use_id or str(input_data.get("tool_use_id", "")) or f"hook-{input_data.get('tool_name', '')}"
+
+    async def report(phase: str, tool_name: str, span_id: str, file_path: Optional[str]) -> None:
         try:
-            await rw.tool_use(
-                phase,
-                str(input_data.get("tool_name", "")),
-                tool_use_id or str(input_data.get("tool_use_id", "")) or f"hook-{input_data.get('tool_name', '')}",
-                _file_of(input_data.get("tool_input")),
-            )
+            await rw.tool_use(phase, tool_name, span_id, file_path)
         except (RewindfsError, OSError):
             pass
-        return {}
+
+    async def close_all() -> None:
+        for span_id, name in list(open_spans.items()):
+            open_spans.pop(span_id, None)
+            await report("post", name, span_id, None)
 
     async def pre(input_data: dict[str, Any], tool_use_id: Optional[str], context: Any) -> dict[str, Any]:
-        return await span("pre", input_data, tool_use_id)
+        await close_all()
+        span_id, name = id_of(input_data, tool_use_id), str(input_data.get("tool_name", ""))
+        open_spans[span_id] = name
+        await report("pre", name, span_id, _file_of(input_data.get("tool_input")))
+        return {}
 
     async def post(input_data: dict[str, Any], tool_use_id: Optional[str], context: Any) -> dict[str, Any]:
-        return await span("post", input_data, tool_use_id)
+        span_id = id_of(input_data, tool_use_id)
+        open_spans.pop(span_id, None)
+        await report("post", str(input_data.get("tool_name", "")), span_id, _file_of(input_data.get("tool_input")))
+        return {}
 
-    return pre, post
+    async def end(input_data: dict[str, Any], tool_use_id: Optional[str], context: Any) -> dict[str, Any]:
+        await close_all()
+        return {}
+
+    return {"PreToolUse": pre, "PostToolUse": post, "PostToolUseFailure": post, "UserPromptSubmit": end, "Stop": end}
+
+
+def tool_span_hooks(rw: AsyncRewindfsClient) -> tuple[Any, Any]:
+    """The PreToolUse and PostToolUse callbacks of :func:`span_hooks` (which also has those for
+    PostToolUseFailure, UserPromptSubmit and Stop that close spans a tool left open)."""
+    hooks = span_hooks(rw)
+    return hooks["PreToolUse"], hooks["PostToolUse"]
 
 
 def with_rewindfs(options: Any, rw: AsyncRewindfsClient) -> Any:
     """Returns a copy of ``ClaudeAgentOptions`` with rewindfs's tool-span hooks added (existing
-    hooks are kept)."""
+    hooks are kept): PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit and Stop."""
     from claude_agent_sdk import HookMatcher  # lazy: optional dependency
 
-    pre, post = tool_span_hooks(rw)
     hooks: dict[str, list[Any]] = {k: list(v) for k, v in (getattr(options, "hooks", None) or {}).items()}
-    hooks.setdefault("PreToolUse", []).append(HookMatcher(matcher=None, hooks=[pre]))
-    hooks.setdefault("PostToolUse", []).append(HookMatcher(matcher=None, hooks=[post]))
+    for event, callback in span_hooks(rw).items():
+        hooks.setdefault(event, []).append(HookMatcher(matcher=None, hooks=[callback]))
     try:
         return replace(options, hooks=hooks)
     except TypeError:

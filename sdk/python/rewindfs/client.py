@@ -198,8 +198,13 @@ class RewindfsClient:
     ) -> RewindFilesResult:
         return RewindFilesResult.from_json(self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths)))
 
-    def undo_rewind(self) -> dict[str, Any]:
-        return self.request("undo_rewind")
+    def undo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        """Undoes the newest rewind not yet undone (a stack); refused over changes made since unless `force`."""
+        return self.request("undo_rewind", dry_run=dry_run, force=force)
+
+    def redo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        """Re-applies the rewind undone last; refused over changes made since the undo unless `force`."""
+        return self.request("redo_rewind", dry_run=dry_run, force=force)
 
     def list_checkpoints(self, session_id: Optional[str] = None) -> list[dict[str, Any]]:
         return list(self.request("list_checkpoints", session_id=session_id)["checkpoints"])
@@ -276,8 +281,11 @@ class AsyncRewindfsClient:
         v = await self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths))
         return RewindFilesResult.from_json(v)
 
-    async def undo_rewind(self) -> dict[str, Any]:
-        return await self.request("undo_rewind")
+    async def undo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        return await self.request("undo_rewind", dry_run=dry_run, force=force)
+
+    async def redo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        return await self.request("redo_rewind", dry_run=dry_run, force=force)
 
     async def list_checkpoints(self, session_id: Optional[str] = None) -> list[dict[str, Any]]:
         return list((await self.request("list_checkpoints", session_id=session_id))["checkpoints"])

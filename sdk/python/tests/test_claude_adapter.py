@@ -92,3 +92,40 @@ def test_prompts_begin_their_checkpoint_first_and_turns_rewind(mounted, monkeypa
             await rw.close()
 
     asyncio.run(main())
+
+
+class _Recorder:
+    """Stands in for AsyncRewindfsClient: records tool_use requests."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path=None) -> dict:
+        self.calls.append((phase, tool_name, tool_use_id, file_path))
+        return {}
+
+
+def test_spans_close_at_post_tool_use_failure_and_when_a_refused_tool_left_one_open() -> None:
+    from rewindfs.claude import span_hooks
+
+    async def main() -> None:
+        # PostToolUse and PostToolUseFailure close their own span.
+        rw = _Recorder()
+        h = span_hooks(rw)  # type: ignore[arg-type]
+        await h["PreToolUse"]({"tool_name": "Write", "tool_input": {"file_path": "/p/a"}}, "t1", None)
+        await h["PostToolUse"]({"tool_name": "Write", "tool_input": {"file_path": "/p/a"}}, "t1", None)
+        await h["PreToolUse"]({"tool_name": "Bash", "tool_input": {"command": "false"}}, "t2", None)
+        await h["PostToolUseFailure"]({"tool_name": "Bash", "tool_input": {"command": "false"}}, "t2", None)
+        await h["Stop"]({"hook_event_name": "Stop"}, "random", None)
+        assert rw.calls == [("pre", "Write", "t1", "/p/a"), ("post", "Write", "t1", "/p/a"),
+                            ("pre", "Bash", "t2", None), ("post", "Bash", "t2", None)]
+        # An Edit refused on a symlink gets PreToolUse only: the next PreToolUse, the next
+        # prompt or Stop closes its span.
+        for closer in ("PreToolUse", "UserPromptSubmit", "Stop"):
+            rw = _Recorder()
+            h = span_hooks(rw)  # type: ignore[arg-type]
+            await h["PreToolUse"]({"tool_name": "Edit", "tool_input": {"file_path": "/p/link"}}, "e1", None)
+            await h[closer]({"tool_name": "Bash", "tool_input": {"command": "echo >> link"}}, "b1", None)
+            assert rw.calls[:2] == [("pre", "Edit", "e1", "/p/link"), ("post", "Edit", "e1", None)], closer
+
+    asyncio.run(main())

@@ -43,6 +43,9 @@ def test_rewind_files_behaves_like_the_sdk(mounted) -> None:
         assert not (proj / "new.py").exists() and (proj / "keep.txt").read_text() == "v0\n"
         c.undo_rewind()
         assert (proj / "new.py").exists()
+        assert c.redo_rewind(dry_run=True)["canRewind"]
+        assert c.redo_rewind()["redone"] and not (proj / "new.py").exists()
+        assert c.undo_rewind()["undoable"] == 0 and (proj / "new.py").exists()
         missing = str(uuid.uuid4())
         assert c.rewind_files(missing, dry_run=True).error == "No file checkpoint found for this message."
         with pytest.raises(RewindfsError, match=r"^No file checkpoint found for this message\.$"):

@@ -1,11 +1,13 @@
 //! `list_checkpoints`: the checkpoints kept, oldest first.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::OriginKind;
+use crate::store::{OriginKind, RewindScope, Stack};
 
 /// Lists checkpoints, of one session if given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +38,63 @@ pub struct CheckpointInfo {
     /// import's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<OriginInfo>,
+    /// For a `rewind` checkpoint: the rewind, undo or redo that began it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<RewindInfo>,
+}
+
+/// The rewind, undo or redo that began a `rewind` checkpoint, and where it stands on the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindInfo {
+    /// `rewind`, `undo` or `redo`.
+    pub action: String,
+    /// A rewind's: the checkpoint it went back to; an undo's or redo's: the rewind it undid or
+    /// redid (that rewind's checkpoint uuid).
+    pub target: String,
+    /// A rewind's scope (`tool`, `agent`, `all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// `applying` (unfinished: the next mount finishes it), `done`, or for a rewind `undone`.
+    pub state: String,
+    /// `undo` when `undo_rewind` undoes this rewind next, `redo` when `redo_rewind` re-applies
+    /// it next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+impl RewindInfo {
+    /// What the stack says of each rewind checkpoint, by its seq.
+    fn by_checkpoint(stack: &Stack) -> HashMap<i64, RewindInfo> {
+        let next_undo = stack.next_undo().map(|s| s.rewind.id.clone());
+        let next_redo = stack.next_redo().map(|s| s.rewind.id.clone());
+        stack
+            .rows()
+            .iter()
+            .map(|r| {
+                let (action, scope) = match r.scope {
+                    RewindScope::Scope(s) => ("rewind", Some(s.as_str().to_string())),
+                    RewindScope::Undo => ("undo", None),
+                    RewindScope::Redo => ("redo", None),
+                };
+                let next = if next_undo.as_deref() == Some(&r.id) {
+                    Some("undo".to_string())
+                } else if next_redo.as_deref() == Some(&r.id) {
+                    Some("redo".to_string())
+                } else {
+                    None
+                };
+                let info = RewindInfo {
+                    action: action.to_string(),
+                    target: r.target.clone(),
+                    scope,
+                    state: r.state.as_str().to_string(),
+                    next,
+                };
+                (r.checkpoint, info)
+            })
+            .collect()
+    }
 }
 
 fn yes() -> bool {
@@ -85,6 +144,7 @@ impl ListCheckpoints {
         d.engine.bind_from_transcripts();
         let list = d.engine.checkpoints(self.session_id.as_deref())?;
         let mut origins = d.engine.origins()?;
+        let mut rewinds = RewindInfo::by_checkpoint(&d.engine.stack()?);
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {
@@ -103,6 +163,7 @@ impl ListCheckpoints {
                 bytes_captured: c.bytes_captured,
                 prompt: c.checkpoint.prompt.as_deref().map(first_line),
                 bound: c.checkpoint.bound,
+                rewind: rewinds.remove(&c.checkpoint.seq),
             })
             .collect();
         Ok(CheckpointList { checkpoints })

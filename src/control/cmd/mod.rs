@@ -17,6 +17,7 @@ mod import;
 mod list_checkpoints;
 mod log;
 mod ls;
+mod redo_rewind;
 mod register_agent;
 mod rewind_code;
 mod rewind_files;
@@ -38,9 +39,12 @@ pub use self::export::{Export, ExportReply};
 pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
 pub use self::import::{Import, ImportReply};
-pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo};
+pub use self::list_checkpoints::{
+    CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo, RewindInfo,
+};
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::ls::{Ls, LsEntry, LsReply};
+pub use self::redo_rewind::{RedoReply, RedoRewind};
 pub use self::register_agent::RegisterAgent;
 pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
@@ -49,7 +53,7 @@ pub use self::status::{
     Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
 };
 pub use self::tool_use::{Phase, ToolUse, Unbound};
-pub use self::undo_rewind::{UndoReply, UndoRewind};
+pub use self::undo_rewind::{StackReply, UndoReply, UndoRewind};
 use super::Daemon;
 use super::error::ControlError;
 
@@ -78,6 +82,7 @@ pub enum Request {
     /// The older CLIs' name for `rewind_files` (tool scope, no dry run).
     RewindCode(RewindCode),
     UndoRewind(UndoRewind),
+    RedoRewind(RedoRewind),
     ListCheckpoints(ListCheckpoints),
     Diff(Diff),
     Log(Log),
@@ -122,6 +127,7 @@ impl Request {
             RewindFiles::SUBTYPE => Request::RewindFiles(decode(fields)?),
             RewindCode::SUBTYPE => Request::RewindCode(decode(fields)?),
             UndoRewind::SUBTYPE => Request::UndoRewind(decode(fields)?),
+            RedoRewind::SUBTYPE => Request::RedoRewind(decode(fields)?),
             ListCheckpoints::SUBTYPE => Request::ListCheckpoints(decode(fields)?),
             Diff::SUBTYPE => Request::Diff(decode(fields)?),
             Log::SUBTYPE => Request::Log(decode(fields)?),
@@ -157,6 +163,7 @@ impl Request {
             Request::RewindFiles(c) => reply(c.run(d)),
             Request::RewindCode(c) => reply(c.apply(d)),
             Request::UndoRewind(c) => reply(c.apply(d)),
+            Request::RedoRewind(c) => reply(c.apply(d)),
             Request::ListCheckpoints(c) => reply(c.apply(d)),
             Request::Diff(c) => reply(c.apply(d)),
             Request::Log(c) => reply(c.apply(d)),

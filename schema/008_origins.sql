@@ -1,4 +1,4 @@
--- rewindfs store, version 7: where a history came from. Shipped migrations are never edited.
+-- rewindfs store: where a history came from. Shipped migrations are never edited.
 
 -- A checkpoint that begins a history made elsewhere: `rewindfs fork` writes a workspace's tree
 -- as it was at a checkpoint into a new directory, whose store begins with a checkpoint that

@@ -1,0 +1,26 @@
+// Type check (not run): the adapter's types fit @anthropic-ai/claude-agent-sdk's own.
+//   tsc --noEmit --strict --module nodenext --moduleResolution nodenext test/claude.types.ts
+// with the SDK (and @types/node) resolvable from here.
+import { query, type Options } from "@anthropic-ai/claude-agent-sdk";
+
+import { RewindfsClient } from "../index.js";
+import { PromptStream, receiveResponse, registerCli, sendPrompt, withRewindfs } from "../claude.js";
+
+export async function example(): Promise<void> {
+  const rw = await RewindfsClient.connect();
+  const base: Options = { cwd: ".", enableFileCheckpointing: true, hooks: { PreToolUse: [{ hooks: [async () => ({})] }] } };
+  const options: Options = withRewindfs(base, rw, { onRegistered: (pid: number) => void pid });
+  const alsoOptions: Options = registerCli(base, rw);
+  void alsoOptions;
+  const prompts = new PromptStream();
+  const q = query({ prompt: prompts, options });
+  const turn = await sendPrompt(prompts, rw, "my-session", "Refactor utils.ts");
+  for await (const m of receiveResponse(q)) {
+    if (m.type === "result") console.log(m.subtype);
+  }
+  const preview = await rw.rewindFiles(turn, { dryRun: true });
+  const sdkPreview = await q.rewindFiles(turn, { dryRun: true });
+  console.log(preview.filesChanged, sdkPreview.filesChanged);
+  prompts.end();
+  rw.close();
+}

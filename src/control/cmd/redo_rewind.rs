@@ -1,0 +1,36 @@
+//! `redo_rewind`: re-applies the rewind undone last (the stack: `rewind/stack.rs`), answered
+//! like `undo_rewind`.
+
+use serde::{Deserialize, Serialize};
+
+use super::Command;
+use super::undo_rewind::StackReply;
+use crate::control::Daemon;
+use crate::control::error::ControlError;
+use crate::rewind::Direction;
+
+/// Re-applies the rewind undone last; with `dry_run`, says what it would change and what
+/// others changed since the undo; refused over such changes unless `force`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedoRewind {
+    /// Plan and report only; change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Overwrite the paths others changed since the undo (otherwise refused).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// The reply to `redo_rewind`.
+pub type RedoReply = StackReply;
+
+impl Command for RedoRewind {
+    const SUBTYPE: &'static str = "redo_rewind";
+    type Reply = RedoReply;
+}
+
+impl RedoRewind {
+    pub(super) fn apply(self, d: &Daemon) -> Result<RedoReply, ControlError> {
+        StackReply::run(d, Direction::Redo, self.dry_run, self.force)
+    }
+}

@@ -1,0 +1,293 @@
+//! Undo and redo: the stack of rewinds (design.md §2, "A rewind is itself a change").
+//!
+//! `undo` undoes the newest rewind not yet undone, again and again back to the first; `redo`
+//! re-applies the last one undone, in order, until a new rewind clears what can be redone (the
+//! stack is read off the `rewinds` rows: [`crate::store::Stack`]). Either one *reverts a row*:
+//! every path that row captured under its own checkpoint goes back to what it captured there —
+//! for an undo the row that last applied the rewind's result (the rewind or its newest redo),
+//! for a redo the rewind's newest undo. Each undo and redo is applied like a rewind, under a
+//! checkpoint of its own, so it can itself be reverted.
+//!
+//! **Never clobbers.** A path the revert would change that someone other than rewindfs changed
+//! since the reverted row (its captures' actors, a removal of a directory beneath which
+//! something was made, a directory renamed there) is a *conflict*, as for the `agent` scope:
+//! a dry run lists them, and a real undo or redo refuses, changing nothing, unless forced.
+//! A forced one captures what it overwrites like any other, so the opposite command gives it
+//! back.
+//!
+//! Invariants:
+//! - the same locking as a rewind: one at a time (`Engine::apply`), planned and applied under
+//!   the capture gate, the kernel's caches flushed before and invalidated after;
+//! - the conflicts are computed against the same present the plan is (under the gate, for a
+//!   real one), and a refusal changes nothing: no checkpoint, no row, no path.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::filter::Filter;
+use super::history::{History, under};
+use super::{Engine, Outcome, Request, RewindError, Scope, Target};
+use crate::store::{Actor, Kind, RewindRow, RewindScope, Step};
+
+/// Which way along the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Undo,
+    Redo,
+}
+
+impl Direction {
+    fn verb(self) -> &'static str {
+        match self {
+            Direction::Undo => "undo",
+            Direction::Redo => "redo",
+        }
+    }
+}
+
+/// An undo or redo request.
+#[derive(Debug, Clone, Copy)]
+pub struct StackRequest {
+    pub direction: Direction,
+    /// Plan and report only; change nothing.
+    pub dry_run: bool,
+    /// Overwrite what others changed since (otherwise refused).
+    pub force: bool,
+}
+
+/// What an undo or redo did (or, dry, would do).
+#[derive(Debug, Clone, Default)]
+pub struct StackOutcome {
+    /// The paths it changes, the lines, `can_rewind` and `error` (a dry run's refusal), and
+    /// the conflicts: paths it changes that others changed since (with `force`, overwritten).
+    pub outcome: Outcome,
+    /// The rewind undone or redone (its id, the uuid of its checkpoint).
+    pub rewind: String,
+    /// The checkpoint that rewind went back to.
+    pub rewound_to: String,
+    /// That rewind's scope.
+    pub scope: Option<Scope>,
+    /// A real undo's or redo's own id (the uuid of its checkpoint).
+    pub id: Option<String>,
+    /// Who changed each conflicting path since: workspace-relative path → actor names.
+    pub conflict_actors: BTreeMap<String, Vec<&'static str>>,
+    /// How many rewinds `undo` can undo now, one after another.
+    pub undo_depth: usize,
+    /// How many `redo` can re-apply now.
+    pub redo_depth: usize,
+}
+
+impl Engine {
+    /// The undo/redo stack as it stands (for `list`).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn stack(&self) -> Result<crate::store::Stack, RewindError> {
+        Ok(self.store.stack()?)
+    }
+
+    /// Undoes the newest rewind not undone, or redoes the last one undone (see the module doc).
+    ///
+    /// # Errors
+    /// [`RewindError::NothingToUndo`] / [`RewindError::NothingToRedo`]; for a real one,
+    /// [`RewindError::Conflicts`] when others changed what it would change (unless forced),
+    /// and `Failed` for store and file-system errors. A dry run reports a refusal in the
+    /// outcome instead.
+    pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let stack = self.store.stack()?;
+        let step = match req.direction {
+            Direction::Undo => stack.next_undo(),
+            Direction::Redo => stack.next_redo(),
+        };
+        let Some(Step { rewind, reverts }) = step else {
+            return Err(match req.direction {
+                Direction::Undo => RewindError::NothingToUndo,
+                Direction::Redo => RewindError::NothingToRedo,
+            });
+        };
+        let (rewind, reverts) = (rewind.clone(), reverts.clone());
+        let mut done = StackOutcome {
+            rewind: rewind.id.clone(),
+            rewound_to: rewind.target.clone(),
+            scope: match rewind.scope {
+                RewindScope::Scope(s) => Some(s),
+                _ => None,
+            },
+            undo_depth: stack.undo_depth(),
+            redo_depth: stack.redo_depth(),
+            ..StackOutcome::default()
+        };
+        // Exactly the paths the reverted row touched: its targets, the parents it created, what
+        // it removed beneath them, the directories whose modes it set — every path it captured
+        // under its own checkpoint.
+        let touched = self
+            .store
+            .captures_in(reverts.checkpoint)?
+            .into_iter()
+            .filter(|c| c.actor == Actor::Rewind)
+            .map(|c| c.path)
+            .collect();
+        let filter = Filter::exactly(touched);
+        self.kernel.flush();
+        if req.dry_run {
+            let planned = self.revert_plan(&reverts, &filter, req, &mut done);
+            self.discard();
+            done.outcome = planned?;
+            return Ok(done);
+        }
+        let changed = {
+            let _gate = self.recorder.exclusive();
+            let planned = self.revert_plan(&reverts, &filter, req, &mut done);
+            let out = match planned {
+                Ok(out) if out.can_rewind => out,
+                Ok(out) => {
+                    self.discard();
+                    return Err(RewindError::Conflicts(
+                        out.error.unwrap_or_else(|| "cannot rewind".into()),
+                    ));
+                }
+                Err(e) => {
+                    self.discard();
+                    return Err(e);
+                }
+            };
+            let id = uuid::Uuid::new_v4().to_string();
+            let scope = match req.direction {
+                Direction::Undo => RewindScope::Undo,
+                Direction::Redo => RewindScope::Redo,
+            };
+            let applied = self.apply_targets(&id, &rewind.id, scope, &out.targets);
+            self.discard();
+            applied?;
+            let changed: Vec<PathBuf> = out.targets.iter().map(|t| t.rel().to_path_buf()).collect();
+            self.kernel.replaced(&changed);
+            done.outcome = out;
+            done.id = Some(id);
+            changed
+        };
+        self.kernel.invalidate(&changed);
+        let stack = self.store.stack()?;
+        done.undo_depth = stack.undo_depth();
+        done.redo_depth = stack.redo_depth();
+        tracing::info!(
+            "{} of rewind {}: {} paths",
+            req.direction.verb(),
+            done.rewind,
+            changed.len()
+        );
+        Ok(done)
+    }
+
+    /// Plans reverting row `reverts` over the paths `filter` names, and refuses (in the
+    /// outcome) when others changed any path it would change since that row, unless forced.
+    fn revert_plan(
+        &self,
+        reverts: &RewindRow,
+        filter: &Filter,
+        req: StackRequest,
+        done: &mut StackOutcome,
+    ) -> Result<Outcome, RewindError> {
+        // The checkpoint named is the reverted row's own (what an error about its content
+        // names).
+        let cp = self.store.checkpoint_by_seq(reverts.checkpoint)?;
+        let plan_req = Request {
+            user_message_id: cp.map(|c| c.uuid).unwrap_or_default(),
+            dry_run: req.dry_run,
+            scope: Scope::All,
+            force: true,
+            paths: Vec::new(),
+            session_id: None,
+        };
+        let mut out = self.plan(reverts.checkpoint, None, &plan_req, filter)?;
+        let hist = History::load(&self.store, reverts.checkpoint)?;
+        done.conflict_actors = changed_by_others(&hist, &out.targets);
+        out.conflicts = done.conflict_actors.keys().cloned().collect();
+        if !out.conflicts.is_empty() && !req.force {
+            out.can_rewind = false;
+            out.error = Some(refusal(req.direction, &done.rewind, &done.conflict_actors));
+        }
+        Ok(out)
+    }
+}
+
+/// The paths among `targets` (or beneath one the revert removes or replaces) that someone
+/// other than rewindfs changed since `hist` began, each with who: its captures' actors, and
+/// the renames of directories at, above or beneath it.
+fn changed_by_others(hist: &History, targets: &[Target]) -> BTreeMap<String, Vec<&'static str>> {
+    let others = !Actor::Rewind.bit();
+    let mut found: BTreeMap<String, u8> = BTreeMap::new();
+    let mut note = |p: &[u8], bits: u8| {
+        *found
+            .entry(String::from_utf8_lossy(p).into_owned())
+            .or_default() |= bits;
+    };
+    for t in targets {
+        let bits = hist.actors(&t.path) & others;
+        if bits != 0 {
+            note(&t.path, bits);
+        }
+        // A path that goes or changes kind takes everything beneath it with it.
+        if t.kind() != Kind::Dir {
+            for (p, caps) in &hist.by_path {
+                if under(p, &t.path).is_some() {
+                    let bits = caps.iter().fold(0, |a, c| a | c.actors) & others;
+                    if bits != 0 {
+                        note(p, bits);
+                    }
+                }
+            }
+        }
+        for m in hist.moves.iter().filter(|m| m.actor != Actor::Rewind) {
+            let related = |d: &[u8]| {
+                d == t.path.as_slice() || under(&t.path, d).is_some() || under(d, &t.path).is_some()
+            };
+            if related(&m.src) || related(&m.dst) {
+                note(&t.path, m.actor.bit());
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(p, bits)| {
+            let who = [Actor::Tool, Actor::Shell, Actor::External]
+                .into_iter()
+                .filter(|a| bits & a.bit() != 0)
+                .map(Actor::as_str)
+                .collect();
+            (p, who)
+        })
+        .collect()
+}
+
+/// Why a real undo or redo refused: what changed, by whom, and how to go on — forcing it, and
+/// getting back what the forced one overwrites.
+fn refusal(
+    dir: Direction,
+    rewind: &str,
+    conflicts: &BTreeMap<String, Vec<&'static str>>,
+) -> String {
+    const SHOWN: usize = 10;
+    let shown: Vec<String> = conflicts
+        .iter()
+        .take(SHOWN)
+        .map(|(p, who)| format!("{p} ({})", who.join(", ")))
+        .collect();
+    let more = match conflicts.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more (`conflicts` lists them)"),
+    };
+    let (verb, other) = match dir {
+        Direction::Undo => ("undo", "redo"),
+        Direction::Redo => ("redo", "undo"),
+    };
+    format!(
+        "cannot {verb} rewind {rewind}: {} path(s) it would change were changed since by someone \
+         other than rewindfs: {}{more}; nothing was changed. To {verb} anyway, overwriting those \
+         changes, repeat with --force (on the socket, \"force\": true): the forced {verb} is \
+         captured like a rewind, so `rewindfs {other}` right after it gives back what it \
+         overwrote, those changes included",
+        conflicts.len(),
+        shown.join(", ")
+    )
+}
