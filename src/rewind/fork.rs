@@ -3,10 +3,11 @@
 //!
 //! The tree is the one `ls` and `show` give (`past.rs`): each directory's entries at the
 //! checkpoint, each file's bytes from where they are. A file unchanged since the checkpoint
-//! is copied from the present tree, one the store holds from its blob — both with `FICLONE`
-//! first (a reflink shares the extents: no data is copied where the disk allows), then
-//! `copy_file_range` (in the kernel) — and a range-captured one is streamed from its chain.
-//! So the work follows the tree's shape, and the bytes copied what differs.
+//! is copied from the present tree with `FICLONE` first (a reflink shares the extents: no data
+//! is copied where the disk allows), then `copy_file_range` (in the kernel); one the store
+//! holds is copied from its blob, hashed as it is copied (`Blobs::copy_verified`); a
+//! range-captured one is streamed from its chain, whose base blob is verified at its end. So
+//! the work follows the tree's shape, and the bytes copied what differs.
 //!
 //! Invariants:
 //! - The destination is a new or empty directory (the caller checks that it is neither in
@@ -17,6 +18,8 @@
 //!   one instant's history, exactly the checkpoint's state.
 //! - Modes are set on directories last, deepest first (a read-only directory is filled before
 //!   it is closed); owners are given only when running as root.
+//! - Nothing read from the store is kept unless verified: a file whose blob turns out damaged
+//!   or missing is removed again and the fork fails, naming it.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -149,6 +152,9 @@ impl Engine {
                     )
                     .map_err(what)?;
                     let n = self.write_content(past, &e, fd.as_fd()).map_err(|err| {
+                        // Not left behind as if it were the past: its bytes may be a damaged
+                        // blob's (found out only once it was all copied).
+                        let _ = sys::unlinkat(out, &rel, false);
                         RewindError::Refused(format!("fork: writing {}: {err}", rel.display()))
                     })?;
                     if !e.unchanged() {

@@ -3,13 +3,15 @@
 //! `show`/`ls` give at every checkpoint is the one a rewind to it produces, byte for byte.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use proptest::prelude::*;
 use rewindfs::control::client::Client;
-use rewindfs::control::cmd::{Diff, Ls, Show, ShowReply};
+use rewindfs::control::cmd::{Diff, Export, Fork, Ls, Show, ShowReply};
 use rewindfs::rewind::Scope;
 use rewindfs::store::Kind;
+use serde_json::json;
 
 use crate::agent::Agent;
 use crate::model::{Run, cases, step, tree_map};
@@ -342,6 +344,109 @@ fn show_streams_a_range_captured_file_from_its_chain() {
         blobs_before,
         "show wrote to the store"
     );
+}
+
+/// A blob changed behind the daemon's back is never shown, forked or exported as the past:
+/// `show` of a file whose pre-image is that blob, and of a range-captured file whose chain ends
+/// on one, fails naming the path, the checkpoint and the blob; `fork` fails leaving no file
+/// with those bytes, `export` leaving no bundle. With the blobs put back, all three go through.
+#[test]
+fn show_fork_and_export_refuse_a_damaged_blob_naming_it() {
+    require_fuse();
+    let start: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let mut a = Agent::with_args(
+        |d| {
+            std::fs::write(d.join("big.bin"), &start).unwrap();
+            std::fs::write(d.join("small.txt"), "small then\n").unwrap();
+        },
+        &["--range-capture-min", "4096"],
+    );
+    let u1 = a.turn();
+    // big.bin keeps only the 3 bytes overwritten under u1 ...
+    a.bash("printf XYZ | dd of=big.bin bs=1 seek=100000 conv=notrunc status=none");
+    let u2 = a.turn();
+    // ... and its whole content under u2, where it goes: the end of u1's chain.
+    a.bash("rm big.bin && echo 'small now' > small.txt");
+    a.c.request("log", json!({})).unwrap(); // the journal is in the database
+    let mut at2 = start.clone();
+    at2[100_000..100_003].copy_from_slice(b"XYZ");
+    let blob = |content: &[u8]| {
+        let h = blake3::hash(content).to_hex().to_string();
+        let p = a.m.store.join("blobs").join(&h[..2]).join(&h[2..]);
+        assert!(p.exists(), "the pre-image {h} is in the store");
+        (h, p)
+    };
+    let (big_hash, big_blob) = blob(&at2);
+    let (small_hash, small_blob) = blob(b"small then\n");
+    let damage = |p: &Path, at: usize| {
+        let mut b = std::fs::read(p).unwrap();
+        b[at] ^= 0xff;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(p, b).unwrap();
+    };
+    damage(&big_blob, 250_000);
+    damage(&small_blob, 0);
+
+    let names = |e: &str, path: &str, cp: Option<&str>, hash: &str| {
+        for s in [path, hash, "corrupt"] {
+            assert!(e.contains(s), "the error names {s}: {e}");
+        }
+        if let Some(cp) = cp {
+            assert!(e.contains(cp), "the error names checkpoint {cp}: {e}");
+        }
+    };
+    for (u, path, hash) in [
+        (&u1, "big.bin", &big_hash), // the chain's base
+        (&u2, "big.bin", &big_hash), // the whole pre-image
+        (&u1, "small.txt", &small_hash),
+    ] {
+        let e = show(&mut a.c, u, path).expect_err(path);
+        names(&e, path, Some(u), hash);
+    }
+    let fork_dir = a.m.tmp.path().join("fork");
+    let fork = |c: &mut Client, dir: &Path| {
+        c.call(&Fork {
+            user_message_id: u1.clone(),
+            dir: dir.display().to_string(),
+        })
+        .map_err(|e| e.to_string())
+    };
+    let e = fork(&mut a.c, &fork_dir).expect_err("fork");
+    assert!(e.contains("corrupt"), "{e}");
+    for (f, bad) in [("big.bin", &at2[..]), ("small.txt", b"small then\n")] {
+        if let Ok(got) = std::fs::read(fork_dir.join(f)) {
+            assert!(got != bad, "the fork kept {f} as the damaged blob gave it");
+        }
+    }
+    let bundle = a.m.tmp.path().join("history.rwb");
+    let export = |c: &mut Client| {
+        c.call(&Export {
+            path: bundle.display().to_string(),
+            session_id: None,
+            since: None,
+        })
+        .map_err(|e| e.to_string())
+    };
+    let e = export(&mut a.c).expect_err("export");
+    assert!(e.contains("does not hash to its name"), "{e}");
+    assert!(!bundle.exists(), "the failed export left its bundle");
+
+    // Put back: the past shows, forks and exports again.
+    damage(&big_blob, 250_000);
+    damage(&small_blob, 0);
+    assert!(show(&mut a.c, &u1, "big.bin").unwrap().content.as_deref() == Some(&start[..]));
+    assert!(show(&mut a.c, &u2, "big.bin").unwrap().content.as_deref() == Some(&at2[..]));
+    let small = show(&mut a.c, &u1, "small.txt").unwrap();
+    assert_eq!(small.content.as_deref(), Some(&b"small then\n"[..]));
+    let again = a.m.tmp.path().join("fork2");
+    fork(&mut a.c, &again).unwrap();
+    assert!(std::fs::read(again.join("big.bin")).unwrap() == start);
+    assert_eq!(
+        std::fs::read(again.join("small.txt")).unwrap(),
+        b"small then\n"
+    );
+    export(&mut a.c).unwrap();
+    assert!(bundle.exists());
 }
 
 fn count_files(d: &std::path::Path) -> usize {
