@@ -14,6 +14,7 @@ use crate::agent::{Agent, uuid};
 use crate::model::{PATHS, Run, Step, cases, step, tree_map};
 use crate::support::{Mounted, require_fuse, rewindfs, rewindfs_ok, sh, tree};
 use crate::travel::tree_at;
+use crate::undo::{full_tree, setxattr};
 
 fn export(c: &mut Client, file: &Path) -> rewindfs::control::cmd::ExportReply {
     c.call(&Export {
@@ -95,6 +96,46 @@ proptest! {
     fn an_exported_history_rewinds_identically_after_import_elsewhere(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
         require_fuse();
         check_round_trip(steps, pick)?;
+    }
+}
+
+/// Extended attributes travel with the history (`captures.xattrs` is in the bundle, and the
+/// export's own checkpoint records the present's): in another store, a rewind to an imported
+/// checkpoint gives files and directories the attributes they had then at home, and a rewind
+/// to the export's checkpoint those they had at export, whatever that tree's were.
+#[test]
+fn extended_attributes_travel_with_the_history() {
+    require_fuse();
+    let mut a = Agent::new(|d| {
+        std::fs::create_dir_all(d.join("d")).unwrap();
+        std::fs::write(d.join("d/f.txt"), "v1\n").unwrap();
+        setxattr(&d.join("d/f.txt"), "user.origin", "home");
+        setxattr(&d.join("d"), "user.dir", "old");
+    });
+    let u1 = a.turn();
+    let at_u1 = full_tree(&a.m.dir);
+    setxattr(&a.m.p("d/f.txt"), "user.origin", "changed");
+    setxattr(&a.m.p("d/f.txt"), "user.added", "new");
+    a.bash("echo more >> d/f.txt");
+    setxattr(&a.m.p("d"), "user.dir", "new");
+    let at_export = full_tree(&a.m.dir);
+    assert_ne!(at_export, at_u1);
+    let file = a.m.tmp.path().join("h.rwb");
+    let e = export(&mut a.c, &file);
+
+    // Another tree: the same files, other attributes.
+    let other = copy_of(&a.m.dir);
+    setxattr(&other.p("d/f.txt"), "user.origin", "elsewhere");
+    setxattr(&other.p("d"), "user.dir", "elsewhere");
+    let mut c = Client::connect(&other.socket()).unwrap();
+    import(&mut c, &file).unwrap();
+    for (u, want, what) in [(&u1, &at_u1, "u1"), (&e.export_id, &at_export, "export")] {
+        c.request(
+            "rewind_files",
+            json!({"user_message_id": u, "scope": "all"}),
+        )
+        .unwrap();
+        assert_eq!(full_tree(&other.dir), *want, "a rewind to {what} there");
     }
 }
 
