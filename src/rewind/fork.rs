@@ -17,7 +17,9 @@
 //!   no change lands in the workspace while its tree is being read, so the fork is the tree of
 //!   one instant's history, exactly the checkpoint's state.
 //! - Modes are set on directories last, deepest first (a read-only directory is filled before
-//!   it is closed); owners are given only when running as root.
+//!   it is closed); owners are given only when running as root. Extended attributes are given
+//!   as a rewind gives them (`attrs.rs`: after the owner, before the mode; as root every
+//!   namespace, else `user.*` and ACLs; one that cannot be set is logged, not fatal).
 //! - Nothing read from the store is kept unless verified: a file whose blob turns out damaged
 //!   or missing is removed again and the fork fails, naming it.
 
@@ -30,11 +32,12 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
 
+use super::attrs;
 use super::diff::{Side, file_diff};
 use super::filter::Filter;
 use super::past::{DiffOut, Entry, Past, Source};
 use super::{Engine, RewindError};
-use crate::store::Kind;
+use crate::store::{Kind, Xattrs};
 use crate::sys;
 
 /// What a fork wrote.
@@ -57,12 +60,14 @@ pub struct ForkReport {
     pub skipped: Vec<String>,
 }
 
-/// A directory whose mode is set once everything beneath it is written.
+/// A directory whose mode (and owner, and attributes) is set once everything beneath it is
+/// written.
 struct DirMode {
     rel: PathBuf,
     mode: u32,
     uid: u32,
     gid: u32,
+    xattrs: Option<Xattrs>,
 }
 
 impl Engine {
@@ -96,6 +101,7 @@ impl Engine {
             mode: root.mode,
             uid: root.uid,
             gid: root.gid,
+            xattrs: self.xattrs_then(&root),
         }];
         self.fork_dir(&past, &root, out.as_fd(), &mut report, &mut dirs)?;
         let as_root = sys::geteuid() == 0;
@@ -103,6 +109,12 @@ impl Engine {
             if as_root {
                 let _ = sys::lchownat(out.as_fd(), &d.rel, Some(d.uid), Some(d.gid));
             }
+            let rel = if d.rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                &d.rel
+            };
+            attrs::restore_at(out.as_fd(), rel, d.xattrs.as_ref());
             sys::chmodat(out.as_fd(), &d.rel, d.mode & 0o7777)
                 .map_err(|e| sys::ctx(e, format!("chmod {}", d.rel.display())))?;
         }
@@ -140,6 +152,7 @@ impl Engine {
                         mode: e.mode,
                         uid: e.uid,
                         gid: e.gid,
+                        xattrs: self.xattrs_then(&e),
                     });
                     self.fork_dir(past, &e, out, report, dirs)?;
                 }
@@ -166,6 +179,7 @@ impl Engine {
                     if as_root {
                         let _ = sys::fchown(fd.as_fd(), e.uid, e.gid);
                     }
+                    attrs::restore(fd.as_fd(), &rel, self.xattrs_then(&e).as_ref());
                     sys::fchmod(fd.as_fd(), e.mode & 0o7777).map_err(what)?;
                 }
                 Kind::Symlink => {
@@ -182,6 +196,7 @@ impl Engine {
                         if as_root {
                             let _ = sys::lchownat(out, &rel, Some(e.uid), Some(e.gid));
                         }
+                        attrs::restore_at(out, &rel, self.xattrs_then(&e).as_ref());
                     }
                     Err(err) => report.skipped.push(format!("{}: {err}", rel.display())),
                 },

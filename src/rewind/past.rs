@@ -36,7 +36,7 @@ use super::diff::{FileStat, Side, file_diff};
 use super::filter::Filter;
 use super::history::{History, Lineage};
 use super::{Engine, Request, RewindError, Scope};
-use crate::store::{BlobRef, Capture, Kind, PreImage};
+use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
 
 /// Where the content of a path at a checkpoint is, now.
@@ -69,6 +69,9 @@ pub struct Entry {
     pub size: u64,
     /// A symlink's target.
     pub target: Option<Vec<u8>>,
+    /// The extended attributes the store recorded (`None`: not recorded, or the path is
+    /// unchanged since: see [`Engine::xattrs_then`]).
+    pub(super) xattrs: Option<Xattrs>,
     /// Where its content is.
     pub(super) source: Source,
 }
@@ -113,6 +116,7 @@ impl Entry {
             gid: p.gid,
             size: p.size,
             target: p.target.clone(),
+            xattrs: p.xattrs.clone(),
             source,
         })
     }
@@ -253,6 +257,7 @@ impl Engine {
                 gid: c.pre.gid,
                 size: c.pre.size,
                 target: None,
+                xattrs: c.pre.xattrs.clone(),
                 source: Source::Chain(c, at),
             }),
             Lineage::Current(at) => self.entry_now(q, at)?,
@@ -283,8 +288,23 @@ impl Engine {
             gid: st.st_gid,
             size,
             target,
+            xattrs: None,
             source: Source::Tree(at),
         }))
+    }
+
+    /// The extended attributes `e` had when the checkpoint began: those the store recorded,
+    /// or for a path unchanged since, those it has now (read as a capture reads them). `None`:
+    /// not known (a symlink, a capture by an older rewindfs, attributes that cannot be read).
+    pub(super) fn xattrs_then(&self, e: &Entry) -> Option<Xattrs> {
+        match &e.source {
+            Source::Tree(_) if e.kind == Kind::Symlink => None,
+            Source::Tree(at) if at.is_empty() => super::attrs::read_at(self.root(), Path::new(".")),
+            Source::Tree(at) => {
+                super::attrs::read_at(self.root(), Path::new(OsStr::from_bytes(at)))
+            }
+            _ => e.xattrs.clone(),
+        }
     }
 
     /// The entries of directory `dir` when the checkpoint began, by name: the names a rewind

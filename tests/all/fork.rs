@@ -7,6 +7,7 @@ use std::process::Command;
 
 use crate::agent::Agent;
 use crate::support::{BIN, is_fuse, rewindfs, rewindfs_ok, tree};
+use crate::undo::{full_tree, setxattr};
 
 /// A mount made by `rewindfs fork --mount`, unmounted when dropped.
 struct ForkMount(PathBuf);
@@ -246,4 +247,42 @@ fn a_fork_goes_nowhere_near_the_workspace_or_the_store_nor_over_a_full_directory
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains(&unknown), "{e}");
     assert!(!a.m.tmp.path().join("nf").exists());
+}
+
+/// A fork gives files and directories the extended attributes they had at the checkpoint, as a
+/// rewind to it would: those the store recorded for what changed since (a file rewritten, a
+/// file that kept only its overwritten bytes, a directory), those of the present for what did
+/// not.
+#[test]
+fn a_fork_keeps_extended_attributes_as_a_rewind_to_the_checkpoint_would() {
+    crate::support::require_fuse();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let mut a = Agent::with_args(
+        |d| {
+            std::fs::create_dir_all(d.join("d")).unwrap();
+            std::fs::write(d.join("d/changed.txt"), "v1\n").unwrap();
+            std::fs::write(d.join("d/kept.txt"), "same\n").unwrap();
+            std::fs::write(d.join("big.bin"), &big).unwrap();
+            setxattr(&d.join("d"), "user.dir", "old");
+            setxattr(&d.join("d/changed.txt"), "user.v", "1");
+            setxattr(&d.join("d/kept.txt"), "user.k", "kept");
+            setxattr(&d.join("big.bin"), "user.big", "1");
+        },
+        &["--range-capture-min", "4096"],
+    );
+    let u1 = a.turn();
+    let at_u1 = full_tree(&a.m.dir);
+    setxattr(&a.m.p("d"), "user.dir", "new");
+    a.bash("echo v2 > d/changed.txt");
+    setxattr(&a.m.p("d/changed.txt"), "user.v", "2");
+    a.bash("printf Z | dd of=big.bin bs=1 seek=1000 conv=notrunc status=none");
+    setxattr(&a.m.p("big.bin"), "user.big", "2");
+    assert_ne!(full_tree(&a.m.dir), at_u1);
+    let dir = a.m.tmp.path().join("fork");
+    a.c.call(&rewindfs::control::cmd::Fork {
+        user_message_id: u1.clone(),
+        dir: dir.display().to_string(),
+    })
+    .unwrap();
+    assert_eq!(full_tree(&dir), at_u1);
 }
