@@ -113,6 +113,17 @@ else
   fi
 fi
 
+# --- The remote tests (remote::) push to and pull from a local S3 server: moto, from PyPI, in a
+# venv under target/ (scripts/s3-test-server.sh installs it the first time).
+if ! have python3; then
+  skip "the remote tests (remote::)" "python3 is not installed: $(install_cmd python3 python3-venv)"
+  test_args+=(--skip remote::)
+elif ! s3_err=$(bash scripts/s3-test-server.sh install 2>&1); then
+  skip "the remote tests (remote::)" \
+    "the S3 test server (moto) could not be installed into target/s3-venv: $(echo "$s3_err" | tail -n 1) (python3-venv, and PyPI reachable, are needed once)"
+  test_args+=(--skip remote::)
+fi
+
 # --- The TypeScript client's tests need Node >= 20 (its package.json's engines).
 node_ok=false
 if ! have node; then

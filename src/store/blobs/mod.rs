@@ -9,8 +9,9 @@
 //! ```
 //!
 //! Directories are 0700 and blob files 0400 (the store is private, `private.rs`), and nothing
-//! is used from a blob without checking its hash: a rewind reads blobs only through
-//! [`Blobs::read_verified`], [`Blobs::copy_verified`] and [`Blobs::open_verified`].
+//! is used from a blob without checking its hash: a rewind (and a look at the past: `show`,
+//! `fork`, `export`) reads blobs only through [`Blobs::read_verified`],
+//! [`Blobs::copy_verified`], [`Blobs::open_verified`] and [`Blobs::stream_verified`].
 //!
 //! A blob is hashed while (or, for small files, before) it is written to a temp file in `tmp/`,
 //! optionally fsynced, then renamed into place; an existing blob counts as success, so equal
@@ -31,7 +32,7 @@ mod adopt;
 mod verify;
 
 pub use self::adopt::Adopted;
-pub use self::verify::BlobReader;
+pub use self::verify::{BlobReader, BlobStream};
 
 use std::fs;
 use std::io::{self, Read};
@@ -364,9 +365,23 @@ mod tests {
             got.truncate(n.min(1000));
             Ok(got)
         };
+        // Read in order, in small pieces, as `show` and `export` read a blob.
+        let stream = |b: &Blobs| -> io::Result<Vec<u8>> {
+            let mut r = b.stream_verified(&h)?;
+            let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+            loop {
+                match r.read(&mut buf)? {
+                    0 => return Ok(got),
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
         assert_eq!(b.read_verified(&h).unwrap(), data);
         assert_eq!(copy(&b).unwrap(), data);
+        assert_eq!(stream(&b).unwrap(), data);
         gappy(&b).unwrap();
+        let mut empty = b.stream_verified(&empty_hash()).unwrap();
+        assert_eq!(empty.read(&mut [0u8; 16]).unwrap(), 0);
 
         let mut bad = data.clone();
         bad[600_000] ^= 1;
@@ -375,6 +390,7 @@ mod tests {
             ("read", b.read_verified(&h).map(|_| ())),
             ("copy", copy(&b).map(|_| ())),
             ("reader", gappy(&b).map(|_| ())),
+            ("stream", stream(&b).map(|_| ())),
         ] {
             let e = r.expect_err(what);
             assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{what}: {e}");
@@ -393,6 +409,7 @@ mod tests {
             "{e}"
         );
         assert!(copy(&b).is_err() && b.open_verified(&h).is_err());
+        assert!(b.stream_verified(&h).is_err());
         // A pending key or a damaged row is not a hash to read by.
         assert!(b.read_verified("pending/x-1").is_err());
         assert!(b.read_verified("../../etc/passwd").is_err());

@@ -102,6 +102,19 @@ impl Blobs {
         }))
     }
 
+    /// Opens a blob to be read from its start to its end as a [`Read`]er (see [`BlobStream`]):
+    /// the read that reaches the end fails instead of returning 0 unless the whole content
+    /// hashes to the blob's name. The empty blob reads as nothing.
+    ///
+    /// # Errors
+    /// As [`read_verified`](Self::read_verified), for a blob that cannot be opened.
+    pub fn stream_verified(&self, hash: &str) -> io::Result<BlobStream> {
+        Ok(BlobStream {
+            blob: self.open_verified(hash)?,
+            pos: 0,
+        })
+    }
+
     /// Checks that a blob exists and hashes to its name.
     pub fn verify(&self, hash: &str) -> io::Result<bool> {
         if hash == empty_hash() {
@@ -115,6 +128,35 @@ impl Blobs {
         let mut h = blake3::Hasher::new();
         io::copy(&mut f, &mut h)?;
         Ok(h.finalize().to_hex().as_str() == hash)
+    }
+}
+
+/// A blob read in order, from its start, as a [`Read`]er ([`Blobs::stream_verified`]): a
+/// [`BlobReader`] read without gaps, whose end is not reported (the read returning 0) until
+/// the whole has been checked against the blob's name. What was read from it must not be used
+/// (written where it counts, shown, sent) unless it was read to that end without an error.
+#[derive(Debug)]
+pub struct BlobStream {
+    /// `None`: the empty blob.
+    blob: Option<BlobReader>,
+    /// The offset of the next read.
+    pos: u64,
+}
+
+impl Read for BlobStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(blob) = &mut self.blob else {
+            return Ok(0);
+        };
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = blob.read_at(buf, self.pos)?;
+        if n == 0 {
+            blob.finish()?;
+        }
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 
