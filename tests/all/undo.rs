@@ -293,12 +293,7 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
 
 /// Runs `cmd` in a process that is not a descendant of the agent: the user's editor.
 fn as_user(a: &Agent, cmd: &str) {
-    let st = std::process::Command::new("setsid")
-        .args(["-f", "bash", "-c", cmd])
-        .current_dir(&a.m.dir)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::support::as_stranger(&a.m.dir, cmd);
 }
 
 /// Measured (issue 24): `echo work > f` after a rewind, then `undo`, silently overwrote the
