@@ -206,6 +206,8 @@ for l in "${lint[@]}"; do
     clippy) cargo clippy --locked --all-targets --features fault-injection -- -D warnings ;;
   esac
 done
+# The API docs build without broken or private links (rustdoc comes with the toolchain).
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --features fault-injection
 
 # The test build has the test-only fault injection (src/faults.rs) compiled in.
 features=(--features fault-injection)

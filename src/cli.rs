@@ -36,7 +36,7 @@ pub enum Command {
         /// Stay in the foreground (for supervisors); stops cleanly on SIGINT/SIGTERM.
         #[arg(long, short = 'f')]
         foreground: bool,
-        /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/<workspace-id>).
+        /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/WORKSPACE-ID).
         #[arg(long)]
         store: Option<PathBuf>,
         /// Threads reading /dev/fuse (with io_uring they serve only FORGET and INTERRUPT).

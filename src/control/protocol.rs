@@ -1,6 +1,6 @@
 //! The wire format: one JSON object per line, in the Claude Agent SDK's control envelope
 //! (see `schema/protocol.md` and `schema/protocol.schema.json`). A line is parsed in one
-//! place into a typed [`Request`](super::cmd::Request); a malformed line becomes an error
+//! place into a typed [`super::cmd::Request`]; a malformed line becomes an error
 //! naming what is wrong. The frames are typed too, and shared with the client.
 
 use serde::{Deserialize, Serialize};

@@ -38,7 +38,7 @@
 //! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
 //!   blobs that gc, and the end of another plan, must not remove under it.
 //! - A real rewind or undo flushes the kernel's dirty data, then plans and applies under the
-//!   capture gate ([`Recorder::exclusive`]), so the present it planned against is the one it
+//!   capture gate (`Recorder::exclusive`), so the present it planned against is the one it
 //!   changes. The kernel hears of the replaced paths before changes resume and drops its
 //!   caches of them after ([`KernelCache`]).
 //! - The blobs a plan put together are removed when it is done — applied, failed, or read by
@@ -201,7 +201,7 @@ fn tool_scope() -> Scope {
 }
 
 /// One path a rewind changes, with its target state: the store's plan entry (journalled as
-/// the rewind's plan before it is applied; see [`PlanTarget`]).
+/// the rewind's plan before it is applied; see [`PlanTarget`](crate::store::PlanTarget)).
 pub use crate::store::PlanTarget as Target;
 
 impl Target {
