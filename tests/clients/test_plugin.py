@@ -165,7 +165,7 @@ def test_plugin_hooks_checkpoint_each_prompt_and_its_command_lists_dry_runs_and_
     assert [c["uuid"] for c in cps] == typed, "the checkpoints are the prompts' message uuids"
     turn_a, turn_b = (c["uuid"] for c in cps)
     # ... and the span of each tool call: the Write's and Edit's changes are `tool`, Bash's `shell`.
-    log = json.loads(env.rewindfs("log", "--json"))["entries"]
+    log = [json.loads(l) for l in env.rewindfs("log", "--json").splitlines()]
     actors = {(e["actor"], e["path2"] or e["path"], e["checkpoint"]) for e in log}
     assert ("tool", "a.txt", turn_a) in actors and ("tool", "a.txt", turn_b) in actors, log
     assert ("shell", "b.txt", turn_a) in actors and ("shell", "d/c.txt", turn_a) in actors, log
@@ -216,7 +216,7 @@ def test_plugin_installs_from_the_repository_marketplace_and_its_hooks_fire(env:
     assert (env.ws / "m.txt").read_text() == "m\n"
     cps = [c for c in json.loads(env.rewindfs("list", "--json"))["checkpoints"] if c["kind"] == "message"]
     assert [(c["sessionId"], c["prompt"]) for c in cps] == [(sid, "TURN-M: write m.txt")], cps
-    log = json.loads(env.rewindfs("log", "--json"))["entries"]
+    log = [json.loads(l) for l in env.rewindfs("log", "--json").splitlines()]
     assert any(e["actor"] == "tool" and "m.txt" in (e["path2"] or e["path"]) for e in log), log
 
 
