@@ -9,7 +9,10 @@
 #                    [--repeat N] [--boundaries[=loop|phase|off]] [--no-boundaries]
 #                    [--boundary-ms N] [--mount-args "ARGS"]
 #                    [--no-loop]
+#   scripts/bench.sh --travel [--quick] [--build] [--no-loop]
 #
+#   --travel           instead of the workloads below: show/ls of a checkpoint of a 20k-file
+#                      tree, fork against cp -a, export/import against tar (scripts/bench-travel.sh)
 #   --quick            smaller sizes for smoke tests (2k files, 1k edits, 64 MiB seq/random files)
 #   --only LIST        run only these workloads (comma-separated; see the list below)
 #   --compare LIST     also run the peers bindfs and/or fuse-overlayfs, side by side, when
@@ -107,6 +110,7 @@ REPEAT=1 QUICK=0 NATIVE_ONLY=0 BUILD=0 BOUNDARIES=loop BOUNDARY_MS=100 USE_LOOP=
 ONLY="" COMPARE="" MARKDOWN="" MOUNT_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --travel) shift; exec bash "$(dirname "${BASH_SOURCE[0]}")/bench-travel.sh" "$@" ;;
     --quick) QUICK=1 ;;
     --native-only) NATIVE_ONLY=1 ;;
     --build) BUILD=1 ;;

@@ -113,6 +113,17 @@ else
   fi
 fi
 
+# --- The remote tests (remote::) push to and pull from a local S3 server: moto, from PyPI, in a
+# venv under target/ (scripts/s3-test-server.sh installs it the first time).
+if ! have python3; then
+  skip "the remote tests (remote::)" "python3 is not installed: $(install_cmd python3 python3-venv)"
+  test_args+=(--skip remote::)
+elif ! s3_err=$(bash scripts/s3-test-server.sh install 2>&1); then
+  skip "the remote tests (remote::)" \
+    "the S3 test server (moto) could not be installed into target/s3-venv: $(echo "$s3_err" | tail -n 1) (python3-venv, and PyPI reachable, are needed once)"
+  test_args+=(--skip remote::)
+fi
+
 # --- The TypeScript client's tests need Node >= 20 (its package.json's engines).
 node_ok=false
 if ! have node; then
@@ -151,6 +162,38 @@ else
   fi
 fi
 
+# --- The Claude Code plugin in the real CLI (tests/clients/test_plugin.py: the CLI from
+# tests/clients/install.sh, which downloads it from PyPI once) and the packaging
+# (scripts/test-artefacts.sh: a wheel, npm packages and a cargo install of the debug build, each
+# installed somewhere fresh and used for a real mount). Both mount, so they need what the mount
+# tests need.
+plugin_python=""
+artefacts=false
+if [ -n "$fuse" ]; then
+  skip "the Claude Code plugin test (tests/clients/test_plugin.py)" "$fuse"
+  skip "the packaging test (scripts/test-artefacts.sh)" "$fuse"
+else
+  if ! have python3; then
+    skip "the Claude Code plugin test (tests/clients/test_plugin.py)" "python3 is not installed: $(install_cmd python3 python3-venv)"
+  elif clients=$(REWINDFS_CLIENTS_SKIP_TS=1 bash tests/clients/install.sh 2>&1); then
+    export CLAUDE_CLI
+    CLAUDE_CLI=$(sed -n 's/^CLAUDE_CLI=//p' <<<"$clients")
+    plugin_python=$(sed -n 's/^CLIENTS_PYTHON=//p' <<<"$clients")
+  else
+    skip "the Claude Code plugin test (tests/clients/test_plugin.py)" \
+      "tests/clients/install.sh could not install the Claude Code CLI: $(tail -n 3 <<<"$clients" | tr '\n' ' ')"
+  fi
+  if ! have npm; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "npm is not installed: it comes with Node >= 20 (https://nodejs.org/en/download)"
+  elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "python3 has no venv: $(install_cmd python3-venv)"
+  elif ! have file; then
+    skip "the packaging test (scripts/test-artefacts.sh)" "file is not installed: $(install_cmd file)"
+  else
+    artefacts=true
+  fi
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "CI=true: these prerequisites are missing (.ci/run installs the packages; outside CI this script leaves those tests out and says so):" >&2
   printf '  %s\n' "${missing[@]}" >&2
@@ -163,6 +206,8 @@ for l in "${lint[@]}"; do
     clippy) cargo clippy --locked --all-targets --features fault-injection -- -D warnings ;;
   esac
 done
+# The API docs build without broken or private links (rustdoc comes with the toolchain).
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --features fault-injection
 
 # The test build has the test-only fault injection (src/faults.rs) compiled in.
 features=(--features fault-injection)
@@ -186,6 +231,14 @@ fi
 if [ -n "$clients_python" ]; then
   REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_COMPARE_PATHS="$clients_paths" \
     timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider tests/clients
+fi
+
+if [ -n "$plugin_python" ]; then
+  "$plugin_python" -m pytest -q -rs -p no:cacheprovider tests/clients/test_plugin.py
+fi
+# Last: it packs target/debug/rewindfs, built above.
+if $artefacts; then
+  bash scripts/test-artefacts.sh
 fi
 
 if [ "${#skipped[@]}" -gt 0 ]; then

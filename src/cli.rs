@@ -36,7 +36,7 @@ pub enum Command {
         /// Stay in the foreground (for supervisors); stops cleanly on SIGINT/SIGTERM.
         #[arg(long, short = 'f')]
         foreground: bool,
-        /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/<workspace-id>).
+        /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/WORKSPACE-ID).
         #[arg(long)]
         store: Option<PathBuf>,
         /// Threads reading /dev/fuse (with io_uring they serve only FORGET and INTERRUPT).
@@ -185,12 +185,129 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArgs,
     },
-    /// Unified diff from the current files to a checkpoint.
+    /// Unified diff from the current files to a checkpoint (`diff A [PATH]`), or from the
+    /// tree when checkpoint A began to the tree when B began (`diff A B [PATH]`), or from a
+    /// fork's origin checkpoint to the fork's current tree (`diff --fork DIR [PATH]`).
     Diff {
-        uuid: String,
-        path: Option<String>,
+        /// The checkpoint (a user message's UUID).
+        #[arg(required_unless_present = "fork")]
+        uuid: Option<String>,
+        /// A second checkpoint, then a path or glob; or one word: a checkpoint when it names one
+        /// (a UUID, or an id `rewindfs list` shows), else a path or glob.
+        #[arg(num_args = 0..=2)]
+        rest: Vec<String>,
+        /// Print a summary (lines added and removed per file) instead of the diff.
+        #[arg(long)]
+        stat: bool,
+        /// A fork made by `rewindfs fork`: compare its origin checkpoint with its tree now.
+        #[arg(long, value_name = "DIR")]
+        fork: Option<PathBuf>,
         #[arg(long, default_value = "all", value_parser = ["tool", "agent", "all"])]
         scope: String,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Print a file as it was when a checkpoint began (raw bytes), without rewinding.
+    Show {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The file (absolute, or relative to the current directory).
+        path: PathBuf,
+        /// Print what the path was (type, mode, size, hash) as JSON instead of its content.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Write the whole tree as it was when a checkpoint began into a new directory (unchanged
+    /// files copied from the workspace, changed ones from the store; reflinks where the disk
+    /// allows). With --mount, mount it, its history beginning at a checkpoint that records
+    /// where it came from.
+    Fork {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The new directory (must not exist, or be empty; outside the workspace and store).
+        dir: PathBuf,
+        /// Mount the fork once written.
+        #[arg(long)]
+        mount: bool,
+        /// The fork's store (default: as for a mount of DIR).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Write a session's history (every checkpoint from the first asked for to the newest, with
+    /// every blob they need) into one self-checking bundle file.
+    Export {
+        /// Start at this session's first checkpoint (at or after --since).
+        #[arg(long)]
+        session: Option<String>,
+        /// Start at this checkpoint (a UUID).
+        #[arg(long)]
+        since: Option<String>,
+        /// The bundle to write (replaced if it exists).
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Import a bundle's checkpoints into a store: listable, showable and rewindable there.
+    /// Importing it again does nothing.
+    Import {
+        /// The bundle.
+        file: PathBuf,
+        /// The store to import into (through its daemon if one serves it, else directly).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Push history to an S3-compatible remote (s3://bucket/prefix): the blobs it lacks (stored
+    /// once by hash for every workspace pushing there), then one object of rows per push.
+    /// Credentials from AWS_* variables (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP for a local server).
+    Push {
+        /// s3://bucket[/prefix]
+        remote: String,
+        /// Push this session's history (from its first checkpoint at or after --since).
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// Pull history from an S3-compatible remote into a store (each push once; what is here
+    /// already is skipped).
+    Pull {
+        /// s3://bucket[/prefix]
+        remote: String,
+        /// Only this session's pushes.
+        #[arg(long)]
+        session: Option<String>,
+        /// The store to import into (through its daemon if one serves it, else directly).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArgs,
+    },
+    /// List a directory as it was when a checkpoint began, without rewinding.
+    Ls {
+        /// The checkpoint (a user message's UUID).
+        uuid: String,
+        /// The directory (default: the workspace).
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         socket: SocketArgs,
     },

@@ -171,33 +171,6 @@ pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
         .join(format!("{name}-{}", &hash[..16])))
 }
 
-/// `p` with symlinks resolved as far as it exists, and the rest appended as it is: the path
-/// `p` will have once created, without creating it.
-fn resolve_uncreated(p: &std::path::Path) -> std::io::Result<PathBuf> {
-    let p = std::path::absolute(p)?;
-    let mut tail = Vec::new();
-    let mut base = p.as_path();
-    loop {
-        match base.canonicalize() {
-            Ok(real) => {
-                let mut out = real;
-                for c in tail.iter().rev() {
-                    out.push(c);
-                }
-                return Ok(out);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else {
-                    return Err(e);
-                };
-                tail.push(name.to_os_string());
-                base = parent;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 impl MountConfig {
     /// Validates the mount arguments: the directory exists and is a directory, the store is
     /// outside it.
@@ -252,7 +225,7 @@ impl MountConfig {
             None => default_store(&dir)?,
         };
         // Checked before anything is created: a refused mount leaves nothing behind.
-        let store = resolve_uncreated(&store)
+        let store = crate::sys::resolve_uncreated(&store)
             .with_context(|| format!("resolving store {}", store.display()))?;
         if store.starts_with(&dir) {
             bail!(

@@ -8,8 +8,9 @@
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
 //! - `sys` (raw system calls, relative to a directory fd; /proc), `faults` (test-only fault
-//!   injection); beside the layers, `mounts` (the mount table) and `procs` (processes left
-//!   underneath a mount, from /proc).
+//!   injection); beside the layers, `mounts` (the mount table), `procs` (processes left
+//!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
+//!   store), used by the CLI.
 
 pub(crate) mod capture;
 pub mod cli;
@@ -21,6 +22,7 @@ pub(crate) mod fs;
 pub mod hook;
 pub(crate) mod mounts;
 pub mod procs;
+pub mod remote;
 pub mod rewind;
 pub mod setup;
 pub mod store;

@@ -88,7 +88,7 @@ fn write(path: &Path, settings: &Map<String, Value>) -> Result<(), SetupError> {
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-/// Adds `command` (the rewindfs binary and `hook`) for every event of [`EVENTS`] to the
+/// Adds `command` (the rewindfs binary and `hook`) for every event of `EVENTS` to the
 /// settings file at `path`, unless a rewindfs hook is there already.
 ///
 /// # Errors

@@ -23,6 +23,38 @@ pub const NAME_MAX: usize = 255;
 /// The filesystem magic FUSE mounts report in `statfs`.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
+/// `p` with symlinks resolved as far as it exists, and the rest appended as it is: the path
+/// `p` will have once created, without creating it. For the places a user names outside the
+/// project (a store, a fork's directory, a bundle), to tell whether they lie in the workspace
+/// or the store; never for a path beneath the workspace's fd.
+///
+/// # Errors
+/// A component that exists cannot be resolved (other than not found).
+pub fn resolve_uncreated(p: &Path) -> io::Result<PathBuf> {
+    let p = std::path::absolute(p)?;
+    let mut tail = Vec::new();
+    let mut base = p.as_path();
+    loop {
+        match base.canonicalize() {
+            Ok(real) => {
+                let mut out = real;
+                for c in tail.iter().rev() {
+                    out.push(c);
+                }
+                return Ok(out);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else {
+                    return Err(e);
+                };
+                tail.push(name.to_os_string());
+                base = parent;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Returns the allocator's free memory to the kernel. glibc keeps freed heap otherwise, so a
 /// checkpoint that drops the set of 100k paths the last one changed leaves RSS at its
 /// high-water mark.

@@ -77,3 +77,7 @@ export class RewindfsClient {
   status(): Promise<Record<string, any>>;
   close(): void;
 }
+
+/** The path of the rewindfs binary that came with this package (from the per-platform optional
+ * dependency, e.g. rewindfs-linux-x64). Throws, saying what to do, when there is none. */
+export function binaryPath(): string;

@@ -140,3 +140,5 @@ export class RewindfsClient {
     this.#sock?.end();
   }
 }
+
+export { binaryPath } from "./binary.js";

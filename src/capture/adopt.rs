@@ -16,10 +16,9 @@
 //!      made a copy of its own, then settled.
 //!
 //! What follows (hashing the pending file into a blob: `resolve`, `finish`) is the blob
-//! store's, when the capture journal is applied; it waits for the settle.
-//!
-//! Invariant: `adopted` holds at most one key per path, and every key taken out of it is
-//! settled — a second adoption of a path settles the first.
+//! store's, when the capture journal is applied; it waits for the settle. The whole lifecycle
+//! and its states are owned by one type, `store::Adoptions` (`store/adoption.rs`); this file is
+//! the recorder's calls into it.
 
 use std::io;
 use std::path::Path;
@@ -76,7 +75,7 @@ impl Recorder {
     /// Step 1: the capture of `p` adopted its file under the pending `key`, and its row is
     /// recorded.
     pub(super) fn remember_adopted(&self, p: &[u8], key: String) {
-        if let Some(old) = self.adopted.lock().unwrap().insert(p.to_vec(), key) {
+        if let Some(old) = self.store.blobs.adoptions().remember(p, key) {
             self.store.blobs.settle(&old);
         }
     }
@@ -84,7 +83,7 @@ impl Recorder {
     /// Step 2, the change happened: the file's name is gone, and the adopted blob is the
     /// file's only other name now.
     pub(super) fn settle_adopted(&self, p: &[u8]) {
-        let key = self.adopted.lock().unwrap().remove(p);
+        let key = self.store.blobs.adoptions().take(p);
         if let Some(key) = key {
             self.store.blobs.settle(&key);
         }
@@ -93,7 +92,7 @@ impl Recorder {
     /// Step 2, the change failed: the file lives on under its name and may change, so its
     /// pre-image needs its own copy.
     pub(super) fn unshare_adopted(&self, p: &[u8]) {
-        let Some(hash) = self.adopted.lock().unwrap().remove(p) else {
+        let Some(hash) = self.store.blobs.adoptions().take(p) else {
             return;
         };
         if let Err(e) = self.store.blobs.unshare(&hash) {

@@ -30,11 +30,10 @@
 //!   others make meanwhile, which it must not overwrite.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors`, `adopted`, `meanwhile` and the change log's locks
+//! `gate` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
 //! (`flushing` → `entries`; `flush_wanted` alone) come after these, and no other lock of the
 //! recorder is taken while one of them is held.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -121,9 +120,6 @@ pub struct Recorder {
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
     log: ChangeLog,
-    /// Paths whose pre-image is a hard link to the file itself (adopted), until the change
-    /// that removes the file's name has happened → the pending blob key (see `adopt.rs`).
-    adopted: Mutex<HashMap<Vec<u8>, String>>,
     /// Files larger than this get range pre-images (see `ranges.rs`).
     range_capture_min: std::sync::atomic::AtomicU64,
 }
@@ -149,7 +145,6 @@ impl Recorder {
             meanwhile: Mutex::new(None),
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
-            adopted: Mutex::new(HashMap::new()),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
         })
     }
@@ -193,6 +188,19 @@ impl Recorder {
         Ok(self
             .store
             .discard_unreferenced(hashes, Some(&self.capture))?)
+    }
+
+    /// Takes the gate exclusively: no change by anyone runs until the guard is dropped (fork
+    /// and export read the present under it, import writes rows a capture would race). Not for
+    /// rewinds, which apply through the mount under a watch instead (`meanwhile.rs`).
+    pub fn exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock a capture holds while it stores a blob and records it: removing blob files
+    /// that no row names takes it (see [`crate::store::gc::Capture`]).
+    pub fn capture_lock(&self) -> &Mutex<()> {
+        &self.capture
     }
 }
 

@@ -32,6 +32,9 @@ pub enum ControlError {
     /// A failure of a request in an older protocol, in that protocol's words.
     #[error("{0}")]
     Legacy(String),
+    /// A request whose fields do not go together (the message says how).
+    #[error("{0}")]
+    Invalid(String),
     /// A path that does not name anything inside the workspace.
     #[error("{path}: not a path inside the workspace {}", workspace.display())]
     OutsideWorkspace { path: String, workspace: PathBuf },

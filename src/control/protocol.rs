@@ -1,6 +1,6 @@
 //! The wire format: one JSON object per line, in the Claude Agent SDK's control envelope
 //! (see `schema/protocol.md` and `schema/protocol.schema.json`). A line is parsed in one
-//! place into a typed [`Request`](super::cmd::Request); a malformed line becomes an error
+//! place into a typed [`super::cmd::Request`]; a malformed line becomes an error
 //! naming what is wrong. The frames are typed too, and shared with the client.
 
 use serde::{Deserialize, Serialize};
@@ -115,8 +115,8 @@ mod tests {
         /// Envelopes of every subtype with fields of random JSON types.
         #[test]
         fn the_parser_takes_any_field_types(
-            sub in prop::sample::select(vec!["begin_message", "tool_use", "register_agent", "rewind_files", "undo_rewind", "list_checkpoints", "diff", "log", "status", "gc"]),
-            fields in prop::collection::vec((prop::sample::select(vec!["session_id", "user_message_id", "phase", "tool_name", "tool_use_id", "file_path", "pid", "dry_run", "scope", "force", "paths", "path", "limit", "max_store_bytes", "max_age_seconds"]), any::<(bool, i64, String)>()), 0..6),
+            sub in prop::sample::select(vec!["begin_message", "tool_use", "register_agent", "rewind_files", "undo_rewind", "list_checkpoints", "diff", "log", "status", "gc", "show", "ls", "fork", "export", "import"]),
+            fields in prop::collection::vec((prop::sample::select(vec!["session_id", "user_message_id", "phase", "tool_name", "tool_use_id", "file_path", "pid", "dry_run", "scope", "force", "paths", "path", "limit", "max_store_bytes", "max_age_seconds", "to_message_id", "content", "offset", "length", "dir", "fork_dir", "since"]), any::<(bool, i64, String)>()), 0..6),
         ) {
             let mut req = Map::new();
             req.insert("subtype".into(), json!(sub));

@@ -10,6 +10,7 @@ mod detach;
 mod kernel;
 mod lock;
 mod mount;
+mod origin;
 mod retention;
 
 use std::io;
@@ -24,6 +25,7 @@ use anyhow::{Context, bail};
 pub use self::detach::{is_live, spawn_detached, store_of, umount};
 use self::kernel::FuseKernel;
 use self::lock::StoreLock;
+pub use self::origin::{begin_fork_store, import_offline, store_of_workspace};
 pub use self::retention::gc_offline;
 use self::retention::{GC_EVERY, gc_pass};
 use crate::capture::{Observer, Recorder};

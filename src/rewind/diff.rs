@@ -5,15 +5,18 @@
 //! after the kernel's dirty data is flushed, so what the kernel holds counts as the present)
 //! and discards what the plan put together. The diff *text* treats content that is not UTF-8,
 //! or holds a NUL, as binary ("Binary files … differ"), so it never prints raw bytes; the line
-//! *counts* are the SDK's, which count binary content as text too ([`line_counts`]).
+//! *counts* of a plan's outcome are the SDK's, which count binary content as text too
+//! ([`line_counts`]), while a diff's per-file counts ([`FileStat`], `diff --stat`) are git's:
+//! a binary file is marked binary and counts no lines.
 
+use super::past::DiffOut;
 use super::plan::now_state;
 use super::{Engine, Request, RewindError, Scope, Target};
 use crate::store::Kind;
 
 impl Engine {
     /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change
-    /// (`path`: only that path or glob), with the list of those paths.
+    /// (`path`: only that path or glob), with the list of those paths and their line counts.
     ///
     /// # Errors
     /// As [`Engine::rewind`]'s.
@@ -22,7 +25,7 @@ impl Engine {
         user_message_id: &str,
         path: Option<&str>,
         scope: Scope,
-    ) -> Result<(String, Vec<String>), RewindError> {
+    ) -> Result<DiffOut, RewindError> {
         let req = Request {
             user_message_id: user_message_id.to_string(),
             dry_run: true,
@@ -36,58 +39,148 @@ impl Engine {
         self.kernel.flush();
         let text = self
             .plan(cp.seq, cp.session_id.as_deref(), &req, &filter)
-            .and_then(|out| Ok((self.diff_text(&out.targets)?, out.files_changed)));
+            .and_then(|out| {
+                let (text, stats) = self.diff_text(&out.targets)?;
+                Ok(DiffOut {
+                    text,
+                    files_changed: out.files_changed,
+                    stats,
+                })
+            });
         self.discard();
         text
     }
 
-    /// The unified diff, current → target, of each target.
-    fn diff_text(&self, targets: &[Target]) -> Result<String, RewindError> {
+    /// The unified diff, current → target, of each target, and each one's line counts.
+    fn diff_text(&self, targets: &[Target]) -> Result<(String, Vec<FileStat>), RewindError> {
         let mut text = String::new();
+        let mut stats = Vec::new();
         for t in targets {
             let rel = t.rel();
             let now = now_state(self.root(), rel)?;
-            let old = now.content.unwrap_or_default();
-            let new = match (&t.blob, t.kind()) {
-                (Some(b), Kind::File) => self
-                    .store
-                    .blobs
-                    .read_verified(b)
-                    .map_err(|e| crate::sys::ctx(e, rel.display()))?,
-                _ => Vec::new(),
+            let old = Side {
+                kind: now.kind,
+                mode: now.mode,
+                content: now.content.unwrap_or_default(),
+                target: now.target,
             };
-            let name = rel.display().to_string();
-            if !is_text(&old) || !is_text(&new) {
-                if old != new {
-                    text.push_str(&format!("Binary files a/{name} and b/{name} differ\n"));
-                }
-                continue;
-            }
-            let (a, b) = (String::from_utf8_lossy(&old), String::from_utf8_lossy(&new));
-            let d = similar::TextDiff::from_lines(a.as_ref(), b.as_ref());
-            let from = if now.kind == Kind::Absent {
-                "/dev/null".to_string()
-            } else {
-                format!("a/{name}")
+            let new = Side {
+                kind: t.kind(),
+                mode: t.mode,
+                content: match (&t.blob, t.kind()) {
+                    (Some(b), Kind::File) => self
+                        .store
+                        .blobs
+                        .read_verified(b)
+                        .map_err(|e| crate::sys::ctx(e, rel.display()))?,
+                    _ => Vec::new(),
+                },
+                target: t.target.clone(),
             };
-            let to = if t.kind() == Kind::Absent {
-                "/dev/null".to_string()
-            } else {
-                format!("b/{name}")
-            };
-            let u = d.unified_diff().header(&from, &to).to_string();
-            if !u.is_empty() {
-                text.push_str(&u);
-            } else if now.mode & 0o7777 != t.mode & 0o7777 && t.kind() != Kind::Absent {
-                text.push_str(&format!(
-                    "mode {name}: {:o} -> {:o}\n",
-                    now.mode & 0o7777,
-                    t.mode & 0o7777
-                ));
-            }
+            let (d, stat) = file_diff(&rel.display().to_string(), &old, &new);
+            text.push_str(&d);
+            stats.push(stat);
         }
-        Ok(text)
+        Ok((text, stats))
     }
+}
+
+/// One side of a path's diff: what it is, and a file's bytes (empty for anything else).
+#[derive(Debug, Clone)]
+pub(super) struct Side {
+    pub(super) kind: Kind,
+    pub(super) mode: u32,
+    pub(super) content: Vec<u8>,
+    pub(super) target: Option<Vec<u8>>,
+}
+
+impl Side {
+    pub(super) fn absent() -> Side {
+        Side {
+            kind: Kind::Absent,
+            mode: 0,
+            content: Vec::new(),
+            target: None,
+        }
+    }
+
+    /// Whether going from `self` to `other` changes anything a rewind restores: the kind,
+    /// the permission bits (not a symlink's), a file's bytes or a symlink's target.
+    pub(super) fn differs(&self, other: &Side) -> bool {
+        self.kind != other.kind
+            || (other.kind != Kind::Absent
+                && other.kind != Kind::Symlink
+                && self.mode & 0o7777 != other.mode & 0o7777)
+            || (other.kind == Kind::File && self.content != other.content)
+            || (other.kind == Kind::Symlink && self.target != other.target)
+    }
+}
+
+/// Lines one path's diff adds and removes (`binary`: content that is not text, counted as
+/// none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileStat {
+    pub path: String,
+    pub insertions: u64,
+    pub deletions: u64,
+    pub binary: bool,
+}
+
+/// The diff text of one path, `old` → `new`, in the format of `rewindfs diff`: a unified diff
+/// of text (from or to `/dev/null` for an absent side), `Binary files … differ`, or a mode line
+/// when only the permission bits change; and its line counts.
+pub(super) fn file_diff(name: &str, old: &Side, new: &Side) -> (String, FileStat) {
+    let mut stat = FileStat {
+        path: name.to_string(),
+        ..FileStat::default()
+    };
+    if !is_text(&old.content) || !is_text(&new.content) {
+        stat.binary = true;
+        if old.content != new.content {
+            return (format!("Binary files a/{name} and b/{name} differ\n"), stat);
+        }
+        return (String::new(), stat);
+    }
+    (stat.insertions, stat.deletions) = line_counts(&old.content, &new.content);
+    let (a, b) = (
+        String::from_utf8_lossy(&old.content),
+        String::from_utf8_lossy(&new.content),
+    );
+    let d = similar::TextDiff::from_lines(a.as_ref(), b.as_ref());
+    let from = if old.kind == Kind::Absent {
+        "/dev/null".to_string()
+    } else {
+        format!("a/{name}")
+    };
+    let to = if new.kind == Kind::Absent {
+        "/dev/null".to_string()
+    } else {
+        format!("b/{name}")
+    };
+    let u = d.unified_diff().header(&from, &to).to_string();
+    if !u.is_empty() {
+        return (u, stat);
+    }
+    if old.mode & 0o7777 != new.mode & 0o7777 && new.kind != Kind::Absent {
+        return (
+            format!(
+                "mode {name}: {:o} -> {:o}\n",
+                old.mode & 0o7777,
+                new.mode & 0o7777
+            ),
+            stat,
+        );
+    }
+    if new.kind == Kind::Symlink && old.target != new.target {
+        let t = |s: &Side| {
+            s.target
+                .as_deref()
+                .map(|t| String::from_utf8_lossy(t).into_owned())
+                .unwrap_or_else(|| "(none)".into())
+        };
+        return (format!("symlink {name}: {} -> {}\n", t(old), t(new)), stat);
+    }
+    (String::new(), stat)
 }
 
 /// Text is UTF-8 without a NUL; anything else is binary.

@@ -19,7 +19,11 @@
 //! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `stack.rs`: undo and redo, and their check for changes made since by others;
-//! - `diff.rs`: the diff text and the line counts.
+//! - `diff.rs`: the diff text and the line counts;
+//! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
+//!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses;
+//! - `fork.rs`: that tree written into a new directory, and the diff from it to a fork;
+//! - `carry.rs`: export a run of checkpoints as a bundle, import one.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -54,12 +58,15 @@
 
 mod apply;
 mod attrs;
+mod carry;
 mod diff;
 mod filter;
+mod fork;
 mod helper;
 mod history;
 mod live;
 mod omitted;
+mod past;
 mod patched;
 mod plan;
 mod recovery;
@@ -76,9 +83,13 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+pub use self::carry::{Selection, import_origin};
+pub use self::diff::FileStat;
 use self::filter::Filter;
+pub use self::fork::ForkReport;
 pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
+pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
@@ -138,6 +149,28 @@ pub enum RewindError {
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
+    /// A look at the past (`show`, `ls`, `diff`, `fork`) named a uuid that is not a checkpoint
+    /// of this store.
+    #[error("no checkpoint {0} in this store (`rewindfs list` shows them)")]
+    Unknown(String),
+    /// The path did not exist when the checkpoint began.
+    #[error("{path}: no such file or directory when checkpoint {checkpoint} began")]
+    NotThen {
+        /// Workspace-relative.
+        path: String,
+        checkpoint: String,
+    },
+    /// `ls` of a path that was not a directory when the checkpoint began.
+    #[error("{path}: not a directory when checkpoint {checkpoint} began (it was a {kind})")]
+    NotADirectory {
+        path: String,
+        checkpoint: String,
+        /// What it was ([`Kind::as_str`]).
+        kind: &'static str,
+    },
+    /// A look at the past, or a fork, that cannot be done, with its cause.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<io::Error> for RewindError {
@@ -182,7 +215,7 @@ fn tool_scope() -> Scope {
 }
 
 /// One path a rewind changes, with its target state: the store's plan entry (journalled as
-/// the rewind's plan before it is applied; see [`PlanTarget`]).
+/// the rewind's plan before it is applied; see [`PlanTarget`](crate::store::PlanTarget)).
 pub use crate::store::PlanTarget as Target;
 
 impl Target {

@@ -48,6 +48,34 @@ impl Engine {
             let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
             super::unusable(&c.path, &cp, e)
         };
+        let reader = self.chain(hist, c, at, &unusable_here)?;
+        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
+        self.scratch
+            .lock()
+            .unwrap()
+            .push(BlobRef::hash(hash.clone()));
+        Ok(PreImage {
+            blob: Some(BlobRef::hash(hash)),
+            size,
+            partial: false,
+            ..c.pre.clone()
+        })
+    }
+
+    /// A reader of the full pre-image of range capture `c` of the file known as `at` (see
+    /// [`Engine::materialize`]), streamed from the chain: nothing is copied to answer it. Used
+    /// by a rewind's plan (into a blob) and by `show` and `fork` (straight to their output).
+    /// A blob at the chain's end that cannot be opened is an error made by `unusable`; what
+    /// is read is verified as it goes (a saved range when it is loaded, the blob at the end
+    /// once the reader reaches the end), so nothing read from it may be used before the read
+    /// that returns 0.
+    pub(super) fn chain(
+        &self,
+        hist: &History,
+        c: &Capture,
+        at: &[u8],
+        unusable: &dyn Fn(io::Error) -> RewindError,
+    ) -> Result<Patched<'_>, RewindError> {
         let mut layers = Vec::new();
         let (mut cur, mut cur_at) = (c.clone(), at.to_vec());
         let base = loop {
@@ -58,7 +86,7 @@ impl Engine {
             });
             match hist.lineage_from(&cur_at, (cur.id, 0)) {
                 Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
-                Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable_here)?,
+                Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable)?,
                 Lineage::Current(now) => {
                     let rel = Path::new(OsStr::from_bytes(&now));
                     break match sys::open_beneath(
@@ -77,22 +105,11 @@ impl Engine {
                 }
             }
         };
-        let reader = Patched {
+        Ok(Patched {
             store: &self.store,
             layers,
             base,
             pos: 0,
-        };
-        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
-        self.scratch
-            .lock()
-            .unwrap()
-            .push(BlobRef::hash(hash.clone()));
-        Ok(PreImage {
-            blob: Some(BlobRef::hash(hash)),
-            size,
-            partial: false,
-            ..c.pre.clone()
         })
     }
 
@@ -133,7 +150,7 @@ struct Layer {
 /// not save it has it from the next layer, or as zero where that is past the next one's size
 /// (the file grew in between); after the last layer, from the base (zero past its end). So
 /// the chain costs one pass over the file, however many checkpoints it spans.
-struct Patched<'a> {
+pub(super) struct Patched<'a> {
     store: &'a Store,
     layers: Vec<Layer>,
     base: Base,

@@ -86,9 +86,7 @@ impl Engine {
         out: &mut Outcome,
     ) -> Result<Wanted, RewindError> {
         let inside = super::inside(scope);
-        let mut candidates = self.changed_inside(hist, inside);
-        let named = other_names(hist, &candidates);
-        candidates.extend(named);
+        let candidates = self.candidates(hist, inside);
         let sessions = match (scope, session) {
             (Scope::Agent, Some(s)) => {
                 // Who changed what is in the change log: all of it, up to now.
@@ -113,6 +111,17 @@ impl Engine {
             wanted.insert(p, target);
         }
         Ok(wanted)
+    }
+
+    /// Every name a rewind of the actors in `inside` (actor bits) looks at: the paths they
+    /// changed ([`Engine::changed_inside`]) by each name they had since the checkpoint
+    /// ([`other_names`]). With every actor (`all`), a name outside this set is unchanged since
+    /// the checkpoint: it is as it is now (what `show`, `ls` and `fork` rely on).
+    pub(super) fn candidates(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
+        let mut candidates = self.changed_inside(hist, inside);
+        let named = other_names(hist, &candidates);
+        candidates.extend(named);
+        candidates
     }
 
     /// The paths actors in `inside` (actor bits) changed: each path they captured, and

@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::Engine;
-use crate::store::{CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Prompt, StoreError};
+use crate::store::{
+    CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Origin, Prompt, StoreError,
+};
 
 /// Why a message's checkpoint could not begin.
 #[derive(Debug, thiserror::Error)]
@@ -260,6 +262,15 @@ impl Engine {
     /// Store errors.
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointSummary>, StoreError> {
         self.store.checkpoints(session)
+    }
+
+    /// Where the histories in this store came from (a fork's first checkpoint, each import's),
+    /// by the seq of the checkpoint each begins with.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn origins(&self) -> Result<HashMap<i64, Origin>, StoreError> {
+        self.store.origins()
     }
 
     /// The change-log entries `q` selects (with `q.path` as a workspace-relative path),

@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/005_prompts.sql"),
     include_str!("../../schema/006_sessions.sql"),
     include_str!("../../schema/007_xattrs.sql"),
+    include_str!("../../schema/008_origins.sql"),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].

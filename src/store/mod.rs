@@ -19,9 +19,10 @@
 //! One job per file: this one holds [`Store`] and [`Store::open`]; `model.rs` the domain
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
-//! `changes.rs` and `rewinds.rs` the queries, by table; `blobs.rs` the blob directory;
+//! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs.rs` the blob directory;
 //! `gc.rs` retention; `fsck.rs` the read-only check; `private.rs` who may use the store, and
-//! the modes of what it creates.
+//! the modes of what it creates; `bundle.rs` history bundles (export and import); `base64.rs`
+//! bytes as text in JSON (bundle rows, and `show`'s content on the wire).
 //!
 //! Invariants:
 //! - write-ahead: the pre-image of a change (its blob, then its journal record) is durable
@@ -36,8 +37,11 @@
 //!   another user's store is refused (`private.rs`); what a rewind reads of a blob is checked
 //!   against its hash first (`blobs.rs`).
 
+mod adoption;
 mod apply;
+pub mod base64;
 pub mod blobs;
+pub mod bundle;
 mod captures;
 mod changes;
 mod checkpoints;
@@ -48,6 +52,7 @@ pub mod journal;
 pub mod layout;
 mod migrate;
 mod model;
+mod origins;
 pub mod private;
 mod rewinds;
 mod sql;
@@ -58,6 +63,7 @@ use std::sync::Mutex;
 
 use rusqlite::Connection;
 
+pub use self::adoption::Adoptions;
 use self::apply::Pending;
 pub use self::blobs::Blobs;
 pub use self::changes::LogQuery;
@@ -66,9 +72,11 @@ pub use self::fsck::fsck;
 use self::migrate::migrate;
 pub use self::model::{
     Actor, Apply, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry,
-    Move, Op, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent, RewindRow, RewindScope,
-    RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
+    Move, Op, Origin, OriginKind, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent,
+    RewindRow, RewindScope, RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
+    optional_message_id,
 };
+pub use self::origins::{first_origin, origin_now};
 pub use self::rewinds::{Stack, Step};
 pub use self::time::{now_ms, rfc3339};
 

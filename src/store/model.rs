@@ -582,6 +582,50 @@ pub struct Prompt {
     pub transcript: Option<String>,
 }
 
+/// How a history came here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OriginKind {
+    /// `rewindfs fork`: the tree was written from another workspace's checkpoint.
+    Fork,
+    /// `rewindfs import`: the checkpoints came in a bundle.
+    Import,
+}
+
+impl OriginKind {
+    /// The string stored in `origins.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OriginKind::Fork => "fork",
+            OriginKind::Import => "import",
+        }
+    }
+
+    /// Total: an unknown value reads as `Fork` (a history written from another workspace).
+    pub fn parse(s: &str) -> OriginKind {
+        match s {
+            "import" => OriginKind::Import,
+            _ => OriginKind::Fork,
+        }
+    }
+}
+
+/// Where a checkpoint's history came from (an `origins` row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub kind: OriginKind,
+    /// The parent workspace (absolute path).
+    pub workspace: String,
+    /// The parent's store directory.
+    pub store: Option<String>,
+    /// The parent checkpoint (for a fork: the state its tree was written from).
+    pub uuid: String,
+    /// That checkpoint's session.
+    pub session_id: Option<String>,
+    /// Unix ms.
+    pub at: i64,
+}
+
 /// A checkpoint with its counts, for `list_checkpoints`.
 #[derive(Debug, Clone)]
 pub struct CheckpointSummary {
@@ -662,6 +706,18 @@ pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::E
         )));
     }
     Ok(normalize_message_id(&s))
+}
+
+/// Reads an optional user message id ([`message_id`]): `null` or absent is none.
+///
+/// # Errors
+/// The value is neither null nor a message id.
+pub fn optional_message_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Id(#[serde(deserialize_with = "message_id")] String);
+    Ok(Option::<Id>::deserialize(d)?.map(|Id(s)| s))
 }
 
 /// A path's bytes in JSON: a string when they are UTF-8 (a third of the size of an array of

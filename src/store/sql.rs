@@ -5,7 +5,8 @@ use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, ValueRef};
 
 use super::model::{
-    Actor, BlobRef, CheckpointKind, Kind, Op, Purpose, RewindScope, RewindState, Scope, Xattrs,
+    Actor, BlobRef, CheckpointKind, Kind, Op, OriginKind, Purpose, RewindScope, RewindState, Scope,
+    Xattrs,
 };
 
 /// Implements both directions for a type with `as_str(self) -> &'static str` and a total
@@ -32,6 +33,7 @@ text_column!(Purpose);
 text_column!(CheckpointKind);
 text_column!(RewindState);
 text_column!(RewindScope);
+text_column!(OriginKind);
 
 impl ToSql for Scope {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {

@@ -380,16 +380,7 @@ fn actors_are_told_apart_registered_process_children_spans_and_strangers() {
     a.turn();
     fs::write(a.m.p("by_agent.txt"), b"t").unwrap();
     a.bash("echo s > by_child.txt; (echo g > by_grandchild.txt)");
-    let st = Command::new("setsid")
-        .args([
-            "-f",
-            "bash",
-            "-c",
-            &format!("echo e > {}", a.m.p("by_stranger.txt").display()),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::support::as_stranger(&a.m.dir, "echo e > by_stranger.txt");
     assert!(wait_until(5, || a.m.p("by_stranger.txt").exists()));
     // A hook in another process announces a Write of span.txt: the write is the tool's even
     // though it comes from a child (as when the SDK's hooks run in the host process).

@@ -32,12 +32,7 @@ fn refusals_name_what_and_why_and_say_what_to_do() {
     // The agent scope refuses over the user's own edit: the CLI says --force.
     let t1 = a.turn();
     a.tool_write("f.txt", b"agent\n");
-    let editor = Command::new("setsid")
-        .args(["-f", "bash", "-c"])
-        .arg(format!("echo user >> {}", a.m.p("f.txt").display()))
-        .status()
-        .unwrap();
-    assert!(editor.success());
+    crate::support::as_stranger(&a.m.dir, "echo user >> f.txt");
     assert!(crate::support::wait_until(5, || a
         .read("f.txt")
         .is_some_and(|s| s.ends_with("user\n"))));

@@ -18,11 +18,11 @@ use serde_json::json;
 use crate::agent::Agent;
 use crate::support::{require_fuse, tree};
 
-const PATHS: &[&str] = &["a.txt", "b.txt", "d/c.txt", "d/e/f.txt", "x/y.txt"];
+pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "d/c.txt", "d/e/f.txt", "x/y.txt"];
 const DIRS: &[&str] = &["d", "d/e", "x", "z"];
 
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     Turn,
     Tool(usize, u8),
     Append(usize, u8),
@@ -41,7 +41,7 @@ enum Step {
     Cut(usize, u16),
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     let p = 0..PATHS.len();
     let d = 0..DIRS.len();
     prop_oneof![
@@ -62,7 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// The tree as path → listing line.
-fn tree_map(a: &Agent) -> BTreeMap<String, String> {
+pub(crate) fn tree_map(a: &Agent) -> BTreeMap<String, String> {
     tree(&a.m.dir)
         .into_iter()
         .map(|l| (l.split(' ').next().unwrap().to_string(), l))
@@ -137,13 +137,13 @@ struct ToolRewind {
     tree: BTreeMap<String, String>,
 }
 
-struct Run {
-    a: Agent,
-    turns: Vec<String>,
+pub(crate) struct Run {
+    pub(crate) a: Agent,
+    pub(crate) turns: Vec<String>,
     /// When each turn's `begin_message` had returned (unix ms): no later than the checkpoint's
     /// start, as the daemon stamps it.
     began_by: Vec<i64>,
-    snapshots: Vec<BTreeMap<String, String>>,
+    pub(crate) snapshots: Vec<BTreeMap<String, String>>,
     /// The files' contents when each turn began.
     snapshot_data: Vec<BTreeMap<String, Vec<u8>>>,
     /// path → (turn index of the first tool change, the state just before it)
@@ -155,7 +155,7 @@ struct Run {
 impl Run {
     /// A mount of the workspace `setup` prepares, a first turn, then `steps`. A small
     /// range-capture threshold, so files the steps grow get range pre-images.
-    fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
+    pub(crate) fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
         let mut run = Run {
             a: Agent::with_args(setup, &["--range-capture-min", "4096"]),
             turns: Vec::new(),
@@ -506,7 +506,7 @@ fn check_after_gc(steps: Vec<Step>, last: bool, scope: &'static str) -> Result<(
     Ok(())
 }
 
-fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -124,6 +124,91 @@ fn every_response_matches_the_protocol_schema() {
         "7",
         "response_diff",
     );
+    let u2 = uuid();
+    ok(
+        &c.req(
+            "7b",
+            json!({"subtype": "begin_message", "session_id": "s", "user_message_id": u2}),
+        ),
+        "7b",
+        "response_begin_message",
+    );
+    let d = ok(
+        &c.req(
+            "7c",
+            json!({"subtype": "diff", "user_message_id": u1, "to_message_id": u2}),
+        ),
+        "7c",
+        "response_diff",
+    );
+    assert_eq!(a.files(&d), ["a.txt"]);
+    let s = ok(
+        &c.req(
+            "7d",
+            json!({"subtype": "show", "user_message_id": u1, "path": "a.txt"}),
+        ),
+        "7d",
+        "response_show",
+    );
+    assert_eq!(s["content"], json!("YQo="), "base64 of the file then");
+    ok(
+        &c.req(
+            "7e",
+            json!({"subtype": "show", "user_message_id": u1, "path": ".", "content": false}),
+        ),
+        "7e",
+        "response_show",
+    );
+    ok(
+        &c.req("7f", json!({"subtype": "ls", "user_message_id": u2})),
+        "7f",
+        "response_ls",
+    );
+    let fork = a.m.tmp.path().join("fork");
+    let f = ok(
+        &c.req(
+            "7h",
+            json!({"subtype": "fork", "user_message_id": u1, "dir": fork}),
+        ),
+        "7h",
+        "response_fork",
+    );
+    assert_eq!(f["files"], json!(1));
+    std::fs::write(fork.join("a.txt"), "forked\n").unwrap();
+    let d = ok(
+        &c.req(
+            "7i",
+            json!({"subtype": "diff", "user_message_id": u1, "fork_dir": fork}),
+        ),
+        "7i",
+        "response_diff",
+    );
+    // What differs is the fork's: its paths are under the fork.
+    assert_eq!(
+        d["filesChanged"],
+        json!([fork.join("a.txt").to_str().unwrap()])
+    );
+    let bundle = a.m.tmp.path().join("h.rwb");
+    ok(
+        &c.req("7j", json!({"subtype": "export", "path": bundle})),
+        "7j",
+        "response_export",
+    );
+    let i = ok(
+        &c.req("7k", json!({"subtype": "import", "path": bundle})),
+        "7k",
+        "response_import",
+    );
+    assert_eq!(
+        i["alreadyImported"],
+        json!(true),
+        "its own history: all here"
+    );
+    let e = err(&c.req(
+        "7g",
+        json!({"subtype": "show", "user_message_id": u1, "path": "nope.txt"}),
+    ));
+    assert!(e.contains("nope.txt") && e.contains(&u1), "{e}");
     ok(
         &c.req("8", json!({"subtype": "log", "limit": 10})),
         "8",

@@ -218,16 +218,7 @@ fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
     let t1 = a.turn();
     a.tool_write("f.txt", b"agent\n");
     // An unrelated process (not a descendant of the agent): the user's editor.
-    let editor = std::process::Command::new("setsid")
-        .args([
-            "-f",
-            "bash",
-            "-c",
-            &format!("echo user >> {}", a.m.p("f.txt").display()),
-        ])
-        .status()
-        .unwrap();
-    assert!(editor.success());
+    crate::support::as_stranger(&a.m.dir, "echo user >> f.txt");
     assert!(crate::support::wait_until(5, || a
         .read("f.txt")
         .is_some_and(|s| s.ends_with("user\n"))));
@@ -397,15 +388,7 @@ fn a_scope_that_leaves_out_changes_says_so_and_how_to_include_them() {
     let dry = a.rewind(&t1, "agent", true).unwrap();
     assert!(dry.get("omitted").is_none(), "{dry}");
     // Someone else's change needs scope all; the CLI says so too.
-    std::process::Command::new("setsid")
-        .args([
-            "-f",
-            "bash",
-            "-c",
-            &format!("echo user > {}", a.m.p("notes.txt").display()),
-        ])
-        .status()
-        .unwrap();
+    crate::support::as_stranger(&a.m.dir, "echo user > notes.txt");
     assert!(crate::support::wait_until(5, || a
         .m
         .p("notes.txt")

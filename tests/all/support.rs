@@ -186,6 +186,22 @@ pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Starts `cmd` in `dir` in a process that descends from nobody here: the user's editor, a
+/// stranger to any agent this process registered. `setsid -f` forks and its parent exits, but
+/// until it has exited the child is still this process's grandchild (and would be the agent's
+/// shell), so the command first waits for its parent to be something other than `setsid`.
+/// Returns at once; callers wait for the command's effect.
+pub fn as_stranger(dir: &Path, cmd: &str) {
+    let orphaned = "while p=$(cut -d' ' -f4 /proc/$$/stat) && \
+        [ \"$(cat /proc/$p/comm 2>/dev/null)\" = setsid ]; do sleep 0.01; done";
+    let st = Command::new("setsid")
+        .args(["-f", "bash", "-c", &format!("{orphaned}; {cmd}")])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "setsid -f bash -c {cmd:?}: {st}");
+}
+
 /// Runs a shell command in `dir`, asserting success; returns stdout.
 pub fn sh(dir: &Path, cmd: &str) -> String {
     let mut c = Command::new("bash");

@@ -13,7 +13,7 @@ use crate::support::require_fuse;
 
 /// A listing of a tree with everything a rewind restores: path, type, mode, owner, size and
 /// content hash, symlink target, and every extended attribute (by name, with its value).
-fn full_tree(root: &Path) -> Vec<String> {
+pub(crate) fn full_tree(root: &Path) -> Vec<String> {
     fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) {
         let mut ents: Vec<_> = fs::read_dir(root.join(rel))
             .unwrap()
@@ -72,7 +72,7 @@ fn xattrs(p: &Path) -> Vec<String> {
     out
 }
 
-fn setxattr(p: &Path, name: &str, value: &str) {
+pub(crate) fn setxattr(p: &Path, name: &str, value: &str) {
     rustix::fs::lsetxattr(p, name, value.as_bytes(), rustix::fs::XattrFlags::empty())
         .unwrap_or_else(|e| panic!("setxattr {} {name}: {e}", p.display()));
 }
@@ -293,12 +293,7 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
 
 /// Runs `cmd` in a process that is not a descendant of the agent: the user's editor.
 fn as_user(a: &Agent, cmd: &str) {
-    let st = std::process::Command::new("setsid")
-        .args(["-f", "bash", "-c", cmd])
-        .current_dir(&a.m.dir)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::support::as_stranger(&a.m.dir, cmd);
 }
 
 /// Measured (issue 24): `echo work > f` after a rewind, then `undo`, silently overwrote the

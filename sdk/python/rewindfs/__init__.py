@@ -1,5 +1,6 @@
 """Client for the rewindfs daemon (see schema/protocol.md in the rewindfs repository)."""
 
+from ._binary import binary_path
 from .client import (
     AsyncRewindfsClient,
     RewindFilesResult,
@@ -13,5 +14,6 @@ __all__ = [
     "RewindFilesResult",
     "RewindfsClient",
     "RewindfsError",
+    "binary_path",
     "find_socket",
 ]

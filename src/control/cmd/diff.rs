@@ -1,17 +1,32 @@
-//! `diff`: a unified diff, current → the state at a checkpoint's start.
+//! `diff`: a unified diff, current → the state at a checkpoint's start; or, with a second
+//! checkpoint, from the state at the first one's start to the state at the second one's.
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::rewind::Scope;
+use crate::rewind::{DiffOut, FileStat, Scope};
 
-/// The diff of what a rewind to `user_message_id` would change, in `scope` (default `all`).
+/// The diff of what a rewind to `user_message_id` would change, in `scope` (default `all`);
+/// with `to_message_id`, the diff from the tree when `user_message_id` began to the tree when
+/// `to_message_id` began (scope `all` only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diff {
     #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::store::optional_message_id"
+    )]
+    pub to_message_id: Option<String>,
+    /// A fork of `user_message_id` (absolute): the diff goes from the tree when that
+    /// checkpoint began to the fork's tree as it is now (scope `all` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_dir: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     #[serde(default = "all_scope")]
@@ -22,12 +37,53 @@ fn all_scope() -> Scope {
     Scope::All
 }
 
+/// Lines one path's diff adds and removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffStat {
+    /// Absolute, under the workspace (as `filesChanged`).
+    pub path: String,
+    pub insertions: u64,
+    pub deletions: u64,
+    /// Content that is not text (counted as no lines).
+    pub binary: bool,
+}
+
 /// The diff text and the files it covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffReply {
     pub diff: String,
     pub files_changed: Vec<String>,
+    /// Per path, in the order of the diff.
+    #[serde(default)]
+    pub stats: Vec<DiffStat>,
+}
+
+impl DiffReply {
+    /// The reply for a computed diff: its paths absolute, under `workspace` (as a rewind's).
+    pub fn of(workspace: &Path, d: DiffOut) -> DiffReply {
+        DiffReply {
+            diff: d.text,
+            files_changed: super::rewind_files::absolute(workspace, d.files_changed),
+            stats: d
+                .stats
+                .into_iter()
+                .map(|s| DiffStat::of(workspace, s))
+                .collect(),
+        }
+    }
+}
+
+impl DiffStat {
+    fn of(workspace: &Path, s: FileStat) -> DiffStat {
+        DiffStat {
+            path: workspace.join(s.path).to_string_lossy().into_owned(),
+            insertions: s.insertions,
+            deletions: s.deletions,
+            binary: s.binary,
+        }
+    }
 }
 
 impl Command for Diff {
@@ -37,12 +93,34 @@ impl Command for Diff {
 
 impl Diff {
     pub(super) fn apply(self, d: &Daemon) -> Result<DiffReply, ControlError> {
-        let (diff, files_changed) =
-            d.engine
-                .diff(&self.user_message_id, self.path.as_deref(), self.scope)?;
-        Ok(DiffReply {
-            diff,
-            files_changed: super::rewind_files::absolute(&d.workspace, files_changed),
-        })
+        if self.fork_dir.is_some() && (self.to_message_id.is_some() || self.scope != Scope::All) {
+            return Err(ControlError::Invalid(
+                "a diff with a fork compares the checkpoint's tree with the fork's: give no to_message_id, and scope \"all\"".into(),
+            ));
+        }
+        if let Some(dir) = &self.fork_dir {
+            let dir = super::fork::destination(d, dir)?;
+            // What differs is the fork's: its paths are under the fork.
+            return Ok(DiffReply::of(
+                &dir,
+                d.engine
+                    .diff_dir(&self.user_message_id, &dir, self.path.as_deref())?,
+            ));
+        }
+        let out = match &self.to_message_id {
+            None => d
+                .engine
+                .diff(&self.user_message_id, self.path.as_deref(), self.scope)?,
+            Some(_) if self.scope != Scope::All => {
+                return Err(ControlError::Invalid(
+                    "a diff between two checkpoints compares whole trees: scope must be \"all\""
+                        .into(),
+                ));
+            }
+            Some(to) => d
+                .engine
+                .diff_between(&self.user_message_id, to, self.path.as_deref())?,
+        };
+        Ok(DiffReply::of(&d.workspace, out))
     }
 }

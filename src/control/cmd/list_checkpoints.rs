@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::{RewindScope, Stack};
+use crate::store::{OriginKind, RewindScope, Stack};
 
 /// Lists checkpoints, of one session if given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +34,10 @@ pub struct CheckpointInfo {
     /// False while `uuid` is still the hooks' prompt_id: the message uuid is not known yet.
     #[serde(default = "yes")]
     pub bound: bool,
+    /// Where the history this checkpoint begins came from (a fork's first checkpoint, an
+    /// import's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OriginInfo>,
     /// For a `rewind` checkpoint: the rewind, undo or redo that began it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind: Option<RewindInfo>,
@@ -106,6 +110,23 @@ fn first_line(p: &str) -> String {
     }
 }
 
+/// Where a history came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginInfo {
+    /// `fork` or `import`.
+    pub kind: OriginKind,
+    /// The parent workspace.
+    pub workspace: String,
+    /// Its store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// The parent's checkpoint (a fork: the state its tree was written from).
+    pub checkpoint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
 /// The checkpoints, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointList {
@@ -122,10 +143,18 @@ impl ListCheckpoints {
         // Prompts the transcript shows by now are listed under their message uuid.
         d.engine.bind_from_transcripts();
         let list = d.engine.checkpoints(self.session_id.as_deref())?;
+        let mut origins = d.engine.origins()?;
         let mut rewinds = RewindInfo::by_checkpoint(&d.engine.stack()?);
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {
+                origin: origins.remove(&c.checkpoint.seq).map(|o| OriginInfo {
+                    kind: o.kind,
+                    workspace: o.workspace,
+                    store: o.store,
+                    checkpoint: o.uuid,
+                    session_id: o.session_id,
+                }),
                 began_at: crate::store::rfc3339(c.checkpoint.began_at),
                 uuid: c.checkpoint.uuid,
                 session_id: c.checkpoint.session_id,

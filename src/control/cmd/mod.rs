@@ -10,13 +10,18 @@ mod begin_prompt;
 mod bind_message;
 mod diff;
 mod end_turn;
+mod export;
+mod fork;
 mod gc;
+mod import;
 mod list_checkpoints;
 mod log;
+mod ls;
 mod redo_rewind;
 mod register_agent;
 mod rewind_code;
 mod rewind_files;
+mod show;
 mod status;
 mod tool_use;
 mod undo_rewind;
@@ -28,15 +33,22 @@ use serde_json::{Map, Value};
 pub use self::begin_message::{BeginMessage, BeginMessageReply};
 pub use self::begin_prompt::{BeginPrompt, BeginPromptReply};
 pub use self::bind_message::BindMessage;
-pub use self::diff::{Diff, DiffReply};
+pub use self::diff::{Diff, DiffReply, DiffStat};
 pub use self::end_turn::EndTurn;
+pub use self::export::{Export, ExportReply};
+pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
-pub use self::list_checkpoints::{CheckpointInfo, CheckpointList, ListCheckpoints, RewindInfo};
+pub use self::import::{Import, ImportReply};
+pub use self::list_checkpoints::{
+    CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo, RewindInfo,
+};
 pub use self::log::{Log, LogLine, LogReply};
+pub use self::ls::{Ls, LsEntry, LsReply};
 pub use self::redo_rewind::{RedoReply, RedoRewind};
 pub use self::register_agent::RegisterAgent;
 pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
+pub use self::show::{Show, ShowReply};
 pub use self::status::{
     Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
 };
@@ -76,6 +88,11 @@ pub enum Request {
     Log(Log),
     Status(Status),
     Gc(Gc),
+    Show(Show),
+    Ls(Ls),
+    Fork(Fork),
+    Export(Export),
+    Import(Import),
 }
 
 /// Decodes one command from the request object, naming the field at fault.
@@ -116,6 +133,11 @@ impl Request {
             Log::SUBTYPE => Request::Log(decode(fields)?),
             Status::SUBTYPE => Request::Status(decode(fields)?),
             Gc::SUBTYPE => Request::Gc(decode(fields)?),
+            Show::SUBTYPE => Request::Show(decode(fields)?),
+            Ls::SUBTYPE => Request::Ls(decode(fields)?),
+            Fork::SUBTYPE => Request::Fork(decode(fields)?),
+            Export::SUBTYPE => Request::Export(decode(fields)?),
+            Import::SUBTYPE => Request::Import(decode(fields)?),
             other => return Err(format!("unknown request subtype {other:?}")),
         })
     }
@@ -147,6 +169,11 @@ impl Request {
             Request::Log(c) => reply(c.apply(d)),
             Request::Status(c) => reply(c.apply(d)),
             Request::Gc(c) => reply(c.apply(d)),
+            Request::Show(c) => reply(c.apply(d)),
+            Request::Ls(c) => reply(c.apply(d)),
+            Request::Fork(c) => reply(c.apply(d)),
+            Request::Export(c) => reply(c.apply(d)),
+            Request::Import(c) => reply(c.apply(d)),
         }
     }
 }

@@ -1,0 +1,486 @@
+//! Carrying history to another store: export a run of checkpoints as a bundle, import one.
+//!
+//! A bundle (`store/bundle.rs`, `schema/bundle.md`) holds the rows of every checkpoint from
+//! the first one asked for to the newest — of every session: the state at a checkpoint depends
+//! on every capture after it — and every blob they name. It also holds one checkpoint of its
+//! own, the *export* checkpoint (uuid = the export's id, kind `mount`), whose captures are the
+//! state at export of every path a rewind to the first checkpoint would look at
+//! ([`Engine::candidates`]). On the other side, a path's history then ends in a capture, not
+//! in that store's present tree: every exported checkpoint rewinds to exactly what it did here
+//! (a range pre-image's chain ends on a complete one), whatever the other tree holds; a rewind
+//! to the export checkpoint gives the tree as it was at export.
+//!
+//! Invariants:
+//! - An export reads the rows (the change log's buffer flushed first) and the present tree
+//!   under the capture gate (one instant's history); the blobs, which never change, are
+//!   copied after it is released, under the `apply` lock (gc cannot remove one meanwhile).
+//!   The bundle is written beside its name and renamed into place when complete.
+//! - An import stages the bundle (every frame checked, blobs stored) under the `apply` lock,
+//!   then, under the capture gate, records the present state of every path the imported
+//!   history touches (the *splice*, a checkpoint before the imported ones: a rewind to one of
+//!   this store's earlier checkpoints meets it before another tree's pre-images), inserts the
+//!   rows in one transaction, and begins a new checkpoint: what happens after lands after the
+//!   imported history. A failure removes what it stored.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::OFlags;
+use serde_json::{Map, Value};
+
+use super::history::History;
+use super::{Engine, Request, RewindError, Scope};
+use crate::capture::snapshot;
+use crate::store::bundle::{
+    BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
+};
+use crate::store::{
+    Actor, BlobRef, Capture, CheckpointKind, Kind, Move, Op, Origin, OriginKind, PreImage, Purpose,
+    Xattrs, now_ms,
+};
+use crate::sys;
+
+/// Which checkpoints an export carries: from the first of `session` at or after `since` (or
+/// the first one kept) to the newest.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub session: Option<String>,
+    pub since: Option<String>,
+}
+
+impl From<BundleError> for RewindError {
+    fn from(e: BundleError) -> Self {
+        RewindError::Refused(e.to_string())
+    }
+}
+
+/// Files up to this size are hashed and copied from one read.
+const IN_MEMORY: u64 = 64 << 20;
+
+impl Engine {
+    /// The seq an export starts at.
+    fn export_start(&self, sel: &Selection) -> Result<i64, RewindError> {
+        let from = match &sel.since {
+            Some(u) => {
+                let req = Request {
+                    user_message_id: u.clone(),
+                    dry_run: true,
+                    scope: Scope::All,
+                    force: true,
+                    paths: Vec::new(),
+                    session_id: None,
+                };
+                self.checked(&req)
+                    .map_err(|e| match e {
+                        RewindError::NoCheckpoint => RewindError::Unknown(u.clone()),
+                        e => e,
+                    })?
+                    .1
+                    .seq
+            }
+            None => 0,
+        };
+        let kept = self.store.checkpoints(sel.session.as_deref())?;
+        kept.iter()
+            .map(|c| c.checkpoint.seq)
+            .find(|s| *s >= from)
+            .ok_or_else(|| {
+                RewindError::Refused(match &sel.session {
+                    Some(s) => format!("session {s:?} has no checkpoint to export here"),
+                    None => "no checkpoint to export".into(),
+                })
+            })
+    }
+
+    /// Writes a bundle of the checkpoints `sel` names to `out` (replaced if it exists);
+    /// `workspace` and `store` are recorded as where it came from.
+    ///
+    /// # Errors
+    /// `Unknown` for an unknown `since`; `Refused` when nothing is selected or a blob of the
+    /// store is damaged; I/O errors writing the bundle (which is then not left behind).
+    pub fn export(
+        &self,
+        sel: &Selection,
+        out: &Path,
+        workspace: &Path,
+        store: &Path,
+    ) -> Result<Manifest, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let start = self.export_start(sel)?;
+        let tmp = out.with_file_name(format!(
+            ".{}.rewindfs-export-{}",
+            out.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| RewindError::Refused(format!("{}: {e}", tmp.display())))?;
+        let res = self.write_bundle(
+            start,
+            sel,
+            io::BufWriter::with_capacity(1 << 20, file),
+            workspace,
+            store,
+        );
+        match res {
+            Ok(m) => {
+                std::fs::rename(&tmp, out)
+                    .map_err(|e| RewindError::Refused(format!("{}: {e}", out.display())))?;
+                Ok(m)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_bundle(
+        &self,
+        start: i64,
+        sel: &Selection,
+        file: io::BufWriter<std::fs::File>,
+        workspace: &Path,
+        store: &Path,
+    ) -> Result<Manifest, RewindError> {
+        let mut w = BundleWriter::new(file)?;
+        let export_id = uuid::Uuid::new_v4().to_string();
+        self.kernel.flush();
+        let (mut rows, now_rows) = {
+            let _gate = self.recorder.exclusive();
+            // The change log's newest entries are still buffered: all of it goes.
+            self.recorder.flush_log();
+            let rows = self.store.export_rows(start)?;
+            let hist = History::load(&self.store, start)?;
+            let mut names: Vec<Vec<u8>> = self
+                .candidates(&hist, super::inside(Scope::All))
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect();
+            names.sort();
+            let now_rows = self.snapshot_into(&names, &mut w)?;
+            (rows, now_rows)
+        };
+        // The store's blobs, each once (those the present tree shares are written already).
+        for r in rows.iter().filter(|r| r.t == "blobs") {
+            let (Some(h), Some(size)) = (r.text("hash"), r.int("size")) else {
+                continue;
+            };
+            if w.has_blob(h) {
+                continue;
+            }
+            // The writer reads the blob's `size` bytes and checks them against its name itself
+            // (a mismatch fails the export, which leaves no bundle behind).
+            let mut src =
+                self.store.blobs.stream_verified(h).map_err(|e| {
+                    RewindError::Refused(format!("export: blob {h} of the store: {e}"))
+                })?;
+            w.blob(h, size as u64, &mut src)
+                .map_err(|e| RewindError::Refused(format!("export: blob {h} of the store: {e}")))?;
+        }
+        // The export's own checkpoint, after every exported one, holding the present.
+        let max_seq = rows
+            .iter()
+            .filter(|r| r.t == "checkpoints")
+            .filter_map(|r| r.int("seq"))
+            .max()
+            .unwrap_or(0);
+        let max_id = rows
+            .iter()
+            .filter(|r| r.t == "captures")
+            .filter_map(|r| r.int("id"))
+            .max()
+            .unwrap_or(0);
+        let at = now_ms();
+        let mut cp = Map::new();
+        cp.insert("seq".into(), Value::from(max_seq + 1));
+        cp.insert("uuid".into(), Value::from(export_id.clone()));
+        cp.insert("session_id".into(), Value::Null);
+        cp.insert("kind".into(), Value::from(CheckpointKind::Mount.as_str()));
+        cp.insert("began_at".into(), Value::from(at));
+        rows.push(Row {
+            t: "checkpoints".into(),
+            r: cp,
+        });
+        for (i, mut c) in now_rows.into_iter().enumerate() {
+            c.insert("id".into(), Value::from(max_id + 1 + i as i64));
+            c.insert("checkpoint".into(), Value::from(max_seq + 1));
+            c.insert("created_at".into(), Value::from(at));
+            if let Some(h) = c.get("blob").and_then(Value::as_str) {
+                let mut b = Map::new();
+                b.insert("hash".into(), Value::from(h));
+                b.insert("size".into(), c["size"].clone());
+                rows.push(Row {
+                    t: "blobs".into(),
+                    r: b,
+                });
+            }
+            rows.push(Row {
+                t: "captures".into(),
+                r: c,
+            });
+        }
+        let mut checkpoints = Vec::new();
+        for r in &rows {
+            if r.t == "checkpoints" {
+                checkpoints.extend(r.text("uuid").map(str::to_string));
+            }
+            w.row(r)?;
+        }
+        let (mut file, m) = w.finish(Manifest {
+            schema: 0,
+            export_id,
+            created_at: at,
+            workspace: workspace.to_string_lossy().into_owned(),
+            store: store.to_string_lossy().into_owned(),
+            session: sel.session.clone(),
+            since: sel.since.clone(),
+            checkpoints,
+            ..Manifest::default()
+        })?;
+        io::Write::flush(&mut file)?;
+        file.get_ref().sync_all()?;
+        Ok(m)
+    }
+
+    /// The present state of each of `names`, as capture rows (without id, checkpoint and
+    /// time), each file's content written to the bundle as a blob.
+    fn snapshot_into(
+        &self,
+        names: &[Vec<u8>],
+        w: &mut BundleWriter<io::BufWriter<std::fs::File>>,
+    ) -> Result<Vec<Map<String, Value>>, RewindError> {
+        let mut out = Vec::with_capacity(names.len());
+        for p in names {
+            let rel = Path::new(OsStr::from_bytes(p));
+            let mut c = Map::new();
+            c.insert("path".into(), blob_value(p));
+            // No change caused it: its op is `write`, as a rewind's own captures record theirs.
+            c.insert("purpose".into(), Value::from(Purpose::Checkpoint.as_str()));
+            c.insert("actor".into(), Value::from(Actor::External.as_str()));
+            c.insert("actors".into(), Value::from(Actor::External.bit()));
+            c.insert("op".into(), Value::from(Op::Write.as_str()));
+            c.insert("partial".into(), Value::from(0));
+            c.insert("blob".into(), Value::Null);
+            c.insert("target".into(), Value::Null);
+            // Not recorded (an absent path, a symlink) unless read below, as capture does.
+            c.insert("xattrs".into(), Value::Null);
+            let st = sys::lstat_beneath_opt(self.root(), rel)?;
+            let Some(st) = st else {
+                c.insert("kind".into(), Value::from(Kind::Absent.as_str()));
+                for k in ["mode", "uid", "gid", "size"] {
+                    c.insert(k.into(), Value::from(0));
+                }
+                out.push(c);
+                continue;
+            };
+            c.insert("mode".into(), Value::from(st.st_mode));
+            c.insert("uid".into(), Value::from(st.st_uid));
+            c.insert("gid".into(), Value::from(st.st_gid));
+            c.insert("size".into(), Value::from(st.st_size as u64));
+            let kind = match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => {
+                    let fd =
+                        sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
+                    let size = sys::fstat(fd.as_fd())?.st_size as u64;
+                    let mut f = std::fs::File::from(fd);
+                    let hash = if size <= IN_MEMORY {
+                        let mut buf = Vec::with_capacity(size as usize);
+                        (&mut f).take(size).read_to_end(&mut buf)?;
+                        let h = blake3::hash(&buf).to_hex().to_string();
+                        w.blob(&h, buf.len() as u64, &mut &buf[..])?;
+                        c.insert("size".into(), Value::from(buf.len() as u64));
+                        h
+                    } else {
+                        let mut hasher = blake3::Hasher::new();
+                        io::copy(&mut (&mut f).take(size), &mut hasher)?;
+                        let h = hasher.finalize().to_hex().to_string();
+                        if !w.has_blob(&h) {
+                            io::Seek::seek(&mut f, io::SeekFrom::Start(0))?;
+                            w.blob(&h, size, &mut f)?;
+                        }
+                        h
+                    };
+                    c.insert("blob".into(), Value::from(hash));
+                    c.insert("xattrs".into(), xattrs_value(super::attrs::read(f.as_fd())));
+                    Kind::File
+                }
+                libc::S_IFDIR => {
+                    let x = super::attrs::read_at(self.root(), rel);
+                    c.insert("xattrs".into(), xattrs_value(x));
+                    Kind::Dir
+                }
+                libc::S_IFLNK => {
+                    let t = sys::readlinkat(self.root(), rel)?;
+                    c.insert("target".into(), blob_value(t.as_bytes()));
+                    Kind::Symlink
+                }
+                _ => {
+                    c.insert("size".into(), Value::from(st.st_rdev));
+                    let x = super::attrs::read_at(self.root(), rel);
+                    c.insert("xattrs".into(), xattrs_value(x));
+                    Kind::Other
+                }
+            };
+            c.insert("kind".into(), Value::from(kind.as_str()));
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    /// Opens the file at workspace-relative `rel` for reading, beneath the mount (a bundle
+    /// kept in the workspace is read from the directory underneath, not through the mount,
+    /// where reading it would be a change to record).
+    ///
+    /// # Errors
+    /// The file cannot be opened (with its path).
+    pub fn open_in_workspace(&self, rel: &Path) -> io::Result<std::fs::File> {
+        sys::open_beneath(self.root(), rel, OFlags::RDONLY, 0)
+            .map(std::fs::File::from)
+            .map_err(|e| sys::ctx(e, format!("opening {}", rel.display())))
+    }
+
+    /// Imports a bundle read from `src`: its checkpoints become listable, showable and
+    /// rewindable here. Importing the same bundle again does nothing (`already`).
+    ///
+    /// Before the imported history, a checkpoint of the present state of every path it
+    /// touches is spliced in (see the module doc), and a new checkpoint begins after it.
+    ///
+    /// # Errors
+    /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose history
+    /// diverges from this store's; store and file-system errors. Nothing is imported then.
+    pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let staged = self
+            .store
+            .stage_bundle(src, Some(self.recorder.capture_lock()))?;
+        self.kernel.flush();
+        let mut stored = staged.created.clone();
+        let res: Result<ImportReport, RewindError> = (|| {
+            let _gate = self.recorder.exclusive();
+            // The message uuids the bundle knows for prompts not bound here yet (true whether
+            // or not the rest is imported).
+            for (prompt_id, uuid) in self.store.bundle_bindings(&staged)? {
+                self.bind_prompt(&prompt_id, &uuid)?;
+            }
+            let rows = match self.store.import_plan(&staged)? {
+                ImportPlan::Already(r) => return Ok(r),
+                ImportPlan::Rows(rows) => rows,
+            };
+            let splice = self.splice(&rows)?;
+            stored.extend(splice.iter().filter_map(|(_, p)| p.blob.clone()));
+            let r = self.store.import_rows(
+                &staged,
+                &rows,
+                Some(import_origin(&staged.manifest)),
+                &splice,
+            )?;
+            // What happens from now on lands after the imported history.
+            let uuid = uuid::Uuid::new_v4().to_string();
+            self.recorder.begin(&uuid, None, CheckpointKind::Mount)?;
+            Ok(r)
+        })();
+        if !matches!(&res, Ok(r) if !r.already) {
+            if let Err(e) = self.recorder.discard_unreferenced(&stored) {
+                tracing::warn!("import: removing the blobs it stored: {e}");
+            }
+        }
+        res
+    }
+
+    /// The present state of every path the imported `rows` touch — every name a rewind
+    /// through that history would look at ([`Engine::candidates`], over the present tree) —
+    /// with file contents stored as blobs. Spliced in before the imported history, it keeps
+    /// a rewind to one of this store's own earlier checkpoints from meeting another tree's
+    /// pre-images: it meets the present first, which is what those paths were since.
+    fn splice(&self, rows: &[Row]) -> Result<Vec<(Vec<u8>, PreImage)>, RewindError> {
+        let hist = history_of(rows);
+        let mut names: Vec<Vec<u8>> = self
+            .candidates(&hist, super::inside(Scope::All))
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        names.sort();
+        let mut out = Vec::with_capacity(names.len());
+        for p in names {
+            let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&p)), &self.store)?;
+            out.push((p, pre));
+        }
+        Ok(out)
+    }
+}
+
+/// The history bundle rows describe (their captures of checkpoint purpose and their moves,
+/// with the ids they had where they were exported: the order is what counts).
+fn history_of(rows: &[Row]) -> History {
+    let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
+    for r in rows.iter().filter(|r| {
+        r.t == "captures" && r.text("purpose").map(Purpose::parse) == Some(Purpose::Checkpoint)
+    }) {
+        let (Some(id), Some(path)) = (r.int("id"), r.bytes("path")) else {
+            continue;
+        };
+        by_path.entry(path.clone()).or_default().push(Capture {
+            id,
+            checkpoint: r.int("checkpoint").unwrap_or(0),
+            path,
+            purpose: Purpose::Checkpoint,
+            pre: PreImage {
+                kind: r.text("kind").map_or(Kind::Other, Kind::parse),
+                blob: r.text("blob").map(BlobRef::from_stored),
+                mode: r.int("mode").unwrap_or(0) as u32,
+                uid: r.int("uid").unwrap_or(0) as u32,
+                gid: r.int("gid").unwrap_or(0) as u32,
+                size: r.int("size").unwrap_or(0) as u64,
+                target: r.bytes("target"),
+                partial: r.int("partial").unwrap_or(0) != 0,
+                xattrs: r.bytes("xattrs").and_then(|b| Xattrs::decode(&b)),
+            },
+            actor: r.text("actor").map_or(Actor::External, Actor::parse),
+            actors: r.int("actors").unwrap_or(0) as u8,
+            op: r.text("op").map_or(Op::Write, Op::parse),
+        });
+    }
+    for v in by_path.values_mut() {
+        v.sort_by_key(|c| c.id);
+    }
+    let mut moves: Vec<Move> = rows
+        .iter()
+        .filter(|r| r.t == "moves")
+        .filter_map(|r| {
+            Some(Move {
+                seq: r.int("seq")?,
+                checkpoint: r.int("checkpoint").unwrap_or(0),
+                src: r.bytes("src")?,
+                dst: r.bytes("dst")?,
+                exchange: r.int("exchange").unwrap_or(0) != 0,
+                after_capture: r.int("after_capture").unwrap_or(0),
+                actor: r.text("actor").map_or(Actor::External, Actor::parse),
+            })
+        })
+        .collect();
+    moves.sort_by_key(|m| m.seq);
+    History { by_path, moves }
+}
+
+/// `captures.xattrs` in a bundle row: its stored form as a BLOB, or NULL (not recorded).
+fn xattrs_value(x: Option<Xattrs>) -> Value {
+    x.map_or(Value::Null, |x| blob_value(&x.encode()))
+}
+
+/// The origin an import records on the first checkpoint it adds.
+pub fn import_origin(m: &Manifest) -> Origin {
+    Origin {
+        kind: OriginKind::Import,
+        workspace: m.workspace.clone(),
+        store: Some(m.store.clone()),
+        uuid: m.checkpoints.first().cloned().unwrap_or_default(),
+        session_id: m.session.clone(),
+        at: now_ms(),
+    }
+}

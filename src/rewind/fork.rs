@@ -1,0 +1,400 @@
+//! Fork: the whole tree as it was when a checkpoint began, written into a new directory; and
+//! the diff from that checkpoint to a fork's tree as it is now (`diff --fork`).
+//!
+//! The tree is the one `ls` and `show` give (`past.rs`): each directory's entries at the
+//! checkpoint, each file's bytes from where they are. A file unchanged since the checkpoint
+//! is copied from the present tree with `FICLONE` first (a reflink shares the extents: no data
+//! is copied where the disk allows), then `copy_file_range` (in the kernel); one the store
+//! holds is copied from its blob, hashed as it is copied (`Blobs::copy_verified`); a
+//! range-captured one is streamed from its chain, whose base blob is verified at its end. So
+//! the work follows the tree's shape, and the bytes copied what differs.
+//!
+//! Invariants:
+//! - The destination is a new or empty directory (the caller checks that it is neither in
+//!   the workspace nor in the store); every path is created beneath its fd, never followed
+//!   through a symlink, and a file is created exclusively (nothing there is overwritten).
+//! - The whole fork runs under the capture gate (after the kernel's dirty data is flushed):
+//!   no change lands in the workspace while its tree is being read, so the fork is the tree of
+//!   one instant's history, exactly the checkpoint's state.
+//! - Modes are set on directories last, deepest first (a read-only directory is filled before
+//!   it is closed); owners are given only when running as root. Extended attributes are given
+//!   as a rewind gives them (`attrs.rs`: after the owner, before the mode; as root every
+//!   namespace, else `user.*` and ACLs; one that cannot be set is logged, not fatal).
+//! - Nothing read from the store is kept unless verified: a file whose blob turns out damaged
+//!   or missing is removed again and the fork fails, naming it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::OFlags;
+
+use super::attrs;
+use super::diff::{Side, file_diff};
+use super::filter::Filter;
+use super::past::{DiffOut, Entry, Past, Source};
+use super::{Engine, RewindError};
+use crate::store::{Kind, Xattrs};
+use crate::sys;
+
+/// What a fork wrote.
+#[derive(Debug, Clone, Default)]
+pub struct ForkReport {
+    /// The checkpoint (lowercase, hyphenated).
+    pub checkpoint: String,
+    /// Its session.
+    pub session_id: Option<String>,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Bytes of file content written (shared by a reflink or copied).
+    pub bytes: u64,
+    /// Files whose content came from the store (changed since the checkpoint).
+    pub files_from_store: u64,
+    /// Their bytes.
+    pub bytes_from_store: u64,
+    /// Paths that could not be made (a special file, when not root), with why.
+    pub skipped: Vec<String>,
+}
+
+/// A directory whose mode (and owner, and attributes) is set once everything beneath it is
+/// written.
+struct DirMode {
+    rel: PathBuf,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    xattrs: Option<Xattrs>,
+}
+
+impl Engine {
+    /// Writes the tree as it was when checkpoint `uuid` began into `dest`, a new or empty
+    /// directory (created if missing; its parent must exist).
+    ///
+    /// # Errors
+    /// `Unknown` for an unknown checkpoint; `Refused` for a destination that is not empty or
+    /// cannot be created; file-system errors while writing (what was written stays, for the
+    /// caller to look at or remove).
+    pub fn fork(&self, uuid: &str, dest: &Path) -> Result<ForkReport, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        self.kernel.flush();
+        let _gate = self.recorder.exclusive();
+        let past = self.past(uuid)?;
+        let cp = self
+            .store
+            .checkpoint(&past.uuid)?
+            .ok_or_else(|| RewindError::Unknown(past.uuid.clone()))?;
+        let out = open_empty_dir(dest)?;
+        let root = self
+            .entry(&past, b"")?
+            .ok_or_else(|| RewindError::Refused("the workspace itself did not exist".into()))?;
+        let mut report = ForkReport {
+            checkpoint: past.uuid.clone(),
+            session_id: cp.session_id,
+            ..ForkReport::default()
+        };
+        let mut dirs = vec![DirMode {
+            rel: PathBuf::new(),
+            mode: root.mode,
+            uid: root.uid,
+            gid: root.gid,
+            xattrs: self.xattrs_then(&root),
+        }];
+        self.fork_dir(&past, &root, out.as_fd(), &mut report, &mut dirs)?;
+        let as_root = sys::geteuid() == 0;
+        for d in dirs.iter().rev() {
+            if as_root {
+                let _ = sys::lchownat(out.as_fd(), &d.rel, Some(d.uid), Some(d.gid));
+            }
+            let rel = if d.rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                &d.rel
+            };
+            attrs::restore_at(out.as_fd(), rel, d.xattrs.as_ref());
+            sys::chmodat(out.as_fd(), &d.rel, d.mode & 0o7777)
+                .map_err(|e| sys::ctx(e, format!("chmod {}", d.rel.display())))?;
+        }
+        tracing::info!(
+            "fork of {} into {}: {} files ({} from the store), {} dirs, {} bytes",
+            past.uuid,
+            dest.display(),
+            report.files,
+            report.files_from_store,
+            report.dirs,
+            report.bytes
+        );
+        Ok(report)
+    }
+
+    /// Writes the entries of `dir` (at the checkpoint) beneath `out`, depth first.
+    fn fork_dir(
+        &self,
+        past: &Past,
+        dir: &Entry,
+        out: BorrowedFd<'_>,
+        report: &mut ForkReport,
+        dirs: &mut Vec<DirMode>,
+    ) -> Result<(), RewindError> {
+        let as_root = sys::geteuid() == 0;
+        for e in self.children(past, dir)? {
+            let rel = e.rel().to_path_buf();
+            let what = |err: io::Error| sys::ctx(err, format!("fork: writing {}", rel.display()));
+            match e.kind {
+                Kind::Dir => {
+                    sys::mkdirat(out, &rel, 0o700).map_err(what)?;
+                    report.dirs += 1;
+                    dirs.push(DirMode {
+                        rel: rel.clone(),
+                        mode: e.mode,
+                        uid: e.uid,
+                        gid: e.gid,
+                        xattrs: self.xattrs_then(&e),
+                    });
+                    self.fork_dir(past, &e, out, report, dirs)?;
+                }
+                Kind::File => {
+                    let fd = sys::openat(
+                        out,
+                        &rel,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                        0o600,
+                    )
+                    .map_err(what)?;
+                    let n = self.write_content(past, &e, fd.as_fd()).map_err(|err| {
+                        // Not left behind as if it were the past: its bytes may be a damaged
+                        // blob's (found out only once it was all copied).
+                        let _ = sys::unlinkat(out, &rel, false);
+                        RewindError::Refused(format!("fork: writing {}: {err}", rel.display()))
+                    })?;
+                    if !e.unchanged() {
+                        report.files_from_store += 1;
+                        report.bytes_from_store += n;
+                    }
+                    report.files += 1;
+                    report.bytes += n;
+                    if as_root {
+                        let _ = sys::fchown(fd.as_fd(), e.uid, e.gid);
+                    }
+                    attrs::restore(fd.as_fd(), &rel, self.xattrs_then(&e).as_ref());
+                    sys::fchmod(fd.as_fd(), e.mode & 0o7777).map_err(what)?;
+                }
+                Kind::Symlink => {
+                    let target = e.target.clone().unwrap_or_default();
+                    sys::symlinkat(Path::new(OsStr::from_bytes(&target)), out, &rel)
+                        .map_err(what)?;
+                    if as_root {
+                        let _ = sys::lchownat(out, &rel, Some(e.uid), Some(e.gid));
+                    }
+                    report.symlinks += 1;
+                }
+                Kind::Other => match sys::mknodat(out, &rel, e.mode, e.size) {
+                    Ok(()) => {
+                        if as_root {
+                            let _ = sys::lchownat(out, &rel, Some(e.uid), Some(e.gid));
+                        }
+                        attrs::restore_at(out, &rel, self.xattrs_then(&e).as_ref());
+                    }
+                    Err(err) => report.skipped.push(format!("{}: {err}", rel.display())),
+                },
+                Kind::Absent => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a file entry's content into `fd` (new and empty), from where it is: a reflink
+    /// or an in-kernel copy of the present file, a copy of the blob hashed as it is made, or
+    /// the range chain streamed (its base blob verified at its end). Returns the bytes
+    /// written; an error (a blob that does not hash to its name among them) fails the fork.
+    fn write_content(&self, past: &Past, e: &Entry, fd: BorrowedFd<'_>) -> io::Result<u64> {
+        let copy_from = |src: OwnedFd| -> io::Result<u64> {
+            let len = sys::fstat(src.as_fd())?.st_size as u64;
+            sys::copy_all(src.as_fd(), fd, len)?;
+            Ok(len)
+        };
+        match &e.source {
+            Source::Tree(at) => {
+                let rel = Path::new(OsStr::from_bytes(at));
+                copy_from(sys::open_beneath(
+                    self.root(),
+                    rel,
+                    OFlags::RDONLY | OFlags::NONBLOCK,
+                    0,
+                )?)
+            }
+            // Copied while hashed: a blob that does not hash to its name fails the fork.
+            Source::Blob(h) => self.store.blobs.copy_verified(h, fd),
+            Source::Chain(..) | Source::Saved => {
+                let mut src = self
+                    .content(past, e)
+                    .map_err(|err| io::Error::other(err.to_string()))?;
+                let mut dst = std::fs::File::from(
+                    rustix::io::dup(fd)
+                        .map_err(|err| io::Error::from_raw_os_error(err.raw_os_error()))?,
+                );
+                io::copy(&mut src, &mut dst)
+            }
+        }
+    }
+
+    /// Unified diff from the tree when checkpoint `uuid` began to the directory `dir` as it is
+    /// now (a fork of it), `path` restricting it to a path or glob.
+    ///
+    /// # Errors
+    /// `Unknown` for the checkpoint; file-system errors reading either tree.
+    pub fn diff_dir(
+        &self,
+        uuid: &str,
+        dir: &Path,
+        path: Option<&str>,
+    ) -> Result<DiffOut, RewindError> {
+        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        self.kernel.flush();
+        let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
+        let past = self.past(uuid)?;
+        let there = sys::open_dir_path(dir)
+            .map_err(|e| RewindError::Refused(format!("{}: {e}", dir.display())))?;
+        let mut then = BTreeMap::new();
+        if let Some(root) = self.entry(&past, b"")? {
+            self.collect(&past, &root, &mut then)?;
+        }
+        let mut now = BTreeMap::new();
+        collect_dir(there.as_fd(), Path::new(""), &mut now)?;
+        let names: std::collections::BTreeSet<&Vec<u8>> = then.keys().chain(now.keys()).collect();
+        let mut out = DiffOut::default();
+        for p in names {
+            if !filter.matches(p) {
+                continue;
+            }
+            let (a, b) = (then.get(p), now.get(p));
+            let kinds = (
+                a.map_or(Kind::Absent, |e: &Entry| e.kind),
+                b.map_or(Kind::Absent, |s: &Side| s.kind),
+            );
+            if matches!(kinds, (Kind::Dir, Kind::Absent) | (Kind::Absent, Kind::Dir)) {
+                continue;
+            }
+            let rel = Path::new(OsStr::from_bytes(p));
+            let sb = match b {
+                Some(s) if s.kind == Kind::File => {
+                    let fd = sys::open_beneath(there.as_fd(), rel, OFlags::RDONLY, 0)?;
+                    let mut buf = Vec::new();
+                    io::Read::read_to_end(&mut std::fs::File::from(fd), &mut buf)?;
+                    Side {
+                        content: buf,
+                        ..s.clone()
+                    }
+                }
+                Some(s) => s.clone(),
+                None => Side::absent(),
+            };
+            let sa = match a {
+                Some(e) if e.kind == Kind::File => {
+                    let mut buf = Vec::new();
+                    self.content(&past, e)?.read_to_end(&mut buf)?;
+                    Side {
+                        kind: Kind::File,
+                        mode: e.mode,
+                        content: buf,
+                        target: None,
+                    }
+                }
+                Some(e) => Side {
+                    kind: e.kind,
+                    mode: e.mode,
+                    content: Vec::new(),
+                    target: e.target.clone(),
+                },
+                None => Side::absent(),
+            };
+            if !sa.differs(&sb) {
+                continue;
+            }
+            let name = String::from_utf8_lossy(p).into_owned();
+            let (text, stat) = file_diff(&name, &sa, &sb);
+            out.text.push_str(&text);
+            out.files_changed.push(name);
+            out.stats.push(stat);
+        }
+        Ok(out)
+    }
+
+    /// Every entry beneath `dir` at the checkpoint, by path.
+    fn collect(
+        &self,
+        past: &Past,
+        dir: &Entry,
+        out: &mut BTreeMap<Vec<u8>, Entry>,
+    ) -> Result<(), RewindError> {
+        for e in self.children(past, dir)? {
+            let is_dir = e.kind == Kind::Dir;
+            out.insert(e.path.clone(), e.clone());
+            if is_dir {
+                self.collect(past, &e, out)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every entry beneath `rel` of the directory `fd`, by path: what it is (no content).
+fn collect_dir(
+    fd: BorrowedFd<'_>,
+    rel: &Path,
+    out: &mut BTreeMap<Vec<u8>, Side>,
+) -> io::Result<()> {
+    let d = sys::open_beneath(fd, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+    for (name, _, _) in sys::read_dir_all(d)? {
+        let p = rel.join(&name);
+        let st = sys::lstat_beneath(fd, &p)?;
+        let (kind, target) = match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => (Kind::File, None),
+            libc::S_IFDIR => (Kind::Dir, None),
+            libc::S_IFLNK => (
+                Kind::Symlink,
+                Some(sys::readlinkat(fd, &p)?.as_bytes().to_vec()),
+            ),
+            _ => (Kind::Other, None),
+        };
+        out.insert(
+            p.as_os_str().as_bytes().to_vec(),
+            Side {
+                kind,
+                mode: st.st_mode,
+                content: Vec::new(),
+                target,
+            },
+        );
+        if kind == Kind::Dir {
+            collect_dir(fd, &p, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens `dest` as the fork's directory: created if missing (its parent must exist), or an
+/// existing empty directory.
+fn open_empty_dir(dest: &Path) -> Result<OwnedFd, RewindError> {
+    let refuse = |why: String| RewindError::Refused(format!("fork into {}: {why}", dest.display()));
+    match std::fs::create_dir(dest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let md = std::fs::symlink_metadata(dest).map_err(|e| refuse(e.to_string()))?;
+            if !md.is_dir() {
+                return Err(refuse("it exists and is not a directory".into()));
+            }
+            let mut it = std::fs::read_dir(dest).map_err(|e| refuse(e.to_string()))?;
+            if it.next().is_some() {
+                return Err(refuse(
+                    "it exists and is not empty (a fork goes into a new or empty directory)".into(),
+                ));
+            }
+        }
+        Err(e) => return Err(refuse(e.to_string())),
+    }
+    sys::open_dir_path(dest).map_err(|e| refuse(e.to_string()))
+}
