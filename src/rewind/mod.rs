@@ -45,7 +45,7 @@
 //! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
 //!   blobs that gc, and the end of another plan, must not remove under it.
 //! - A real rewind, undo or redo flushes the kernel's dirty data, then starts watching
-//!   ([`Recorder::watch`]: the gate is taken for a moment, no longer) before it plans, and
+//!   (`Recorder::watch`: the gate is taken for a moment, no longer) before it plans, and
 //!   applies through the mount; the FUSE core refuses the rewind's step on any path someone
 //!   else changed since the watch began, so it never overwrites a change it did not plan
 //!   against. No FUSE request waits for a rewind.

@@ -11,7 +11,7 @@ use crate::sys;
 
 /// Blobs up to this size are verified in memory before they are written
 /// ([`Blobs::write_verified`]); larger ones are read twice.
-pub const VERIFY_IN_MEMORY: u64 = 8 << 20;
+const VERIFY_IN_MEMORY: u64 = 8 << 20;
 
 impl Blobs {
     /// Opens a blob for reading, by its content hash (never a pending key).
@@ -89,7 +89,7 @@ impl Blobs {
 
     /// Writes a blob into `dst` (at its current position) once it is known to hash to its
     /// name: no byte of a changed or damaged blob reaches `dst`, and `before` (which empties
-    /// the file a rewind restores in place) runs only then. Up to [`VERIFY_IN_MEMORY`] bytes
+    /// the file a rewind restores in place) runs only then. Up to `VERIFY_IN_MEMORY` bytes
     /// the blob is read once, into memory; a larger one is read twice through one open file
     /// (hashed, then copied), so the store's copy cannot be swapped in between.
     /// Returns the number of bytes written.
