@@ -379,6 +379,10 @@ pub enum Command {
         #[arg(long)]
         remove: bool,
     },
+    /// Internal: the helper process a live rewind changes the mount through (started by the
+    /// daemon; reads its job on stdin).
+    #[command(name = "__apply-rewind", hide = true)]
+    ApplyRewind,
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,

@@ -19,6 +19,19 @@ pub fn fail_rewind_after() -> Option<usize> {
     *N.get_or_init(|| read("REWINDFS_TEST_FAIL_REWIND_AFTER").map(|n| n as usize))
 }
 
+/// `REWINDFS_TEST_PAUSE_PLANNED_MS=N`: a live rewind (undo, redo) waits N ms once it has
+/// planned, before its plan is journalled (a test's window for a change made while it plans).
+pub fn pause_planned() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_PLANNED_MS").map(Duration::from_millis)
+}
+
+/// `REWINDFS_TEST_PAUSE_JOURNALLED_MS=N`: a live rewind (undo, redo) waits N ms once its plan is
+/// journalled, before it changes anything (a test's window for a change the FUSE core must keep
+/// the rewind from overwriting).
+pub fn pause_journalled() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_JOURNALLED_MS").map(Duration::from_millis)
+}
+
 #[cfg(feature = "fault-injection")]
 fn read(var: &str) -> Option<u64> {
     let v = std::env::var(var).ok()?;

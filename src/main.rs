@@ -393,6 +393,9 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Command::Fsck { store } => return fsck(store),
         Command::Hook { wait_ms, socket } => hook(wait_ms, &socket),
+        Command::ApplyRewind => {
+            rewindfs::rewind::run_helper().context("the rewind's helper process")?;
+        }
         Command::Exec {
             scope,
             dir,

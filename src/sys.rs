@@ -86,6 +86,39 @@ pub fn send_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Closes every fd from `first` up (`close_range(first, ~0, 0)`): a helper process starting,
+/// rid of whatever it inherited that was not marked close-on-exec (a FUSE device, say, which
+/// would keep its parent's mount alive).
+///
+/// # Errors
+/// The kernel refused (before Linux 5.9 it has no `close_range`).
+#[allow(unsafe_code)]
+pub fn close_fds_from(first: u32) -> io::Result<()> {
+    // SAFETY: the syscall takes integers and touches no memory. It is called first thing in a
+    // helper process, before it opens anything: no object of this process owns an fd from
+    // `first` up, so none is closed under its owner.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    if r < 0 {
+        return Err(ctx(
+            io::Error::last_os_error(),
+            format!("close_range({first}, ~0, 0)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the kernel kill the calling process when its parent dies (`PR_SET_PDEATHSIG`), and
+/// fails if the parent is already gone.
+pub fn die_with_parent() -> io::Result<()> {
+    let parent = rustix::process::getppid();
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(errno)?;
+    if rustix::process::getppid() != parent {
+        return Err(io::Error::other("the parent process is gone"));
+    }
+    Ok(())
+}
+
 /// Lets a closed stdout end the process as it ends `ls | head`: Rust ignores SIGPIPE, and a
 /// `println!` to a closed pipe then panics. Only for commands whose work is done when they
 /// print; the daemon and the hook keep ignoring it, and the control client sends with
@@ -330,6 +363,30 @@ pub fn chmodat(dir: BorrowedFd<'_>, rel: &Path, mode: u32) -> io::Result<()> {
         at_path(rel),
         Mode::from_raw_mode(mode),
         AtFlags::empty(),
+    )
+    .map_err(errno)
+}
+
+/// `chmod` of the file an fd (an `O_PATH` one too) stands for, through `/proc/self/fd`: no
+/// name is looked up, so no symlink can be followed.
+pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    rustix::fs::chmod(proc_fd(fd), Mode::from_raw_mode(mode)).map_err(|e| {
+        ctx(
+            errno(e),
+            format!("chmod({}, {mode:o})", proc_fd(fd).display()),
+        )
+    })
+}
+
+/// `fchownat(fd, "", AT_EMPTY_PATH)`: the owner of the file an fd (an `O_PATH` one too)
+/// stands for.
+pub fn chown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    rustix::fs::chownat(
+        fd,
+        "",
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
     )
     .map_err(errno)
 }
@@ -580,6 +637,12 @@ pub fn copy_all(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, len: u64) -> io::Resul
 
 pub fn fstatvfs(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::StatVfs> {
     rustix::fs::fstatvfs(fd).map_err(errno)
+}
+
+/// Whether `fd` is the root of a FUSE mount (the filesystem's magic, and the root's node id).
+pub fn is_fuse_root(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|s| s.f_type == FUSE_SUPER_MAGIC)
+        && rustix::fs::fstat(fd).is_ok_and(|st| st.st_ino == 1)
 }
 
 pub fn statfs_type(path: &Path) -> io::Result<i64> {

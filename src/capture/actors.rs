@@ -151,6 +151,9 @@ impl Recorder {
     /// Who is behind `pid` changing `path` (see [`Actors::classify`]); an agent registered
     /// without a session works for the session that began a message last.
     pub(super) fn classify(&self, pid: u32, path: Option<&Path>) -> Who {
+        if self.is_rewinder(pid) {
+            return Self::rewind_actor();
+        }
         let mut who = self.actors.lock().unwrap().classify(pid, path);
         if who.session.is_none() && who.actor != Actor::External {
             who.session = self.state.lock().unwrap().session.clone();

@@ -11,7 +11,9 @@
 //! Invariants:
 //! - entries land in the order their changes happened (the journal's order);
 //! - the journal is bounded: every [`LOG_FLUSH_AT`] pending records the flusher is woken, past
-//!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change applies it itself;
+//!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change applies it itself — while a
+//!   rewind runs, only the rewind's own changes do, past [`REWIND_FLUSH_INLINE_AT`]: it is
+//!   what fills the journal then, and a writer must not wait for a transaction of its records;
 //! - consecutive writes by one process to one file in one checkpoint are one entry.
 //!
 //! `flush_wanted` is taken alone.
@@ -30,6 +32,10 @@ use crate::sys;
 const LOG_FLUSH_AT: usize = 512;
 /// Journal records pending at which a change applies them itself (the flusher is behind).
 const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
+/// The same for a rewind's own changes, while it runs: smaller transactions, each one paid
+/// by the rewind (measured on a 100k-file rewind with a writer at work: writers' rounds took up
+/// to 0.7 s when one of their changes applied 64k records).
+const REWIND_FLUSH_INLINE_AT: usize = 8 * 1024;
 
 /// What the flusher is asked to do.
 #[derive(Debug, Default)]
@@ -126,7 +132,12 @@ impl Recorder {
                 return;
             }
         };
-        if n >= LOG_FLUSH_INLINE_AT {
+        let inline = if self.is_rewinder(pid) {
+            n >= REWIND_FLUSH_INLINE_AT
+        } else {
+            n >= LOG_FLUSH_INLINE_AT && !self.watching.load(Ordering::Acquire)
+        };
+        if inline {
             self.flush_log();
         } else if n % LOG_FLUSH_AT == 0 {
             self.wake_flusher();

@@ -2,8 +2,8 @@
 //!
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
 //! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
-//! held until the change is done, so a rewind (which takes the gate exclusively) never
-//! interleaves with a change. Then it calls [`Observer::after`], or [`Observer::failed`] if
+//! held until the change is done, so a rewind, which takes the gate exclusively for a moment to
+//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted. Then it calls [`Observer::after`], or [`Observer::failed`] if
 //! the change did not happen.
 //!
 //! Invariants kept by [`Recorder`]:
@@ -25,18 +25,20 @@
 //! - `snapshot.rs` — whole pre-images;
 //! - `adopt.rs` — a file losing its last name kept by a link: the recorder's steps;
 //! - `ranges.rs` — range pre-images of large files;
-//! - `log.rs` — the change log, buffered, and the flusher thread that writes it.
+//! - `log.rs` — the change log, buffered, and the flusher thread that writes it;
+//! - `meanwhile.rs` — a rewind applying through the mount: its own requests, and the changes
+//!   others make meanwhile, which it must not overwrite.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors` and the change log's locks (`flushing`
-//! → `entries`; `flush_wanted` alone) come after these, and no other lock of the recorder is
-//! taken while one of them is held.
+//! `gate` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
+//! (`flushing` → `entries`; `flush_wanted` alone) come after these, and no other lock of the
+//! recorder is taken while one of them is held.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Store};
@@ -46,6 +48,7 @@ mod actors;
 mod adopt;
 mod checkpoint;
 mod log;
+mod meanwhile;
 mod op;
 mod ranges;
 mod snapshot;
@@ -54,6 +57,7 @@ use actors::{Actors, Who};
 use adopt::Adopt;
 use checkpoint::State;
 use log::ChangeLog;
+pub use meanwhile::{MEANWHILE, Watch};
 use op::Need;
 pub use op::{Change, Op};
 pub use ranges::DEFAULT_RANGE_CAPTURE_MIN;
@@ -102,8 +106,16 @@ pub struct Recorder {
     state: Mutex<State>,
     /// Serialises taking pre-images, so two changes to one path cannot both capture.
     capture: Mutex<()>,
-    /// Changes hold it shared; a rewind holds it exclusively.
+    /// Changes hold it shared; a rewind holds it exclusively for a moment, to start watching
+    /// (`meanwhile.rs`).
     gate: RwLock<()>,
+    /// The process applying a rewind through the mount (its pid, which is its one thread's id;
+    /// 0: none): its requests are the rewind's, which never wait at the gate.
+    rewinder: std::sync::atomic::AtomicU32,
+    /// Whether a rewind is watching for changes by others (`meanwhile` is `Some`).
+    watching: std::sync::atomic::AtomicBool,
+    /// What others changed since the watching rewind began (see `meanwhile.rs`).
+    meanwhile: Mutex<Option<meanwhile::Changed>>,
     /// Actor classification (see `actors.rs`).
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
@@ -128,6 +140,9 @@ impl Recorder {
             state: Mutex::new(State::new(seq, uuid)),
             capture: Mutex::new(()),
             gate: RwLock::new(()),
+            rewinder: std::sync::atomic::AtomicU32::new(0),
+            watching: std::sync::atomic::AtomicBool::new(false),
+            meanwhile: Mutex::new(None),
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
@@ -140,23 +155,29 @@ impl Recorder {
     }
 
     /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
-    /// current session is live. Holds the capture lock so no blob is written meanwhile.
+    /// current session is live. Captures go on meanwhile: the pass takes the capture lock only
+    /// to remove blob files, a batch at a time (no change waits for the whole pass).
     ///
     /// # Errors
     /// Store errors.
     /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
     pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
-        let _g = self.capture.lock().unwrap();
         let (seq, session) = {
             let s = self.state.lock().unwrap();
             (s.seq, s.session.clone())
         };
         let keep_from = hold_from.map_or(seq, |h| h.min(seq));
-        Ok(self.store.gc(policy, keep_from, session.as_deref(), full)?)
+        Ok(self.store.gc(
+            policy,
+            keep_from,
+            session.as_deref(),
+            full,
+            Some(&self.capture),
+        )?)
     }
 
     /// Removes the blob files among `hashes` that no capture names (see
-    /// [`Store::discard_unreferenced`]), under the capture lock.
+    /// [`Store::discard_unreferenced`]), taking the capture lock a batch at a time.
     ///
     /// # Errors
     /// Store errors.
@@ -164,22 +185,40 @@ impl Recorder {
         if hashes.is_empty() {
             return Ok(0);
         }
-        // Applied before the lock is taken (hashing what adoptions linked), so that changes
-        // wait only for what was journalled since.
-        self.store.flush_journal()?;
-        let _g = self.capture.lock().unwrap();
-        Ok(self.store.discard_unreferenced(hashes)?)
+        Ok(self
+            .store
+            .discard_unreferenced(hashes, Some(&self.capture))?)
     }
 
-    /// Takes the gate exclusively: no change runs until the guard is dropped.
-    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+    /// Takes the gate exclusively: no change by anyone runs until the guard is dropped (fork
+    /// and export read the present under it, import writes rows a capture would race). Not for
+    /// rewinds, which apply through the mount under a watch instead (`meanwhile.rs`).
+    pub fn exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
         self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock a capture holds while it stores a blob and records it: removing blob files
+    /// that no row names takes it (see [`crate::store::gc::Capture`]).
+    pub fn capture_lock(&self) -> &Mutex<()> {
+        &self.capture
     }
 }
 
 impl Observer for Recorder {
     fn before(&self, pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
+        if self.is_rewinder(pid) {
+            // The rewind's own change, through the mount: never held at the gate, refused if
+            // someone else changed the path since the rewind began (see `meanwhile.rs`).
+            self.check_own(change)?;
+            let who = Self::rewind_actor();
+            match change.op {
+                Op::Rename | Op::Exchange => self.before_move(change, &who)?,
+                _ => self.before_change(change, &who)?,
+            }
+            return Ok(None);
+        }
         let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        self.note_meanwhile(change);
         // For a rename, the file that matters for tool spans is the target.
         let subject = if change.op == Op::Rename {
             change.path2.unwrap_or(change.path)

@@ -1,5 +1,6 @@
 //! The kernel side of rewinds, on top of the FUSE session: write back what the kernel still
-//! holds before a boundary or a rewind, and drop what it caches of the paths a rewind changed.
+//! holds before a boundary or a rewind. (A rewind changes the tree through the mount, so what
+//! the kernel caches of it follows by itself.)
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -11,10 +12,10 @@ use crate::rewind::KernelCache;
 use crate::sys;
 
 /// The kernel side of rewinds, on top of the FUSE session: `syncfs` on the mount to write back
-/// dirty pages, and the notifier to drop cached entries and pages.
+/// dirty pages.
 pub(super) struct FuseKernel {
     /// Set once the session is up.
-    pub(super) notifier: std::sync::OnceLock<fuser::Notifier>,
+    pub(super) mounted: std::sync::atomic::AtomicBool,
     pub(super) core: Arc<Core>,
     /// The mount point (opened lazily, from a thread that is not serving FUSE requests).
     pub(super) dir: PathBuf,
@@ -22,7 +23,7 @@ pub(super) struct FuseKernel {
 
 impl KernelCache for FuseKernel {
     fn flush(&self) {
-        if self.notifier.get().is_none() {
+        if !self.mounted.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         // syncfs starts writing back every dirty page, but the kernel does not wait for a
@@ -55,41 +56,6 @@ impl KernelCache for FuseKernel {
                     tracing::warn!("flushing {}: {e}", path.display());
                 }
             }
-        }
-    }
-
-    fn replaced(&self, paths: &[PathBuf]) {
-        self.core.replaced(paths);
-    }
-
-    fn invalidate(&self, paths: &[PathBuf]) {
-        let Some(n) = self.notifier.get() else { return };
-        // Every directory entry along each path, as far as the kernel may know the path: a
-        // rewind also creates and removes parents (a negative entry or a cached listing of the
-        // last known ancestor would hide a restored directory).
-        let mut entries: std::collections::HashSet<(u64, std::ffi::OsString)> = Default::default();
-        let mut nodes: std::collections::HashSet<u64> = Default::default();
-        for p in paths {
-            let mut cur = crate::fs::inodes::ROOT;
-            for c in p.components() {
-                let name = c.as_os_str();
-                // The directory's own attributes (mtime, nlink) and listing changed too.
-                nodes.insert(cur);
-                entries.insert((cur, name.to_owned()));
-                match self.core.inodes.child(cur, name) {
-                    Some(child) => cur = child,
-                    None => break,
-                }
-            }
-            if let (_, Some(node)) = self.core.inodes.resolve(p) {
-                nodes.insert(node);
-            }
-        }
-        for (parent, name) in &entries {
-            let _ = n.inval_entry(fuser::INodeNo(*parent), name);
-        }
-        for node in nodes {
-            let _ = n.inval_inode(fuser::INodeNo(node), 0, 0);
         }
     }
 }

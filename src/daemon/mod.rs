@@ -93,7 +93,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     };
     let listener = bind_socket(&cfg.store)?;
     let session = mount::mount(&cfg, fs, &source)?;
-    let _ = parts.kernel.notifier.set(session.notifier());
+    parts.kernel.mounted.store(true, Ordering::Release);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new()
         .name("fuse".into())
@@ -181,7 +181,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let observer: Arc<dyn Observer> = recorder.clone();
     let core = Arc::new(Core::new(root, observer)?);
     let kernel = Arc::new(FuseKernel {
-        notifier: std::sync::OnceLock::new(),
+        mounted: AtomicBool::new(false),
         core: core.clone(),
         dir: cfg.dir.clone(),
     });

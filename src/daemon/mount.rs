@@ -56,6 +56,17 @@ pub(super) fn mount(
         fuser::Session::from_fd(fs, fd, SessionACL::Owner, fcfg)
             .map_err(|e| anyhow::anyhow!("cannot mount {}: {e}", cfg.dir.display()))?
     };
+    match request_timeout() {
+        Some(t) => tracing::info!(
+            "the kernel aborts this mount if a request waits longer than {}-{} s \
+             (/proc/sys/fs/fuse: {}): no request waits for a rewind, which applies through the \
+             mount, nor for a whole retention pass",
+            t.limit,
+            t.limit + TIMEOUT_CHECK_EVERY,
+            t.from
+        ),
+        None => tracing::debug!("the kernel sets no FUSE request timeout"),
+    }
     if session.io_uring_active() {
         tracing::info!(
             "serving requests over io_uring (negotiated; /dev/fuse serves until every CPU's queue has registered)"
@@ -67,6 +78,55 @@ pub(super) fn mount(
         );
     }
     Ok(session)
+}
+
+/// The kernel's limit on how long one FUSE request may wait before it aborts the whole mount
+/// (Linux >= 6.14).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RequestTimeout {
+    /// Seconds a request may wait.
+    pub(super) limit: u64,
+    /// The settings it comes from, for the log.
+    pub(super) from: String,
+}
+
+/// How often the kernel looks for requests past their timeout, and so the shortest timeout it
+/// applies (`FUSE_TIMEOUT_TIMER_FREQ`): a request is aborted between `limit` and `limit + 15`
+/// seconds after it was sent.
+const TIMEOUT_CHECK_EVERY: u64 = 15;
+
+/// The timeout the kernel gives a mount made now whose daemon asks for none at INIT (fuser
+/// asks for none): `default_request_timeout`, capped by `max_request_timeout` (which alone also
+/// sets it), and at least [`TIMEOUT_CHECK_EVERY`]; `None` when both are 0 or the kernel has
+/// neither.
+pub(super) fn request_timeout() -> Option<RequestTimeout> {
+    let read = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/fs/fuse/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (default, max) = (read("default_request_timeout"), read("max_request_timeout"));
+    timeout_of(default.unwrap_or(0), max.unwrap_or(0)).map(|limit| RequestTimeout {
+        limit,
+        from: format!(
+            "default_request_timeout={}, max_request_timeout={}",
+            default.map_or("-".into(), |v| v.to_string()),
+            max.map_or("-".into(), |v| v.to_string())
+        ),
+    })
+}
+
+/// The kernel's rule (fs/fuse/inode.c), for a daemon that asks for no timeout of its own.
+fn timeout_of(default: u64, max: u64) -> Option<u64> {
+    let t = match (default, max) {
+        (0, 0) => return None,
+        (d, 0) => d,
+        (0, m) => m,
+        (d, m) => d.min(m),
+    };
+    Some(t.max(TIMEOUT_CHECK_EVERY))
 }
 
 /// Threads per CPU queue of the io_uring transport, each with one ring entry: a request that
@@ -106,5 +166,20 @@ fn io_uring_wanted(mode: IoUring) -> anyhow::Result<bool> {
             }
             Ok(true)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timeout_of;
+
+    #[test]
+    fn the_request_timeout_is_the_default_capped_by_the_max_and_never_under_15_s() {
+        assert_eq!(timeout_of(0, 0), None);
+        assert_eq!(timeout_of(60, 0), Some(60));
+        assert_eq!(timeout_of(0, 40), Some(40));
+        assert_eq!(timeout_of(60, 40), Some(40));
+        assert_eq!(timeout_of(30, 40), Some(30));
+        assert_eq!(timeout_of(0, 1), Some(15));
     }
 }

@@ -63,11 +63,11 @@ pub fn import_offline(
     let file =
         std::fs::File::open(bundle).map_err(|e| anyhow::anyhow!("{}: {e}", bundle.display()))?;
     let store = Store::open(store_dir, false)?;
-    let staged = store.stage_bundle(std::io::BufReader::with_capacity(1 << 20, file))?;
+    let staged = store.stage_bundle(std::io::BufReader::with_capacity(1 << 20, file), None)?;
     let origin = crate::rewind::import_origin(&staged.manifest);
     let res = store.import_staged(&staged, Some(origin));
     if !matches!(&res, Ok(r) if !r.already) {
-        let _ = store.discard_unreferenced(&staged.created);
+        let _ = store.discard_unreferenced(&staged.created, None);
     }
     Ok(Some(res?))
 }

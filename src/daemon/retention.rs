@@ -3,8 +3,9 @@
 //!
 //! Where the rest of retention lives: what may be dropped and the SQL that drops it
 //! (`store::gc`: never the current checkpoint, never the capture before a tool's first change
-//! of a path in a live session); the locks a pass takes (`Engine::gc`: no rewind at once, then
-//! `Recorder::gc`: the journal applied and no capture at once); the limits
+//! of a path in a live session); the locks a pass takes (`Engine::gc`: no rewind at once;
+//! `store::gc`: the capture lock for each batch of blob files it removes, never the whole
+//! pass); the limits
 //! (`config::Retention`, from `--max-store-bytes` / `--max-age`); the reply of a `gc` request
 //! (`control::cmd::gc`).
 
@@ -68,5 +69,6 @@ pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Re
         keep_from,
         session.as_deref(),
         true,
+        None,
     )?))
 }

@@ -607,21 +607,9 @@ impl Inodes {
     }
 
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
+    #[cfg(test)]
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
         self.table.read().unwrap().get(parent, name)
-    }
-
-    /// For a workspace-relative path: the node of its parent directory and its own node, as
-    /// far as the kernel may know them.
-    pub fn resolve(&self, rel: &std::path::Path) -> (Option<u64>, Option<u64>) {
-        let t = self.table.read().unwrap();
-        let mut cur = Some(ROOT);
-        let mut parent = None;
-        for c in rel.components() {
-            parent = cur;
-            cur = cur.and_then(|p| t.get(p, c.as_os_str()));
-        }
-        (parent, cur)
     }
 }
 

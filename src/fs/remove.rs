@@ -1,5 +1,5 @@
-//! Taking names away — unlink, rmdir, rename, and a rewind replacing files — by the removal
-//! protocol, and the fs side of adopting a deleted file's inode.
+//! Taking names away — unlink, rmdir, rename — by the removal protocol, and the fs side of
+//! adopting a deleted file's inode.
 //!
 //! A name that goes may be its file's last: the file's content must be saved before, and
 //! whoever holds the file open must still reach it after. Every removal runs through
@@ -26,13 +26,10 @@
 //! changes that found the file by its name off the inode while it does (`removing`); and keep
 //! an adopted inode unchanged for the rest of its node's life (the `adopted` mark: the first
 //! change goes to a private copy, and getattr reports no links, as they are the store's).
-//! A rewind adopts the files it replaces through capture itself; [`Core::replaced`] then
-//! takes their names from the nodes that stood for them and marks their fds the same way.
+//! A rewind changes the tree through the mount, by these same operations.
 
 use std::ffi::OsStr;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 
 use rustix::fs::Stat;
 
@@ -198,40 +195,11 @@ impl Core {
         }
         Ok(())
     }
-
-    /// After a rewind wrote the files at `rels` anew (beside them, then exchanged) or
-    /// removed them: a node still standing for a file that was there loses that name, and its
-    /// fd, if it has one, is marked as the store's (the old file may be a pre-image now), so a
-    /// process that still has it open reads it as it was and changes a copy (see
-    /// `for_change`). Called with changes held off (the rewind's gate).
-    pub fn replaced(&self, rels: &[PathBuf]) {
-        // All resolved first: a directory losing its name first would hide what is below it.
-        let found: Vec<(&Path, u64, u64)> = rels
-            .iter()
-            .filter_map(|rel| match self.inodes.resolve(rel) {
-                (Some(parent), Some(node)) => Some((rel.as_path(), parent, node)),
-                _ => None,
-            })
-            .collect();
-        for (rel, parent, node) in found {
-            let Some(name) = rel.file_name() else {
-                continue;
-            };
-            let now = sys::lstat_opt(self.root(), rel).ok().flatten();
-            if now.is_some_and(|st| self.inodes.key(node) == Some((st.st_dev, st.st_ino))) {
-                continue; // the same file
-            }
-            self.inodes.renamed(node, (parent, name), None);
-            if let Some(f) = self.files.lock().unwrap().get(&node) {
-                f.pinned.store(true, Ordering::Relaxed);
-                f.adopted.store(true, Ordering::Relaxed);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
     use std::sync::Arc;
 
     use super::*;

@@ -1,4 +1,8 @@
-//! Applying a plan: every target path set to its state.
+//! Applying a plan behind the mount: every target path set to its state, on the workspace's
+//! underlying directory (recovery at mount, before the mount serves; a live rewind applies
+//! through the mount instead, see `live.rs`). The tool scope's in-place steps
+//! ([`apply_in_place`]) are shared by both: they work on a [`Tree`], which says where the paths
+//! resolve and who captures what they overwrite.
 //!
 //! Targets of [`Apply::Replace`] (scopes `agent` and `all`, undo) are applied by
 //! [`apply_plan`] in four passes: removals deepest first, directories shallowest first, then
@@ -21,8 +25,10 @@
 //!   (see `recovery.rs`).
 //! - Every path is workspace-relative and resolved beneath the root fd, never as a string, and
 //!   never through a symlink.
-//! - The caller holds the capture gate (or runs before the mount serves): nothing else
-//!   changes the tree between the passes.
+//! - Behind the mount, nothing else changes the tree (the mount does not serve yet). Through
+//!   the mount ([`Tree::mount`]) a step the FUSE core refuses because someone else changed its
+//!   path since the rewind began ([`MEANWHILE`]) leaves that path alone, reported in
+//!   [`Applied::meanwhile`]; the other paths go on.
 //! - Owners are restored only when the daemon runs as root; elsewhere a chown could only
 //!   fail, and the rewind does not fail for it. An in-place file keeps its owner (the SDK's
 //!   does); one it creates gets the target's. Extended attributes are given exactly as
@@ -32,26 +38,113 @@ use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{OFlags, Stat};
 
 use super::{Target, attrs};
-use crate::capture::Recorder;
-use crate::store::{Apply, Kind, Store};
+use crate::capture::{MEANWHILE, Recorder};
+use crate::store::{Apply, Blobs, Kind, Store};
 use crate::sys;
 
-/// What applying in-place targets left alone: the paths it skipped as no longer safe to touch
-/// (counted in `skippedLinks`, as the SDK counts them) and those already as wanted (an absent
-/// target with nothing there). Replaced targets are always applied.
+/// What applying left alone: the in-place paths it skipped as no longer safe to touch
+/// (counted in `skippedLinks`, as the SDK counts them), those already as wanted (an absent
+/// target with nothing there), and — through the mount — the paths someone else changed since
+/// the rewind began. Replaced targets are otherwise always applied.
 #[derive(Debug, Default)]
 pub(super) struct Applied {
     /// Skipped by the safety check.
     pub(super) skipped: HashSet<Vec<u8>>,
-    /// Skipped, or nothing to do.
+    /// Skipped, nothing to do, or changed meanwhile: not changed by this rewind.
     pub(super) untouched: HashSet<Vec<u8>>,
+    /// Left as someone else made them since the rewind began, in the order met.
+    pub(super) meanwhile: Vec<Vec<u8>>,
+}
+
+impl Applied {
+    /// `path` was changed by someone else since the rewind began: left alone.
+    pub(super) fn changed_meanwhile(&mut self, path: &[u8]) {
+        self.untouched.insert(path.to_vec());
+        if !self.meanwhile.iter().any(|p| p == path) {
+            self.meanwhile.push(path.to_vec());
+        }
+    }
+
+    /// Takes in what applying another part of the same plan left alone.
+    pub(super) fn extend(&mut self, other: Applied) {
+        self.skipped.extend(other.skipped);
+        self.untouched.extend(other.untouched);
+        for p in other.meanwhile {
+            if !self.meanwhile.contains(&p) {
+                self.meanwhile.push(p);
+            }
+        }
+    }
+}
+
+/// Whether someone else changed a path (or, with `beneath`, something below it) since the
+/// rewind began: what the daemon's FUSE core saw, asked by whoever applies through the mount.
+pub(super) trait Meanwhile {
+    fn changed(&self, path: &[u8], beneath: bool) -> bool;
+}
+
+impl Meanwhile for crate::capture::Watch<'_> {
+    fn changed(&self, path: &[u8], beneath: bool) -> bool {
+        crate::capture::Watch::changed(self, path, beneath)
+    }
+}
+
+/// Where a plan is applied, and who captures what each step overwrites.
+#[derive(Clone, Copy)]
+pub(super) struct Tree<'a> {
+    /// The directory workspace paths are resolved beneath: the workspace's underlying
+    /// directory, or the mount's root.
+    pub(super) fd: BorrowedFd<'a>,
+    /// Behind the mount: the recorder, which each step asks to capture first. Through the
+    /// mount the FUSE core captures, as for any process.
+    behind: Option<&'a Recorder>,
+    /// Through the mount: who knows what others changed since the rewind began.
+    meanwhile: Option<&'a dyn Meanwhile>,
+}
+
+impl<'a> Tree<'a> {
+    /// The workspace's underlying directory (the mount does not serve yet).
+    pub(super) fn behind(rec: &'a Recorder) -> Tree<'a> {
+        Tree {
+            fd: rec.root(),
+            behind: Some(rec),
+            meanwhile: None,
+        }
+    }
+
+    /// The mount's root, opened by the process the daemon names as the rewind's;
+    /// `meanwhile` knows what others changed since the rewind began.
+    pub(super) fn mount(fd: BorrowedFd<'a>, meanwhile: &'a dyn Meanwhile) -> Tree<'a> {
+        Tree {
+            fd,
+            behind: None,
+            meanwhile: Some(meanwhile),
+        }
+    }
+
+    /// Captures `rel` before a step changes it (behind the mount; through it, the FUSE core
+    /// does).
+    fn capture(&self, rel: &Path) -> io::Result<()> {
+        match self.behind {
+            Some(rec) => rec.capture_for_rewind(rel),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a step's failure `e` at `path` means someone else changed the path since the
+    /// rewind began (through the mount only): the FUSE core refused the step, or the path —
+    /// or, with `beneath`, something below it — was changed meanwhile (a parent renamed away).
+    pub(super) fn meanwhile(&self, e: &io::Error, path: &[u8], beneath: bool) -> bool {
+        self.meanwhile
+            .is_some_and(|w| e.raw_os_error() == Some(MEANWHILE) || w.changed(path, beneath))
+    }
 }
 
 /// Sets every target path to its state (see the module doc for the passes and their order).
@@ -77,7 +170,7 @@ pub(super) fn apply_plan(
         order.sort_by_key(|t| Reverse(depth(&t.path)));
         set_dir_modes(rec, &order)?;
     }
-    apply_in_place(rec, store, &in_place)
+    apply_in_place(Tree::behind(rec), &store.blobs, &in_place)
 }
 
 /// What is at a path a rewind would touch in place, by the SDK's safety check (`lstat` of the
@@ -124,80 +217,106 @@ pub(super) fn look(root: BorrowedFd<'_>, rel: &Path) -> io::Result<There> {
 
 /// The in-place targets (scope `tool`), one after the other in plan order, as the SDK's own
 /// rewind: each path checked again ([`look`]) and skipped if it must not be touched; an absent
-/// target unlinks the file; a file target rewrites it in place ([`restore_in_place`]).
+/// target unlinks the file; a file target rewrites it in place ([`restore_in_place`]). Through
+/// the mount, a path someone else changed since the rewind began is left as they made it.
 ///
 /// # Errors
 /// The first failure; the paths before it are done. The rewind stays 'applying', and the next
 /// mount applies the plan again (a file it left half written is written again).
-fn apply_in_place(rec: &Recorder, store: &Store, targets: &[&Target]) -> io::Result<Applied> {
-    let root = rec.root();
+pub(super) fn apply_in_place(
+    tree: Tree<'_>,
+    blobs: &Blobs,
+    targets: &[&Target],
+) -> io::Result<Applied> {
     let mut applied = Applied::default();
     for (i, t) in targets.iter().enumerate() {
-        let rel = t.rel();
-        let there =
-            look(root, rel).map_err(|e| sys::ctx(e, format!("looking at {}", rel.display())))?;
-        let done = match (there, t.kind()) {
-            (There::Refused, _) => {
-                applied.skipped.insert(t.path.clone());
-                false
+        match in_place_one(tree, blobs, t, i, &mut applied) {
+            Ok(true) => {}
+            Ok(false) => {
+                applied.untouched.insert(t.path.clone());
             }
-            (There::Absent, Kind::Absent) => false,
-            (There::File(_), Kind::Absent) => {
-                rec.capture_for_replace(rel)?;
-                match sys::unlinkat(root, rel, false) {
-                    Ok(()) => {
-                        rec.replaced(rel);
-                        true
-                    }
-                    Err(e) => {
-                        rec.not_replaced(rel);
-                        return Err(sys::ctx(e, format!("removing {}", rel.display())));
-                    }
-                }
-            }
-            (_, Kind::File) => {
-                let done = restore_in_place(rec, store, rel, t, i)
-                    .map_err(|e| sys::ctx(e, format!("restoring {}", rel.display())))?;
-                if !done {
-                    applied.skipped.insert(t.path.clone());
-                }
-                done
-            }
-            (_, kind) => {
-                return Err(io::Error::other(format!(
-                    "{}: an in-place target must be a file or absent, not {}",
-                    rel.display(),
-                    kind.as_str()
-                )));
-            }
-        };
-        if !done {
-            applied.untouched.insert(t.path.clone());
+            Err(e) if tree.meanwhile(&e, &t.path, false) => applied.changed_meanwhile(&t.path),
+            Err(e) => return Err(e),
         }
     }
     Ok(applied)
 }
 
+/// One in-place target (the `i`th): whether it changed the path.
+fn in_place_one(
+    tree: Tree<'_>,
+    blobs: &Blobs,
+    t: &Target,
+    i: usize,
+    applied: &mut Applied,
+) -> io::Result<bool> {
+    let rel = t.rel();
+    let there =
+        look(tree.fd, rel).map_err(|e| sys::ctx(e, format!("looking at {}", rel.display())))?;
+    Ok(match (there, t.kind()) {
+        (There::Refused, _) => {
+            applied.skipped.insert(t.path.clone());
+            false
+        }
+        (There::Absent, Kind::Absent) => false,
+        (There::File(_), Kind::Absent) => {
+            let Some(rec) = tree.behind else {
+                let (dir, name) = parent_of(tree.fd, rel)?;
+                sys::unlinkat(dir.as_fd(), Path::new(name), false)
+                    .map_err(|e| sys::ctx(e, format!("removing {}", rel.display())))?;
+                return Ok(true);
+            };
+            rec.capture_for_replace(rel)?;
+            match sys::unlinkat(tree.fd, rel, false) {
+                Ok(()) => {
+                    rec.replaced(rel);
+                    true
+                }
+                Err(e) => {
+                    rec.not_replaced(rel);
+                    return Err(sys::ctx(e, format!("removing {}", rel.display())));
+                }
+            }
+        }
+        (_, Kind::File) => {
+            let done = restore_in_place(tree, blobs, rel, t, i)
+                .map_err(|e| sys::ctx(e, format!("restoring {}", rel.display())))?;
+            if !done {
+                applied.skipped.insert(t.path.clone());
+            }
+            done
+        }
+        (_, kind) => {
+            return Err(io::Error::other(format!(
+                "{}: an in-place target must be a file or absent, not {}",
+                rel.display(),
+                kind.as_str()
+            )));
+        }
+    })
+}
+
 /// Rewrites the file at `rel` in place with target `t` (the `i`th in-place target), as the
 /// SDK does: opened `O_WRONLY|O_CREAT|O_NOFOLLOW|O_NONBLOCK` (its missing parents made first if
 /// needed), checked to be a regular file with one link, truncated, written, given the target's
-/// mode. Returns false (nothing changed) when what it opened is not such a file.
+/// mode. Returns false (nothing changed) when what it opened is not such a file. The blob is
+/// verified before the file is truncated (`Blobs::write_verified`).
 fn restore_in_place(
-    rec: &Recorder,
-    store: &Store,
+    tree: Tree<'_>,
+    blobs: &Blobs,
     rel: &Path,
     t: &Target,
     i: usize,
 ) -> io::Result<bool> {
-    let root = rec.root();
-    rec.capture_for_rewind(rel)?;
+    let root = tree.fd;
+    tree.capture(rel)?;
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK;
     let open = || sys::open_beneath(root, rel, flags, t.mode & 0o777);
     let created = sys::lstat_beneath_opt(root, rel)?.is_none();
     let fd = match open() {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            ensure_parents(rec, rel)?;
+            ensure_parents(tree, rel)?;
             open()?
         }
         // Became a symlink, a FIFO or a directory: the SDK refuses it too.
@@ -218,17 +337,17 @@ fn restore_in_place(
     if created && sys::geteuid() == 0 {
         let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);
     }
-    sys::ftruncate(fd.as_fd(), 0)?;
-    if crate::faults::fail_rewind_after() == Some(i) {
-        return Err(io::Error::other(
-            "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated",
-        ));
-    }
-    // Hashed while copied: a blob changed since the plan read it is never written (the file,
-    // truncated, is finished by the next attempt or the next mount).
-    if let Some(hash) = &t.blob {
-        store.blobs.copy_verified(hash, fd.as_fd())?;
-    }
+    let empty = crate::store::blobs::empty_hash();
+    let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
+    blobs.write_verified(hash, fd.as_fd(), || {
+        sys::ftruncate(fd.as_fd(), 0)?;
+        if crate::faults::fail_rewind_after() == Some(i) {
+            return Err(io::Error::other(
+                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated",
+            ));
+        }
+        Ok(())
+    })?;
     sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
     Ok(true)
 }
@@ -263,7 +382,7 @@ fn make_dirs(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
     let root = rec.root();
     for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
         let rel = t.rel();
-        ensure_parents(rec, rel)?;
+        ensure_parents(Tree::behind(rec), rel)?;
         match sys::lstat_beneath_opt(root, rel)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             _ => {
@@ -293,7 +412,7 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
         let rel = t.rel();
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
             if dirs.insert(parent.to_path_buf()) {
-                ensure_parents(rec, rel)?;
+                ensure_parents(Tree::behind(rec), rel)?;
             }
         }
         rec.capture_for_replace(rel)?;
@@ -327,9 +446,10 @@ fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates missing parent directories of `rel` (capturing each as it is created).
-fn ensure_parents(rec: &Recorder, rel: &Path) -> io::Result<()> {
-    let root = rec.root();
+/// Creates missing parent directories of `rel` (capturing each as it is created), each one
+/// beneath its parent opened without following a symlink.
+pub(super) fn ensure_parents(tree: Tree<'_>, rel: &Path) -> io::Result<()> {
+    let root = tree.fd;
     let mut acc = PathBuf::new();
     let comps: Vec<_> = rel.components().collect();
     for c in &comps[..comps.len().saturating_sub(1)] {
@@ -344,12 +464,44 @@ fn ensure_parents(rec: &Recorder, rel: &Path) -> io::Result<()> {
                 )));
             }
             None => {
-                rec.capture_for_rewind(&acc)?;
-                sys::mkdirat(root, &acc, 0o755)?;
+                tree.capture(&acc)?;
+                let (dir, name) = parent_of(root, &acc)?;
+                match sys::mkdirat(dir.as_fd(), Path::new(name), 0o755) {
+                    Ok(()) => {}
+                    // Made meanwhile (through the mount, by someone else: theirs then).
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(sys::ctx(e, format!("mkdir {}", acc.display()))),
+                }
             }
         }
     }
     Ok(())
+}
+
+/// The directory holding `rel`, opened beneath `root` without following a symlink (an
+/// `O_PATH` handle), and `rel`'s last name: a step on `rel` is made relative to it, so a
+/// directory swapped for a symlink meanwhile can never lead the step out of the workspace.
+pub(super) fn parent_of<'p>(
+    root: BorrowedFd<'_>,
+    rel: &'p Path,
+) -> io::Result<(OwnedFd, &'p OsStr)> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let dir = sys::open_beneath(root, parent, OFlags::PATH | OFlags::DIRECTORY, 0)?;
+    Ok((dir, name))
+}
+
+/// The temp name a rewind writes `name`'s new state to, beside it: named after the rewind, so
+/// finishing it after a crash replaces a half-written temp.
+pub(super) fn temp_name(name: &OsStr, id: &str) -> std::ffi::OsString {
+    format!(
+        ".{}.rewindfs-{}",
+        name.to_string_lossy().chars().take(32).collect::<String>(),
+        id
+    )
+    .into()
 }
 
 /// Removes a path; a directory with everything beneath it (each entry captured first).
@@ -385,11 +537,7 @@ fn write_beside(
         .file_name()
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     // Named after the rewind, so finishing it after a crash replaces a half-written temp.
-    let tmp = parent.join(format!(
-        ".{}.rewindfs-{}",
-        name.to_string_lossy().chars().take(32).collect::<String>(),
-        id
-    ));
+    let tmp = parent.join(temp_name(name, id));
     let res = write_temp(root, store, &tmp, t).and_then(|()| put_in_place(root, &tmp, rel));
     if res.is_err() {
         let _ = sys::unlinkat(root, &tmp, false);
@@ -470,6 +618,6 @@ fn put_in_place(root: BorrowedFd<'_>, tmp: &Path, rel: &Path) -> io::Result<()> 
 }
 
 /// How deep a path lies: its number of separators (the root's entries are 0).
-fn depth(p: &[u8]) -> usize {
+pub(super) fn depth(p: &[u8]) -> usize {
     p.iter().filter(|b| **b == b'/').count()
 }

@@ -356,7 +356,9 @@ impl Engine {
     /// diverges from this store's; store and file-system errors. Nothing is imported then.
     pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
         let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
-        let staged = self.store.stage_bundle(src)?;
+        let staged = self
+            .store
+            .stage_bundle(src, Some(self.recorder.capture_lock()))?;
         self.kernel.flush();
         let mut stored = staged.created.clone();
         let res: Result<ImportReport, RewindError> = (|| {

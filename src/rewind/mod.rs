@@ -11,7 +11,11 @@
 //! - `plan.rs`: planning — which paths change, and to what;
 //! - `tool.rs`: scope `tool`, the SDK's own rewind path by path (its answers, its skips, its
 //!   test of what differs);
-//! - `apply.rs`: applying a plan to the tree;
+//! - `apply.rs`: applying a plan behind the mount (recovery), and the tool scope's in-place
+//!   steps;
+//! - `live.rs`: applying a plan through the mount (a live rewind, undo or redo);
+//! - `helper.rs`: the helper process a live rewind applies from, and how the daemon talks to
+//!   it;
 //! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `stack.rs`: undo and redo, and their check for changes made since by others;
@@ -30,17 +34,24 @@
 //! **Applying.** Every target is first made self-contained (a pre-image with its content in a
 //! blob), journalled as the rewind's plan, and each path's current state is captured under the
 //! rewind's own checkpoint before it is overwritten — so a rewind can be undone, and a crash
-//! in the middle is finished at the next mount. Scopes `agent` and `all` write files beside the
-//! current ones and exchange them (atomic per file); scope `tool` rewrites them in place (same
-//! inode), as the SDK does. Writers through the mount are held off for the whole rewind.
+//! in the middle is finished at the next mount. A live rewind changes the tree *through the
+//! mount*, as a process would (`live.rs`), so that editors and watchers see it: a file still
+//! there is rewritten in place (same inode), one that is not arrives by a rename, and the FUSE
+//! core captures what each step overwrites. Writers are not held off: what someone else
+//! changes while the rewind plans and applies is left as they made it, and reported
+//! (`changedMeanwhile`). Recovery, before the mount serves, applies behind it (`apply.rs`).
 //!
 //! # Invariants
 //! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
 //!   blobs that gc, and the end of another plan, must not remove under it.
-//! - A real rewind or undo flushes the kernel's dirty data, then plans and applies under the
-//!   capture gate (`Recorder::exclusive`), so the present it planned against is the one it
-//!   changes. The kernel hears of the replaced paths before changes resume and drops its
-//!   caches of them after ([`KernelCache`]).
+//! - A real rewind, undo or redo flushes the kernel's dirty data, then starts watching
+//!   (`Recorder::watch`: the gate is taken for a moment, no longer) before it plans, and
+//!   applies through the mount; the FUSE core refuses the rewind's step on any path someone
+//!   else changed since the watch began, so it never overwrites a change it did not plan
+//!   against. No FUSE request waits for a rewind.
+//! - Targets changed meanwhile before the plan is journalled are left out of the journalled
+//!   plan; recovery leaves alone the paths changed by anyone else since the rewind's checkpoint
+//!   began (`recovery.rs`).
 //! - The blobs a plan put together are removed when it is done — applied, failed, or read by
 //!   a dry run or diff — unless a capture or an unfinished rewind's plan names them
 //!   (`Engine::discard`).
@@ -51,7 +62,9 @@ mod carry;
 mod diff;
 mod filter;
 mod fork;
+mod helper;
 mod history;
+mod live;
 mod omitted;
 mod past;
 mod patched;
@@ -74,6 +87,7 @@ pub use self::carry::{Selection, import_origin};
 pub use self::diff::FileStat;
 use self::filter::Filter;
 pub use self::fork::ForkReport;
+pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
 pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
@@ -232,6 +246,25 @@ impl Target {
     }
 }
 
+/// What planning saw differ at a target's path besides its kind, mode and owner (which
+/// applying reads again): whether the content and the extended attributes differ. Applying
+/// through the mount changes only those parts, as a process would (a mode restored is a chmod,
+/// nothing more). Not journalled: recovery sets every part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Differs {
+    pub(super) content: bool,
+    pub(super) xattrs: bool,
+}
+
+impl Default for Differs {
+    fn default() -> Self {
+        Differs {
+            content: true,
+            xattrs: true,
+        }
+    }
+}
+
 /// The outcome of planning (and, for a real rewind, of applying).
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -260,13 +293,20 @@ pub struct Outcome {
     pub targets: Vec<Target>,
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
+    /// Paths a real rewind left as someone else made them while it planned and applied
+    /// (workspace-relative, sorted): it did not change them.
+    pub changed_meanwhile: Vec<String>,
     /// The lines each target adds and removes (parallel to `targets`).
     pub(super) lines: Vec<(u64, u64)>,
+    /// What planning saw differ at each target (parallel to `targets`; empty for scope
+    /// `tool`, which rewrites every file it restores).
+    pub(super) differs: Vec<Differs>,
 }
 
 impl Outcome {
-    /// After a tool-scope rewind is applied: the paths it changed, their lines, and the ones it
-    /// skipped after all (made unsafe by its own earlier steps).
+    /// After a rewind is applied: the paths it changed, their lines, the ones it skipped after
+    /// all (scope `tool`: made unsafe by its own earlier steps), and those someone else changed
+    /// meanwhile.
     fn settle(&mut self, applied: &apply::Applied) {
         self.files_changed.clear();
         self.insertions = 0;
@@ -281,19 +321,21 @@ impl Outcome {
             self.deletions += d;
         }
         self.skipped_links += applied.skipped.len() as u64;
+        self.changed_meanwhile = applied
+            .meanwhile
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        self.changed_meanwhile.sort();
     }
 }
 
-/// The kernel side of a rewind: flush what the kernel still holds, and invalidate what it
-/// caches for the paths a rewind changed. Implemented by the daemon on top of the FUSE session.
+/// The kernel side of a rewind: flush what the kernel still holds before it plans.
+/// Implemented by the daemon on top of the FUSE session. (A rewind changes the tree through
+/// the mount, so the kernel's caches follow by themselves.)
 pub trait KernelCache: Send + Sync {
     /// Writes back dirty data (mmap pages) so it reaches the daemon now.
     fn flush(&self);
-    /// The files at these workspace-relative paths were replaced or removed (called before
-    /// changes resume): whatever still stands for the old files must not change them.
-    fn replaced(&self, _paths: &[PathBuf]) {}
-    /// Drops the kernel's entries, attributes and pages for these workspace-relative paths.
-    fn invalidate(&self, paths: &[PathBuf]);
 }
 
 /// Plans and applies rewinds.
@@ -309,8 +351,9 @@ pub struct Engine {
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
     scratch: Mutex<Vec<BlobRef>>,
-    /// The workspace's absolute path (the mount is in place): the tool scope follows an
-    /// absolute symlink into it as the SDK would (see `tool.rs`). Set once, at start.
+    /// The workspace's absolute path (the mount is in place): a live rewind applies through
+    /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
+    /// (see `tool.rs`). Set once, at start.
     workspace: Option<PathBuf>,
 }
 
@@ -359,66 +402,44 @@ impl Engine {
         }
         let t0 = std::time::Instant::now();
         self.kernel.flush();
-        let changed;
-        let (t1, t2, t3);
-        let outcome = {
-            let _gate = self.recorder.exclusive();
-            t1 = t0.elapsed();
-            let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
-            t2 = t0.elapsed();
-            let mut out = match planned {
-                Ok(out) if out.can_rewind => out,
-                Ok(out) => {
-                    self.discard();
-                    return Err(RewindError::Failed(
-                        out.error.unwrap_or_else(|| "cannot rewind".into()),
-                    ));
-                }
-                Err(e) => {
-                    self.discard();
-                    return Err(e);
-                }
-            };
-            let id = uuid::Uuid::new_v4().to_string();
-            // A failed one stays 'applying', and `discard` keeps what its plan names.
-            let applied =
-                self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out.targets);
-            self.discard();
-            changed = out
-                .targets
-                .iter()
-                .map(|t| t.rel().to_path_buf())
-                .collect::<Vec<_>>();
-            // Failed or not, the kernel hears of what may have changed: a failure part-way
-            // leaves some paths done (and a file restored in place maybe cut short).
-            self.kernel.replaced(&changed);
-            let applied = match applied {
-                Ok(a) => a,
-                Err(e) => {
-                    drop(_gate);
-                    self.kernel.invalidate(&changed);
-                    return Err(e);
-                }
-            };
-            if req.scope == Scope::Tool {
-                out.settle(&applied);
+        // From here on, what anyone else changes is noted, and never overwritten.
+        let watch = self.recorder.watch();
+        let t1 = t0.elapsed();
+        let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
+        let t2 = t0.elapsed();
+        let mut out = match planned {
+            Ok(out) if out.can_rewind => out,
+            Ok(out) => {
+                self.discard();
+                return Err(RewindError::Failed(
+                    out.error.unwrap_or_else(|| "cannot rewind".into()),
+                ));
             }
-            t3 = t0.elapsed();
-            out.rewind_id = Some(id);
-            out
+            Err(e) => {
+                self.discard();
+                return Err(e);
+            }
         };
-        self.kernel.invalidate(&changed);
-        let mut outcome = outcome;
-        outcome.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        // A failed one stays 'applying', and `discard` keeps what its plan names.
+        let applied = self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out, &watch);
+        let changed_meanwhile = watch.count();
+        drop(watch);
+        self.discard();
+        out.settle(&applied?);
+        let t3 = t0.elapsed();
+        out.rewind_id = Some(id);
+        out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
         tracing::info!(
-            "rewind to {uuid}: {} paths in {:?} (flush {t1:?}, plan {:?}, apply {:?}, invalidate {:?})",
-            changed.len(),
+            "rewind to {uuid}: {} paths in {:?} (watch {t1:?}, plan {:?}, apply {:?}); {} left as \
+             others changed them meanwhile ({changed_meanwhile} paths changed by others)",
+            out.targets.len(),
             t0.elapsed(),
             t2 - t1,
             t3 - t2,
-            t0.elapsed() - t3
+            out.changed_meanwhile.len(),
         );
-        Ok(outcome)
+        Ok(out)
     }
 
     /// The checkpoint a request names, checked (a UUID, known, not dropped, of the session

@@ -8,8 +8,9 @@
 //! unless forced ([`refuse_on_conflicts`]).
 //!
 //! Invariants:
-//! - Planning never changes the tree; it only writes blobs. A real rewind plans under the
-//!   capture gate, so the present it compares with cannot change before it is applied.
+//! - Planning never changes the tree; it only writes blobs. It reads the present behind the
+//!   mount while others may change it: a real rewind watches from before it plans, and what
+//!   changes meanwhile is not overwritten (see `capture/meanwhile.rs`).
 //! - Every target is self-contained: content found elsewhere in the tree (a moved file) or
 //!   completed from range pre-images is stored as a blob, and a file target always names a
 //!   blob (the empty one for an empty file), so applying a plan never reads the tree it
@@ -30,7 +31,7 @@ use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
-use super::{Engine, Outcome, Request, RewindError, Scope, Target};
+use super::{Differs, Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
@@ -210,6 +211,7 @@ impl Engine {
             out.files_changed
                 .push(String::from_utf8_lossy(&p).into_owned());
             out.lines.push((i, d));
+            out.differs.push(now.differs_in(&target, &new_content));
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
@@ -341,6 +343,19 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
 }
 
 impl Now {
+    /// What of a file's or directory's content and attributes differs from `target`: what
+    /// applying through the mount needs to write (see [`Differs`]).
+    fn differs_in(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> Differs {
+        Differs {
+            content: self.kind != target.kind || self.content != *new_content,
+            xattrs: self.kind != target.kind
+                || target
+                    .xattrs
+                    .as_ref()
+                    .is_some_and(|want| attrs::differ(self.xattrs.as_ref(), want)),
+        }
+    }
+
     /// Whether a rewind to `target` (a file's bytes in `new_content`) would change this: the
     /// kind, the permission bits (not a symlink's, which mean nothing), the owner (only when
     /// the daemon runs as root, the only case in which a rewind restores it), the extended

@@ -6,38 +6,65 @@
 //! once every target is in place (an undo's or redo's, together with the state of the rewind it
 //! undid or redid: `Store::finish_rewind`). A crash, or a failure part-way (a full disk), leaves it
 //! 'applying', and [`Engine::recover`] applies the same plan again at the next mount, before
-//! the mount serves.
+//! the mount serves — behind the mount, as nobody watches it then.
 //!
 //! Invariants:
-//! - The plan is journalled before the first change to the tree, never after.
+//! - The plan is journalled before the first change to the tree, never after. A target someone
+//!   else changed while the rewind planned ([`Watch`]) is left out of it: the rewind leaves it
+//!   alone, and that change was captured before the rewind's checkpoint began, where recovery
+//!   would not see it.
 //! - A plan can be applied again over a tree it left half done: a path already in its
 //!   target state is set to the same state again, a temp file is named after the rewind, so a
-//!   second attempt replaces the first one's, and a file restored in place (scope `tool`: not
-//!   atomic, possibly left truncated) is written again in full. What a target does is decided
-//!   when it is planned and journalled with it (`apply`), so recovery does the same, only
-//!   checking again that each in-place path is still safe to touch.
+//!   second attempt replaces the first one's, and a file restored in place (not atomic,
+//!   possibly left truncated) is written again in full. What a target does is decided when it
+//!   is planned and journalled with it (`apply`), so recovery does the same, only checking
+//!   again that each in-place path is still safe to touch.
+//! - Recovery never overwrites a change made since the rewind began by anyone else — another
+//!   process while the mount still served, or a later rewind: such a path (or, for one it
+//!   removes or replaces by another kind, something beneath it) is left alone and logged.
 //! - The blobs a plan names outlive it while it is 'applying': `discard` and gc keep them
 //!   (gc reads the plan's `blob` fields, see [`Target`]); once it is done they go unless a
 //!   capture or another unfinished plan names them.
 
+use std::collections::HashSet;
+
 use super::apply::{Applied, apply_plan};
-use super::{Engine, RewindError, Target};
-use crate::store::{CheckpointKind, RewindScope, RewindState};
+use super::history::{History, under};
+use super::{Engine, Outcome, RewindError, Target};
+use crate::capture::Watch;
+use crate::store::{Actor, CheckpointKind, Kind, RewindScope, RewindState};
 
 impl Engine {
-    /// Applies targets under a new checkpoint of the rewind's own, journalled: `id` names the
-    /// rewind, `target_uuid` the checkpoint it goes back to (for an undo, the rewind undone),
-    /// `scope` what the journal records.
+    /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
+    /// rewind's own: `id` names the rewind, `target_uuid` the checkpoint it goes back to (for
+    /// an undo, the rewind undone), `scope` what the journal records; `watch` was started before
+    /// the plan was made, on this thread.
     pub(super) fn apply_targets(
         &self,
         id: &str,
         target_uuid: &str,
         scope: RewindScope,
-        targets: &[Target],
+        out: &Outcome,
+        watch: &Watch<'_>,
     ) -> Result<Applied, RewindError> {
+        if let Some(d) = crate::faults::pause_planned() {
+            std::thread::sleep(d);
+        }
         let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
+        // Read after the checkpoint began: a change noted later is captured in it.
+        let mut applied = Applied::default();
+        let mut targets = Vec::with_capacity(out.targets.len());
+        let mut differs = Vec::with_capacity(out.targets.len());
+        for (i, t) in out.targets.iter().enumerate() {
+            if watch.changed(&t.path, t.kind != Kind::Dir) {
+                applied.changed_meanwhile(&t.path);
+            } else {
+                targets.push(t);
+                differs.push(out.differs.get(i).copied().unwrap_or_default());
+            }
+        }
         let plan =
-            serde_json::to_string(targets).map_err(|e| RewindError::Failed(e.to_string()))?;
+            serde_json::to_string(&targets).map_err(|e| RewindError::Failed(e.to_string()))?;
         let row = crate::store::RewindRow {
             id: id.to_string(),
             checkpoint: seq,
@@ -47,9 +74,18 @@ impl Engine {
             plan,
         };
         self.store.insert_rewind(&row)?;
-        let applied = apply_plan(&self.recorder, &self.store, targets, id).map_err(|e| {
-            RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {e}"))
-        })?;
+        if let Some(d) = crate::faults::pause_journalled() {
+            std::thread::sleep(d);
+        }
+        let done = self
+            .apply_through_mount(watch, &targets, &differs, id)
+            .map_err(|e| match e {
+                RewindError::Failed(m) => {
+                    RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
+                }
+                e => e,
+            })?;
+        applied.extend(done);
         // An undo or redo also moves the rewind it undid or redid on the stack.
         self.store.finish_rewind(&row)?;
         Ok(applied)
@@ -67,12 +103,27 @@ impl Engine {
             let targets = Target::parse_plan(&r.plan).map_err(|e| {
                 RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
             })?;
+            let since = self.changed_since(r.checkpoint, &targets)?;
             tracing::warn!(
-                "finishing rewind {} interrupted by a crash ({} paths)",
+                "finishing rewind {} interrupted by a crash ({} paths{})",
                 r.id,
-                targets.len()
+                targets.len(),
+                if since.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} left as they were changed since it began: {}",
+                        since.len(),
+                        shown(&since)
+                    )
+                }
             );
-            apply_plan(&self.recorder, &self.store, &targets, &r.id)?;
+            let todo: Vec<Target> = targets
+                .iter()
+                .filter(|t| !since.contains(&t.path))
+                .cloned()
+                .collect();
+            apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
             // An undo or redo also moves the rewind it undid or redid on the stack.
             self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
@@ -83,5 +134,62 @@ impl Engine {
             self.discard();
         }
         Ok(pending.len())
+    }
+
+    /// The targets of the rewind whose checkpoint is `own` that were changed since it began by
+    /// anyone else: another actor (in its checkpoint or later), or a later rewind, undo or redo
+    /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in a mount
+    /// checkpoint) do not count: a recovery cut short is finished by the next.
+    fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<Vec<u8>>, RewindError> {
+        let hist = History::load(&self.store, own)?;
+        let rewinds: HashSet<i64> = self
+            .store
+            .rewinds()?
+            .into_iter()
+            .map(|r| r.checkpoint)
+            .filter(|c| *c != own)
+            .collect();
+        let other = |p: &[u8]| {
+            hist.by_path.get(p).is_some_and(|caps| {
+                caps.iter().any(|c| {
+                    c.actors & !Actor::Rewind.bit() != 0 || rewinds.contains(&c.checkpoint)
+                })
+            })
+        };
+        let mut out = HashSet::new();
+        for t in targets {
+            let moved = hist.moves.iter().any(|m| {
+                [&m.src, &m.dst].into_iter().any(|d| {
+                    d.as_slice() == t.path.as_slice()
+                        || under(&t.path, d).is_some()
+                        || under(d, &t.path).is_some()
+                })
+            });
+            let beneath = t.kind != Kind::Dir
+                && hist
+                    .by_path
+                    .keys()
+                    .any(|p| under(p, &t.path).is_some() && other(p));
+            if other(&t.path) || moved || beneath {
+                out.insert(t.path.clone());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Up to ten of `paths`, for a log line.
+fn shown(paths: &HashSet<Vec<u8>>) -> String {
+    let mut v: Vec<String> = paths
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    v.sort();
+    let more = v.len().saturating_sub(10);
+    v.truncate(10);
+    if more > 0 {
+        format!("{} and {more} more", v.join(", "))
+    } else {
+        v.join(", ")
     }
 }

@@ -16,13 +16,13 @@
 //! back.
 //!
 //! Invariants:
-//! - the same locking as a rewind: one at a time (`Engine::apply`), planned and applied under
-//!   the capture gate, the kernel's caches flushed before and invalidated after;
-//! - the conflicts are computed against the same present the plan is (under the gate, for a
-//!   real one), and a refusal changes nothing: no checkpoint, no row, no path.
+//! - the same locking as a rewind: one at a time (`Engine::apply`), the kernel's dirty data
+//!   flushed first, then watched from before it plans and applied through the mount
+//!   (`live.rs`): a path someone else changes meanwhile is left as they made it, and reported;
+//! - the conflicts are computed against the same present the plan is, and a refusal changes
+//!   nothing: no checkpoint, no row, no path.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use super::filter::Filter;
 use super::history::{History, under};
@@ -136,45 +136,41 @@ impl Engine {
             done.outcome = planned?;
             return Ok(done);
         }
-        let changed = {
-            let _gate = self.recorder.exclusive();
-            let planned = self.revert_plan(&reverts, &filter, req, &mut done);
-            let out = match planned {
-                Ok(out) if out.can_rewind => out,
-                Ok(out) => {
-                    self.discard();
-                    return Err(RewindError::Conflicts(
-                        out.error.unwrap_or_else(|| "cannot rewind".into()),
-                    ));
-                }
-                Err(e) => {
-                    self.discard();
-                    return Err(e);
-                }
-            };
-            let id = uuid::Uuid::new_v4().to_string();
-            let scope = match req.direction {
-                Direction::Undo => RewindScope::Undo,
-                Direction::Redo => RewindScope::Redo,
-            };
-            let applied = self.apply_targets(&id, &rewind.id, scope, &out.targets);
-            self.discard();
-            applied?;
-            let changed: Vec<PathBuf> = out.targets.iter().map(|t| t.rel().to_path_buf()).collect();
-            self.kernel.replaced(&changed);
-            done.outcome = out;
-            done.id = Some(id);
-            changed
+        let watch = self.recorder.watch();
+        let planned = self.revert_plan(&reverts, &filter, req, &mut done);
+        let mut out = match planned {
+            Ok(out) if out.can_rewind => out,
+            Ok(out) => {
+                self.discard();
+                return Err(RewindError::Conflicts(
+                    out.error.unwrap_or_else(|| "cannot rewind".into()),
+                ));
+            }
+            Err(e) => {
+                self.discard();
+                return Err(e);
+            }
         };
-        self.kernel.invalidate(&changed);
+        let id = uuid::Uuid::new_v4().to_string();
+        let scope = match req.direction {
+            Direction::Undo => RewindScope::Undo,
+            Direction::Redo => RewindScope::Redo,
+        };
+        let applied = self.apply_targets(&id, &rewind.id, scope, &out, &watch);
+        drop(watch);
+        self.discard();
+        out.settle(&applied?);
+        let changed = out.targets.len();
+        done.outcome = out;
+        done.id = Some(id);
         let stack = self.store.stack()?;
         done.undo_depth = stack.undo_depth();
         done.redo_depth = stack.redo_depth();
         tracing::info!(
-            "{} of rewind {}: {} paths",
+            "{} of rewind {}: {changed} paths, {} left as others changed them meanwhile",
             req.direction.verb(),
             done.rewind,
-            changed.len()
+            done.outcome.changed_meanwhile.len()
         );
         Ok(done)
     }

@@ -255,6 +255,11 @@ impl Store {
     /// transaction itself (adopted files are hashed before it).
     fn apply_pending(&self) -> Result<()> {
         let _order = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        self.apply_pending_locked()
+    }
+
+    /// [`Store::apply_pending`], for a caller that holds `applying`.
+    pub(super) fn apply_pending_locked(&self) -> Result<()> {
         // A batch a failed attempt left comes first; then what is pending now.
         for _ in 0..2 {
             let (batch, retry) = {

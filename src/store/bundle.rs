@@ -501,11 +501,15 @@ impl Store {
     ///
     /// # Errors
     /// [`BundleError::Corrupt`] with the offset of the frame at fault; I/O and store errors.
-    pub fn stage_bundle(&self, src: impl Read) -> std::result::Result<Staged, BundleError> {
+    pub fn stage_bundle(
+        &self,
+        src: impl Read,
+        capture: super::gc::Capture<'_>,
+    ) -> std::result::Result<Staged, BundleError> {
         let mut staged = Staged::default();
         let res = self.stage_into(src, &mut staged);
         if let Err(e) = res {
-            if let Err(d) = self.discard_unreferenced(&staged.created) {
+            if let Err(d) = self.discard_unreferenced(&staged.created, capture) {
                 tracing::warn!("import: removing the blobs of a refused bundle: {d}");
             }
             return Err(e);
@@ -1177,7 +1181,7 @@ mod tests {
     }
 
     fn import(s: &Store, b: &[u8]) -> ImportReport {
-        let staged = s.stage_bundle(b).unwrap();
+        let staged = s.stage_bundle(b, None).unwrap();
         s.import_staged(&staged, None).unwrap()
     }
 
@@ -1225,16 +1229,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
         let good = bundle(&[], &[b"hello blob", b"another"]);
-        let staged = s.stage_bundle(&good[..]).unwrap();
+        let staged = s.stage_bundle(&good[..], None).unwrap();
         assert_eq!(staged.blobs.len(), 2);
         for h in &staged.created {
-            s.discard_unreferenced(std::slice::from_ref(h)).unwrap();
+            s.discard_unreferenced(std::slice::from_ref(h), None)
+                .unwrap();
         }
         // A byte flipped in the second blob's payload: refused at that frame's offset.
         let second = 12 + 41 + 10;
         let mut bad = good.clone();
         bad[second + 41 + 2] ^= 1;
-        match s.stage_bundle(&bad[..]) {
+        match s.stage_bundle(&bad[..], None) {
             Err(BundleError::Corrupt { offset, what }) => {
                 assert_eq!(offset, second as u64, "{what}");
                 assert!(what.contains("does not match"), "{what}");
@@ -1243,7 +1248,7 @@ mod tests {
         }
         // Cut short anywhere: refused, naming where.
         for cut in [5, 12, 30, good.len() - 1] {
-            let e = s.stage_bundle(&good[..cut]).unwrap_err().to_string();
+            let e = s.stage_bundle(&good[..cut], None).unwrap_err().to_string();
             assert!(
                 e.contains("truncated") || e.contains("too short"),
                 "{cut}: {e}"

@@ -74,14 +74,16 @@ impl Store {
 
 impl Store {
     /// Who changed what since checkpoint `seq` began: each path (and a rename's other name)
-    /// with the sessions whose actors changed it (`None`: an actor of no session).
+    /// with the sessions whose actors changed it (`None`: an actor of no session). Rewinds'
+    /// own changes, which belong to no session, are left out: a session's rewind over them
+    /// restores them as before rewinds were logged.
     pub fn sessions_since(
         &self,
         seq: i64,
     ) -> Result<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Option<String>>>> {
         self.with(|c| {
             let mut st = c.prepare_cached(
-                "SELECT path, path2, session FROM changes WHERE checkpoint >= ?1",
+                "SELECT path, path2, session FROM changes WHERE checkpoint >= ?1 AND actor != 'rewind'",
             )?;
             let mut out: std::collections::HashMap<_, std::collections::HashSet<_>> =
                 Default::default();

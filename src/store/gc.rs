@@ -18,14 +18,27 @@
 //!   file no row names, which the next gc sweeps);
 //! - nothing is dropped while a rewind is unfinished (its journal names blobs).
 //!
-//! The caller serialises gc with captures and rewinds (the daemon holds the recorder's capture
-//! lock and the rewind lock; the offline command holds the store's lock file).
+//! The caller serialises gc with rewinds (the daemon holds the rewind lock; the offline
+//! command holds the store's lock file). Captures go on during a pass: rows are deleted in
+//! transactions of their own, and a blob *file* is removed only under the lock captures take
+//! (`Capture`, the recorder's capture lock), a few hundred at a time, each checked again then —
+//! its row gone, the journal applied and no adoption being resolved (`applying`) — so a capture
+//! that stored the same content meanwhile keeps it. No change waits for more than one such
+//! batch (design.md §4: the kernel aborts a mount whose requests wait too long).
 
 use std::collections::HashSet;
+use std::sync::Mutex;
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{BlobRef, PlanTarget, Result, Store, StoreError, blobs::empty_hash, now_ms};
+
+/// The lock captures hold while they store a blob and record it (the recorder's capture lock),
+/// which removing blob files takes; `None` where nothing captures (the offline command).
+pub type Capture<'a> = Option<&'a Mutex<()>>;
+
+/// Blob files checked and removed under one hold of the capture lock.
+const UNLINK_BATCH: usize = 256;
 
 /// What to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +125,7 @@ impl Store {
         keep_from: i64,
         session: Option<&str>,
         full: bool,
+        capture: Capture<'_>,
     ) -> Result<Report> {
         let before = self.size_bytes()?;
         let mut report = Report {
@@ -160,18 +174,18 @@ impl Store {
                 } else {
                     break;
                 };
-                let freed = self.drop_checkpoint(seq, &why, &live)?;
+                let freed = self.drop_checkpoint(seq, &why, &live, capture)?;
                 report.checkpoints_dropped += 1;
                 report.add(&freed);
                 size = size.saturating_sub(freed.2);
             }
         }
         // What dropped checkpoints kept for a session that is no longer the live one.
-        let freed = self.sweep(&live)?;
+        let freed = self.sweep(&live, capture)?;
         report.add(&freed);
         if full || report.checkpoints_dropped > 0 {
             // Files no row counted were on disk all the same: they count in the size before.
-            let (n, bytes) = self.sweep_blob_files()?;
+            let (n, bytes) = self.sweep_blob_files(capture)?;
             report.blobs_deleted += n;
             report.bytes_before += bytes;
         }
@@ -185,7 +199,13 @@ impl Store {
     }
 
     /// Marks one checkpoint dropped and deletes what it held.
-    fn drop_checkpoint(&self, seq: i64, why: &str, live: &Live<'_>) -> Result<Freed> {
+    fn drop_checkpoint(
+        &self,
+        seq: i64,
+        why: &str,
+        live: &Live<'_>,
+        capture: Capture<'_>,
+    ) -> Result<Freed> {
         let in_session = live.first.is_some_and(|f| seq > f);
         let freed = self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -231,12 +251,12 @@ impl Store {
             tx.commit()?;
             Ok(r)
         })?;
-        self.unlink_blobs(&freed.1);
+        self.unlink_blobs(&freed.1, capture)?;
         Ok(freed)
     }
 
     /// Deletes what dropped checkpoints before the live session kept for an earlier one.
-    fn sweep(&self, live: &Live<'_>) -> Result<Freed> {
+    fn sweep(&self, live: &Live<'_>, capture: Capture<'_>) -> Result<Freed> {
         let freed = self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let before = "(SELECT seq FROM checkpoints WHERE dropped_at IS NOT NULL AND seq < coalesce(?3, 9223372036854775807))";
@@ -248,53 +268,32 @@ impl Store {
             tx.commit()?;
             Ok(r)
         })?;
-        self.unlink_blobs(&freed.1);
+        self.unlink_blobs(&freed.1, capture)?;
         Ok(freed)
     }
 
     /// Removes the blob files among `hashes` that no row names: content a rewind's plan, a dry
     /// run or a diff put together (a chain of range pre-images completed, a moved file's
-    /// content), which nothing needs once the request is done. The caller holds the capture
-    /// lock, so no capture can be about to name one of them (captures that already did are
-    /// applied first, below), and is serialised with rewinds (whose plans name such files).
-    /// Returns the bytes removed.
+    /// content), which nothing needs once the request is done. The caller is serialised with
+    /// rewinds (whose plans name such files); `capture` is taken for each batch (see the module
+    /// doc). Returns the bytes removed.
     ///
     /// # Errors
-    /// Store errors (nothing is removed then).
-    pub fn discard_unreferenced(&self, hashes: &[BlobRef]) -> Result<u64> {
+    /// Store errors (what was removed before stays removed).
+    pub fn discard_unreferenced(&self, hashes: &[BlobRef], capture: Capture<'_>) -> Result<u64> {
         let empty = empty_hash();
-        let mut want: Vec<&str> = hashes
+        let mut want: Vec<String> = hashes
             .iter()
             .filter(|h| h.as_str() != empty && !h.is_pending())
-            .map(BlobRef::as_str)
+            .map(|h| h.as_str().to_string())
             .collect();
         want.sort();
         want.dedup();
         if want.is_empty() {
             return Ok(0);
         }
-        let in_flight = self.plan_blobs_in_flight()?;
-        let unnamed: Vec<String> = self.with(|c| {
-            let mut st = c.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
-            let mut out = Vec::new();
-            for h in want {
-                if !in_flight.contains(h) && st.query_row([h], |_| Ok(())).optional()?.is_none() {
-                    out.push(h.to_string());
-                }
-            }
-            Ok(out)
-        })?;
-        let mut freed = 0;
-        for h in &unnamed {
-            let p = self.blobs.path(h);
-            let size = std::fs::symlink_metadata(&p).map_or(0, |m| m.len());
-            match std::fs::remove_file(&p) {
-                Ok(()) => freed += size,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!("removing the transient blob {h}: {e}"),
-            }
-        }
-        Ok(freed)
+        let (_, bytes) = self.remove_unnamed(&want, capture)?;
+        Ok(bytes)
     }
 
     /// The blobs the plans of rewinds still 'applying' name (one that failed part-way, or was
@@ -324,28 +323,68 @@ impl Store {
         Ok(out)
     }
 
-    fn unlink_blobs(&self, hashes: &[String]) {
+    /// Removes the files of the blobs a pass deleted the rows of, unless a capture stored the
+    /// same content since (see [`Store::remove_unnamed`]).
+    fn unlink_blobs(&self, hashes: &[String], capture: Capture<'_>) -> Result<()> {
         let empty = empty_hash();
-        for h in hashes.iter().filter(|h| **h != empty) {
-            if let Err(e) = std::fs::remove_file(self.blobs.path(h)) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!("gc: removing blob {h}: {e}");
+        let doomed: Vec<String> = hashes.iter().filter(|h| **h != empty).cloned().collect();
+        self.remove_unnamed(&doomed, capture).map(|_| ())
+    }
+
+    /// Removes the blob files among `hashes` that no row and no unfinished rewind's plan names,
+    /// [`UNLINK_BATCH`] at a time, each batch under `capture` and `applying` with the journal
+    /// applied first: a capture that stored one of them meanwhile has its row by then, and no
+    /// adoption is linking one in. Returns the files and bytes removed.
+    fn remove_unnamed(&self, hashes: &[String], capture: Capture<'_>) -> Result<(u64, u64)> {
+        if hashes.is_empty() {
+            return Ok((0, 0));
+        }
+        let in_flight = self.plan_blobs_in_flight()?;
+        let (mut files, mut bytes) = (0, 0);
+        for batch in hashes.chunks(UNLINK_BATCH) {
+            // Most of the journal is applied before the locks are taken.
+            self.flush_journal()?;
+            let _c = capture.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+            let _order = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+            self.apply_pending_locked()?;
+            let unnamed: Vec<&String> = self.conn_only(|c| {
+                let mut st = c.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
+                let mut out = Vec::new();
+                for h in batch {
+                    if !in_flight.contains(h) && st.query_row([h], |_| Ok(())).optional()?.is_none()
+                    {
+                        out.push(h);
+                    }
+                }
+                Ok(out)
+            })?;
+            for h in unnamed {
+                let p = self.blobs.path(h);
+                let size = std::fs::symlink_metadata(&p).map_or(0, |m| m.len());
+                match std::fs::remove_file(&p) {
+                    Ok(()) => {
+                        files += 1;
+                        bytes += size;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!("removing blob {h}: {e}"),
                 }
             }
         }
+        Ok((files, bytes))
     }
 
     /// Removes blob files no row names (left by a crash between a gc's commit and its unlinks,
-    /// or before a rewind's plan was done with them). Only a blob row makes a file live, and
-    /// captures insert their row right after writing the file, under the same lock gc runs
-    /// under. Returns the files and bytes removed.
-    fn sweep_blob_files(&self) -> Result<(u64, u64)> {
-        let mut known: HashSet<String> = self.with(|c| {
+    /// or before a rewind's plan was done with them), one fan-out directory at a time: listed
+    /// without a lock, then each file no row named when the pass began checked again and
+    /// removed as in [`Store::remove_unnamed`]. Returns the files and bytes removed.
+    fn sweep_blob_files(&self, capture: Capture<'_>) -> Result<(u64, u64)> {
+        let known: HashSet<String> = self.with(|c| {
             let mut st = c.prepare("SELECT hash FROM blobs")?;
             let rows = st.query_map([], |r| r.get(0))?;
             rows.collect()
         })?;
-        known.extend(self.plan_blobs_in_flight()?);
+        let in_flight = self.plan_blobs_in_flight()?;
         let Ok(dirs) = std::fs::read_dir(self.blobs.dir()) else {
             return Ok((0, 0));
         };
@@ -358,18 +397,14 @@ impl Store {
             let Ok(files) = std::fs::read_dir(d.path()) else {
                 continue;
             };
-            for f in files.flatten() {
-                let Some(rest) = f.file_name().to_str().map(str::to_string) else {
-                    continue;
-                };
-                if !known.contains(&format!("{prefix}{rest}")) {
-                    let size = f.metadata().map_or(0, |m| m.len());
-                    if std::fs::remove_file(f.path()).is_ok() {
-                        files_removed += 1;
-                        bytes += size;
-                    }
-                }
-            }
+            let unknown: Vec<String> = files
+                .flatten()
+                .filter_map(|f| f.file_name().to_str().map(|rest| format!("{prefix}{rest}")))
+                .filter(|h| !known.contains(h) && !in_flight.contains(h))
+                .collect();
+            let (n, b) = self.remove_unnamed(&unknown, capture)?;
+            files_removed += n;
+            bytes += b;
         }
         Ok((files_removed, bytes))
     }
@@ -519,7 +554,8 @@ mod tests {
         let plan = r#"[{"path":[97],"kind":"file","blob":"{hash}","mode":33188,"uid":0,"gid":0,"target":null,"rdev":0}]"#;
         let (_d, s, blob) = store_with_unfinished_plan(plan);
         assert!(s.plan_blobs_in_flight().unwrap().contains(blob.as_str()));
-        s.discard_unreferenced(std::slice::from_ref(&blob)).unwrap();
+        s.discard_unreferenced(std::slice::from_ref(&blob), None)
+            .unwrap();
         assert!(
             s.blobs.exists(&blob),
             "gc removed a blob an unfinished plan needs"
@@ -541,7 +577,7 @@ mod tests {
     fn a_plan_that_does_not_parse_stops_gc_instead_of_deleting() {
         let (_d, s, blob) = store_with_unfinished_plan(r#"[{"path":[97],"content":"{hash}"}]"#);
         let e = s
-            .discard_unreferenced(std::slice::from_ref(&blob))
+            .discard_unreferenced(std::slice::from_ref(&blob), None)
             .unwrap_err();
         assert!(e.to_string().contains("does not parse"), "{e}");
         assert!(s.blobs.exists(&blob));

@@ -331,12 +331,13 @@ fn capturing_a_file_leaves_its_access_time_alone() {
     assert_eq!(a.read("w.txt").as_deref(), Some("appended later\nmore\n"));
 }
 
-/// A rewind writes a file anew beside it and exchanges it with the old one, which becomes the
-/// rewind's own pre-image (for an undo). A process that had the old file open and writes to
-/// it afterwards changes a copy of its own, never that pre-image: the undo gives back the
-/// file as it was before the rewind.
+/// A rewind restores a file in place: a process that had it open across the rewind reads the
+/// restored content, and what it writes then goes to the restored file — never to the rewind's
+/// pre-image, which is a copy in the store. That write is a change made after the rewind:
+/// undo refuses to overwrite it, and a forced undo gives back the file as it was before the
+/// rewind (the holder's write is then the redo's to give back).
 #[test]
-fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
+fn a_write_through_a_file_held_open_across_a_rewind_is_a_change_the_undo_does_not_clobber() {
     require_fuse();
     use std::io::Read;
     use std::os::unix::fs::FileExt;
@@ -353,15 +354,23 @@ fn a_write_through_a_file_held_open_across_a_rewind_leaves_the_undo_intact() {
     assert_eq!(s, "version two\n");
     a.rewind(&cp, "all", false).unwrap();
     assert_eq!(a.read("f").as_deref(), Some("version one\n"));
-    held.write_all_at(b"XXXXXXX", 0).unwrap();
     let mut back = vec![0; 12];
     held.read_exact_at(&mut back, 0).unwrap();
-    assert_eq!(back, b"XXXXXXX two\n", "the holder sees its own write");
-    assert_eq!(a.read("f").as_deref(), Some("version one\n"));
+    assert_eq!(back, b"version one\n", "the holder reads the restored file");
+    held.write_all_at(b"XXXXXXX", 0).unwrap();
+    assert_eq!(a.read("f").as_deref(), Some("XXXXXXX one\n"));
     assert_fsck(&a.m);
     drop(held);
-    a.c.request("undo_rewind", json!({})).unwrap();
+    let e =
+        a.c.request("undo_rewind", json!({}))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("cannot undo"), "{e}");
+    assert_eq!(a.read("f").as_deref(), Some("XXXXXXX one\n"));
+    a.c.request("undo_rewind", json!({"force": true})).unwrap();
     assert_eq!(a.read("f").as_deref(), Some("version two\n"));
+    a.c.request("redo_rewind", json!({})).unwrap();
+    assert_eq!(a.read("f").as_deref(), Some("XXXXXXX one\n"));
 }
 
 #[test]

@@ -25,10 +25,12 @@ mod rewind;
 mod sdk_rewind;
 mod sdk_scenarios;
 mod sessions;
+mod timeouts;
 mod transport;
 mod travel;
 mod undo;
 mod unprotected;
+mod watchers;
 mod workloads;
 
 /// Every file in tests/all is a module of this binary (a forgotten file would never run).

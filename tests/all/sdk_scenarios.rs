@@ -30,11 +30,6 @@ const NOT_HERE: &[(&str, &str)] = &[
         "custom_uuid_forms",
         "message ids that are not UUIDs (the real-clients suite)",
     ),
-    (
-        "write_refused_stale",
-        "the CLI refuses some of its Writes as stale before any hook runs, which a replay of \
-         every tool call cannot know (the real-clients suite)",
-    ),
 ];
 
 fn scenarios() -> Vec<PathBuf> {
@@ -72,6 +67,10 @@ struct Replay {
     inodes: BTreeMap<String, BTreeMap<String, u64>>,
     /// What did not match, step by step.
     mismatches: Vec<String>,
+    /// The files the agent read or wrote, as it last saw each (its "read state", which the CLI
+    /// refreshes before each model response): a Write or Edit of one changed since is refused
+    /// as stale (FINDINGS §2, "A Write refused as stale").
+    seen: BTreeMap<String, Option<(i64, i64, u64)>>,
 }
 
 impl Replay {
@@ -80,8 +79,54 @@ impl Replay {
             .unwrap_or_else(|| panic!("{abs} is not in the workspace"))
     }
 
+    /// A file's state as the CLI's read state compares it: mtime and size.
+    fn state(&self, rel: &str) -> Option<(i64, i64, u64)> {
+        fs::metadata(self.a.m.p(rel))
+            .ok()
+            .map(|m| (m.mtime(), m.mtime_nsec(), m.size()))
+    }
+
+    /// Before each model response the CLI refreshes what it read.
+    fn refresh(&mut self) {
+        let paths: Vec<String> = self.seen.keys().cloned().collect();
+        for p in paths {
+            let st = self.state(&p);
+            self.seen.insert(p, st);
+        }
+    }
+
+    /// Whether the CLI refuses a Write or Edit of `rel` as stale: the agent saw the file, and
+    /// it changed since (within this model response).
+    fn stale(&self, rel: &str) -> bool {
+        self.seen
+            .get(rel)
+            .is_some_and(|was| *was != self.state(rel))
+    }
+
     /// A tool call of a prompt, as the CLI runs it.
     fn tool(&mut self, call: &Value) {
+        let input = &call["input"];
+        let path = input["file_path"]
+            .as_str()
+            .or(input["notebook_path"].as_str())
+            .map(|p| self.rel(p).to_string());
+        let writes = matches!(
+            call["tool"].as_str(),
+            Some("Write" | "Edit" | "NotebookEdit")
+        );
+        if let Some(rel) = &path {
+            if writes && self.stale(rel) {
+                return;
+            }
+        }
+        self.run_tool(call);
+        if let Some(rel) = path {
+            let st = self.state(&rel);
+            self.seen.insert(rel, st);
+        }
+    }
+
+    fn run_tool(&mut self, call: &Value) {
         let input = &call["input"];
         match call["tool"].as_str().unwrap() {
             "Read" => {}
@@ -198,6 +243,7 @@ impl Replay {
                 self.ids.insert(name.to_string(), u);
             }
             for batch in step["responses"].as_array().unwrap() {
+                self.refresh();
                 for call in batch.as_array().unwrap() {
                     self.tool(call);
                 }
@@ -284,6 +330,7 @@ fn the_tool_scope_gives_the_sdks_recorded_answers_and_trees_in_every_scenario() 
             ids: BTreeMap::new(),
             inodes: BTreeMap::new(),
             mismatches: Vec::new(),
+            seen: BTreeMap::new(),
         };
         // Each scenario is a session of its own.
         r.a.session = format!("session-{}", uuid());

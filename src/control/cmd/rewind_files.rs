@@ -29,6 +29,10 @@ pub struct RewindReply {
     pub conflicts: Vec<String>,
     #[serde(default)]
     pub skipped_links: u64,
+    /// Absolute paths a real rewind left as someone else made them while it ran: changed by
+    /// another process after the rewind began (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_meanwhile: Vec<String>,
     /// A real rewind's id (what `undo_rewind` undoes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_id: Option<String>,
@@ -80,6 +84,7 @@ impl RewindReply {
             deletions: o.deletions,
             conflicts: absolute(workspace, o.conflicts),
             skipped_links: o.skipped_links,
+            changed_meanwhile: absolute(workspace, o.changed_meanwhile),
             rewind_id: o.rewind_id.filter(|_| !dry_run),
             omitted,
         }

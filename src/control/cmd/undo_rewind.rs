@@ -41,6 +41,10 @@ pub struct StackReply {
     /// Who changed each of `conflicts` (workspace-relative path → `tool`, `shell`, `external`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub conflicts_by: BTreeMap<String, Vec<String>>,
+    /// Absolute paths a real undo or redo left as someone else made them while it ran
+    /// (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_meanwhile: Vec<String>,
     /// The rewind undone (an undo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undone: Option<String>,
@@ -93,6 +97,7 @@ impl StackReply {
                 .into_iter()
                 .map(|(p, who)| (p, who.into_iter().map(str::to_string).collect()))
                 .collect(),
+            changed_meanwhile: super::rewind_files::absolute(ws, o.outcome.changed_meanwhile),
             undone,
             redone,
             rewound_to: Some(o.rewound_to),

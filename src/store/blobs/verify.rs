@@ -9,6 +9,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::{Blobs, empty_hash, is_pending, write_all};
 use crate::sys;
 
+/// Blobs up to this size are verified in memory before they are written
+/// ([`Blobs::write_verified`]); larger ones are read twice.
+const VERIFY_IN_MEMORY: u64 = 8 << 20;
+
 impl Blobs {
     /// Opens a blob for reading, by its content hash (never a pending key).
     fn open_hash(&self, hash: &str) -> io::Result<File> {
@@ -80,6 +84,69 @@ impl Blobs {
             off += n as u64;
         }
         check(hash, hasher.finalize())?;
+        Ok(off)
+    }
+
+    /// Writes a blob into `dst` (at its current position) once it is known to hash to its
+    /// name: no byte of a changed or damaged blob reaches `dst`, and `before` (which empties
+    /// the file a rewind restores in place) runs only then. Up to `VERIFY_IN_MEMORY` bytes
+    /// the blob is read once, into memory; a larger one is read twice through one open file
+    /// (hashed, then copied), so the store's copy cannot be swapped in between.
+    /// Returns the number of bytes written.
+    ///
+    /// # Errors
+    /// As [`read_verified`](Self::read_verified) (then `before` has not run); `before`'s
+    /// error; I/O errors writing `dst`.
+    pub fn write_verified(
+        &self,
+        hash: &str,
+        dst: BorrowedFd<'_>,
+        before: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<u64> {
+        if hash == empty_hash() {
+            before()?;
+            return Ok(0);
+        }
+        let src = self.open_hash(hash)?;
+        let len = src.metadata()?.len();
+        let reading = |e: io::Error| io::Error::new(e.kind(), format!("blob {hash}: reading: {e}"));
+        if len <= VERIFY_IN_MEMORY {
+            let mut data = Vec::with_capacity(len as usize);
+            (&src).read_to_end(&mut data).map_err(reading)?;
+            check(hash, blake3::hash(&data))?;
+            before()?;
+            write_all(dst, &data)?;
+            return Ok(data.len() as u64);
+        }
+        let mut buf = vec![0u8; 1 << 20];
+        let mut hasher = blake3::Hasher::new();
+        let mut off = 0u64;
+        loop {
+            match sys::pread(src.as_fd(), &mut buf, off) {
+                Ok(0) => break,
+                Ok(n) => {
+                    hasher.update(&buf[..n]);
+                    off += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(reading(e)),
+            }
+        }
+        check(hash, hasher.finalize())?;
+        before()?;
+        let total = off;
+        off = 0;
+        while off < total {
+            let want = buf.len().min((total - off) as usize);
+            let n = match sys::pread(src.as_fd(), &mut buf[..want], off) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(reading(e)),
+            };
+            write_all(dst, &buf[..n])?;
+            off += n as u64;
+        }
         Ok(off)
     }
 

@@ -1,0 +1,239 @@
+//! The process a live rewind changes the mount through.
+//!
+//! The daemon cannot make requests to its own mount from one of its own threads: killed while
+//! that thread waits for an answer, it would never exit. The kernel ends a FUSE request whose
+//! daemon died only once the connection is torn down, and with FUSE over io_uring that waits
+//! for the whole thread group to go — which the waiting thread belongs to. So the daemon runs
+//! `rewindfs __apply-rewind`, a helper process of its own (a process like any other writer:
+//! the daemon's death aborts the connection, which ends the helper's request), and the helper
+//! applies the plan (`live.rs`) and reports what it left alone.
+//!
+//! The protocol is one JSON object a line: the daemon writes the job ([`Job`]) to the helper's
+//! stdin; the helper writes [`Message`]s to its stdout — a question, whether someone else
+//! changed a path since the rewind began (the daemon answers `true` or `false` on a line of
+//! its own: only the daemon's FUSE core saw the changes), and at the end what it did. The
+//! helper's stderr is the daemon's log.
+//!
+//! Invariants:
+//! - the helper is one thread, so its requests carry its pid, which the daemon names as the
+//!   rewind's ([`Watch::apply_here`]) before it sends the job: every request it makes is the
+//!   rewind's, refused where others changed the path meanwhile;
+//! - it holds no fd it did not open (everything it inherited past stderr is closed first), and
+//!   dies with the daemon (`PR_SET_PDEATHSIG`).
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use super::apply::{Applied, Meanwhile, Tree};
+use super::{Differs, Engine, RewindError, Target, live};
+use crate::capture::Watch;
+use crate::store::{Blobs, PlanTarget};
+use crate::sys;
+
+/// The hidden subcommand that runs [`run_helper`].
+pub const SUBCOMMAND: &str = "__apply-rewind";
+
+/// What the helper is to do.
+#[derive(Debug, Serialize, Deserialize)]
+struct Job {
+    /// The mount's root (the workspace's path).
+    mount: PathBuf,
+    /// The store's blob directory, which the targets' contents are read from.
+    blobs: PathBuf,
+    /// The rewind's id (its temp names).
+    id: String,
+    targets: Vec<PlanTarget>,
+    /// What planning saw differ at each target: content, extended attributes.
+    differs: Vec<(bool, bool)>,
+}
+
+/// A line from the helper.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Message {
+    /// Did someone else change this path (or, with `beneath`, something below it) since the
+    /// rewind began?
+    Changed { path: Vec<u8>, beneath: bool },
+    /// Applied; these were left alone.
+    Done {
+        skipped: Vec<Vec<u8>>,
+        untouched: Vec<Vec<u8>>,
+        meanwhile: Vec<Vec<u8>>,
+    },
+    /// Stopped at this failure (the paths before it are done).
+    Failed { error: String },
+}
+
+impl Engine {
+    /// Applies `targets` through the mount, from a helper process (see the module doc), which
+    /// `watch` names as the rewind's.
+    pub(super) fn apply_through_mount(
+        &self,
+        watch: &Watch<'_>,
+        targets: &[&Target],
+        differs: &[Differs],
+        id: &str,
+    ) -> Result<Applied, RewindError> {
+        let failed = |what: &str, e: io::Error| {
+            RewindError::Failed(format!("the rewind's helper process: {what}: {e}"))
+        };
+        let mount = self
+            .workspace
+            .clone()
+            .ok_or_else(|| RewindError::Failed("the mount's path is not known".into()))?;
+        let job = Job {
+            mount,
+            blobs: self.store.blobs.dir().to_path_buf(),
+            id: id.to_string(),
+            targets: targets.iter().map(|t| (*t).clone()).collect(),
+            differs: targets
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    let d = differs.get(i).copied().unwrap_or_default();
+                    (d.content, d.xattrs)
+                })
+                .collect(),
+        };
+        let exe = std::env::current_exe().map_err(|e| failed("finding rewindfs", e))?;
+        let mut child = Command::new(exe)
+            .arg(SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| failed("starting it", e))?;
+        let _me = watch.apply_here_for(child.id());
+        let (Some(mut to), Some(from)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(RewindError::Failed(
+                "the rewind's helper has no pipes".into(),
+            ));
+        };
+        let outcome = (|| {
+            let mut line = serde_json::to_vec(&job).map_err(io::Error::other)?;
+            line.push(b'\n');
+            to.write_all(&line)?;
+            let mut from = BufReader::new(from);
+            let mut buf = String::new();
+            loop {
+                buf.clear();
+                if from.read_line(&mut buf)? == 0 {
+                    return Err(io::Error::other("it ended without a word (see the log)"));
+                }
+                match serde_json::from_str::<Message>(&buf).map_err(io::Error::other)? {
+                    Message::Changed { path, beneath } => {
+                        let yes = watch.changed(&path, beneath);
+                        to.write_all(if yes { b"true\n" } else { b"false\n" })?;
+                    }
+                    Message::Done {
+                        skipped,
+                        untouched,
+                        meanwhile,
+                    } => {
+                        return Ok(Ok(Applied {
+                            skipped: skipped.into_iter().collect(),
+                            untouched: untouched.into_iter().collect(),
+                            meanwhile,
+                        }));
+                    }
+                    Message::Failed { error } => return Ok(Err(error)),
+                }
+            }
+        })();
+        drop(to);
+        let _ = child.wait();
+        match outcome {
+            Ok(Ok(applied)) => Ok(applied),
+            Ok(Err(error)) => Err(RewindError::Failed(error)),
+            Err(e) => Err(failed("talking to it", e)),
+        }
+    }
+}
+
+/// The daemon's answers to the helper's questions, over its stdin and stdout.
+struct Asker<'a> {
+    from: std::cell::RefCell<&'a mut dyn BufRead>,
+    to: std::cell::RefCell<&'a mut dyn Write>,
+}
+
+impl Meanwhile for Asker<'_> {
+    fn changed(&self, path: &[u8], beneath: bool) -> bool {
+        let ask = || -> io::Result<bool> {
+            let mut to = self.to.borrow_mut();
+            send(
+                &mut **to,
+                &Message::Changed {
+                    path: path.to_vec(),
+                    beneath,
+                },
+            )?;
+            let mut line = String::new();
+            self.from.borrow_mut().read_line(&mut line)?;
+            Ok(line.trim() == "true")
+        };
+        // Not knowing, the step's failure stays a failure.
+        ask().unwrap_or(false)
+    }
+}
+
+fn send(to: &mut dyn Write, m: &Message) -> io::Result<()> {
+    let mut line = serde_json::to_vec(m).map_err(io::Error::other)?;
+    line.push(b'\n');
+    to.write_all(&line)?;
+    to.flush()
+}
+
+/// `rewindfs __apply-rewind`: the helper's side (see the module doc).
+///
+/// # Errors
+/// The job cannot be read or the answer written; a failure to apply is answered instead.
+pub fn run_helper() -> io::Result<()> {
+    sys::close_fds_from(3)?;
+    sys::die_with_parent()?;
+    let stdin = io::stdin();
+    let mut from = stdin.lock();
+    let mut out = io::stdout().lock();
+    let mut line = String::new();
+    from.read_line(&mut line)?;
+    let job: Job = serde_json::from_str(&line).map_err(io::Error::other)?;
+    let result = apply_job(&job, &mut from, &mut out);
+    let m = match result {
+        Ok(a) => Message::Done {
+            skipped: a.skipped.into_iter().collect(),
+            untouched: a.untouched.into_iter().collect(),
+            meanwhile: a.meanwhile,
+        },
+        Err(e) => Message::Failed {
+            error: e.to_string(),
+        },
+    };
+    send(&mut out, &m)
+}
+
+fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Result<Applied> {
+    let mount = sys::open_dir_path(&job.mount)
+        .map_err(|e| sys::ctx(e, format!("opening the mount {}", job.mount.display())))?;
+    if !sys::is_fuse_root(mount.as_fd()) {
+        return Err(io::Error::other(format!(
+            "{} is not the root of the rewindfs mount (something was mounted over it?)",
+            job.mount.display()
+        )));
+    }
+    let blobs = Blobs::at(&job.blobs);
+    let asker = Asker {
+        from: std::cell::RefCell::new(from),
+        to: std::cell::RefCell::new(to),
+    };
+    let tree = Tree::mount(mount.as_fd(), &asker);
+    let targets: Vec<&Target> = job.targets.iter().collect();
+    let differs: Vec<Differs> = job
+        .differs
+        .iter()
+        .map(|&(content, xattrs)| Differs { content, xattrs })
+        .collect();
+    live::apply(tree, &blobs, &targets, &differs, &job.id)
+}

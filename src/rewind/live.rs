@@ -1,0 +1,421 @@
+//! Applying a plan through the mount: a live rewind, undo or redo changes the tree as a process
+//! would, so that editors, dev servers and watchers of the mount see it (the same inotify
+//! events a process making those changes through the mount causes), and a file that is still
+//! there keeps its inode (an editor holding it open reads the restored content).
+//!
+//! Targets of [`Apply::Replace`] are applied in the four passes of `apply.rs` (removals deepest
+//! first, directories shallowest first, then files, symlinks and special files, then directory
+//! modes deepest first), each step through the mount:
+//! - a file that is there, a regular file with one name, is rewritten in place: opened
+//!   `O_WRONLY|O_NOFOLLOW` and written over, then cut to length, if its content differs (the
+//!   blob verified first), then given its owner, extended attributes and mode where they
+//!   differ — a mode restored is a chmod and nothing more;
+//! - a file that is not there, or that the rewind may not open for writing, or that has other
+//!   names, a symlink and a special file are written under a temp name beside the path and
+//!   renamed into place (`RENAME_NOREPLACE` where nothing was there: a watcher sees the path
+//!   arrive complete);
+//! - removals are unlinks and rmdirs, directories are made with mkdir, modes, owners and
+//!   attributes set with chmod, chown and setxattr.
+//!
+//! Tool-scope ([`Apply::InPlace`]) targets then follow, as the SDK applies them
+//! (`apply::apply_in_place`, on the same [`Tree`]).
+//!
+//! Invariants:
+//! - the FUSE core captures what each step overwrites, as for any process, under the rewind's
+//!   own checkpoint (the rewind's thread is `Actor::Rewind`, see `capture/meanwhile.rs`);
+//! - every step is made relative to its parent directory opened without following a symlink
+//!   (`apply::parent_of`, `sys::open_beneath`), never through a path that could leave the
+//!   workspace;
+//! - a step refused because someone else changed its path since the rewind began
+//!   ([`MEANWHILE`](crate::capture::MEANWHILE)), or that fails on a path changed meanwhile,
+//!   leaves that target alone (`Applied::meanwhile`, and the later passes skip it); any other
+//!   failure stops the apply, and the journalled plan is finished at the next mount;
+//! - it runs in a helper process of the daemon's (`helper.rs`), never in the daemon, and
+//!   takes nothing from the daemon but the plan and the answers to "changed meanwhile?".
+
+use std::cmp::Reverse;
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{OFlags, Stat};
+
+use super::apply::{Applied, Tree, apply_in_place, depth, ensure_parents, parent_of, temp_name};
+use super::{Differs, Target, attrs};
+use crate::capture::MEANWHILE;
+use crate::store::{Apply, Blobs, Kind};
+use crate::sys;
+
+/// Applies `targets` through the mount (`tree`); `differs[i]` says what planning saw differ
+/// at `targets[i]` (all of it when missing). `id` names the rewind (its temp names).
+///
+/// # Errors
+/// The first failure that is not a path changed meanwhile; the paths before it are done.
+pub(super) fn apply(
+    tree: Tree<'_>,
+    blobs: &Blobs,
+    targets: &[&Target],
+    differs: &[Differs],
+    id: &str,
+) -> io::Result<Applied> {
+    let mut in_place = Vec::new();
+    let mut order = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        match t.apply {
+            Apply::InPlace => in_place.push(*t),
+            Apply::Replace => order.push((*t, differs.get(i).copied().unwrap_or_default())),
+        }
+    }
+    let mut live = Live {
+        tree,
+        blobs,
+        id,
+        applied: Applied::default(),
+        dirs: HashSet::new(),
+        made: HashSet::new(),
+    };
+    if !order.is_empty() {
+        // The sorts are stable and each starts from the previous order: keep their sequence.
+        order.sort_by_key(|(t, _)| Reverse(depth(&t.path)));
+        live.remove_what_goes(&order)?;
+        order.sort_by_key(|(t, _)| depth(&t.path));
+        live.make_dirs(&order)?;
+        live.write_entries(&order)?;
+        order.sort_by_key(|(t, _)| Reverse(depth(&t.path)));
+        live.set_dir_modes(&order)?;
+    }
+    let mut applied = live.applied;
+    applied.extend(apply_in_place(tree, blobs, &in_place)?);
+    Ok(applied)
+}
+
+/// One apply through the mount.
+struct Live<'a> {
+    tree: Tree<'a>,
+    /// Where the targets' contents are read from.
+    blobs: &'a Blobs,
+    /// The rewind's id, which its temp names carry.
+    id: &'a str,
+    /// What it left alone.
+    applied: Applied,
+    /// Directories known to be there (parents made or checked).
+    dirs: HashSet<PathBuf>,
+    /// Directories this apply made (their attributes are set whatever planning saw).
+    made: HashSet<Vec<u8>>,
+}
+
+impl Live<'_> {
+    fn root(&self) -> BorrowedFd<'_> {
+        self.tree.fd
+    }
+
+    /// Whether an earlier pass left target `t` alone.
+    fn skipped(&self, t: &Target) -> bool {
+        self.applied.untouched.contains(&t.path)
+    }
+
+    /// The outcome of one target's step: a failure because its path (or, with `beneath`, what
+    /// lies below it) changed meanwhile leaves it alone; any other stops the apply.
+    fn settle(&mut self, t: &Target, beneath: bool, r: io::Result<()>) -> io::Result<()> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if self.tree.meanwhile(&e, &t.path, beneath) => {
+                self.applied.changed_meanwhile(&t.path);
+                Ok(())
+            }
+            Err(e) => Err(sys::ctx(e, format!("restoring {}", t.rel().display()))),
+        }
+    }
+
+    /// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
+    /// changing to or from a directory (a directory with everything beneath it).
+    fn remove_what_goes(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
+        for (t, _) in order {
+            let r = self.remove_one(t);
+            self.settle(t, true, r)?;
+        }
+        Ok(())
+    }
+
+    fn remove_one(&mut self, t: &Target) -> io::Result<()> {
+        let rel = t.rel();
+        let Some(cur) = sys::lstat_beneath_opt(self.root(), rel)? else {
+            return Ok(());
+        };
+        let cur_kind = kind_of(&cur);
+        if t.kind == Kind::Absent
+            || (cur_kind != t.kind && (cur_kind == Kind::Dir || t.kind == Kind::Dir))
+        {
+            self.remove_tree(rel, cur_kind == Kind::Dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a path; a directory with everything beneath it. An entry someone else made or
+    /// changed meanwhile stays (and is reported), and so does every directory above it.
+    fn remove_tree(&mut self, rel: &Path, is_dir: bool) -> io::Result<()> {
+        if is_dir {
+            let fd = sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+            let mut kept = false;
+            for (name, _, dtype) in sys::read_dir_all(fd)? {
+                let child = rel.join(&name);
+                match self.remove_tree(&child, dtype == libc::DT_DIR) {
+                    Ok(()) => {}
+                    Err(e) if self.tree.meanwhile(&e, child.as_os_str().as_bytes(), true) => {
+                        self.applied.changed_meanwhile(child.as_os_str().as_bytes());
+                        kept = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if kept {
+                return Err(io::Error::from_raw_os_error(MEANWHILE));
+            }
+        }
+        let (dir, name) = parent_of(self.root(), rel)?;
+        match sys::unlinkat(dir.as_fd(), Path::new(name), is_dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            // Something was made in it since it was listed: someone else's.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                Err(io::Error::from_raw_os_error(MEANWHILE))
+            }
+            Err(e) => Err(sys::ctx(e, format!("removing {}", rel.display()))),
+        }
+    }
+
+    /// Pass 2, shallowest first: creates the target directories that are missing, as 0700 so
+    /// that pass 3 can write into them; pass 4 gives them their modes.
+    fn make_dirs(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
+        for (t, _) in order.iter().filter(|(t, _)| t.kind == Kind::Dir) {
+            if self.skipped(t) {
+                continue;
+            }
+            let r = self.make_dir(t);
+            self.settle(t, false, r)?;
+        }
+        Ok(())
+    }
+
+    fn make_dir(&mut self, t: &Target) -> io::Result<()> {
+        let rel = t.rel();
+        self.parents(rel)?;
+        match sys::lstat_beneath_opt(self.root(), rel)? {
+            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+            _ => {
+                let (dir, name) = parent_of(self.root(), rel)?;
+                sys::mkdirat(dir.as_fd(), Path::new(name), 0o700)?;
+                self.made.insert(t.path.clone());
+            }
+        }
+        self.dirs.insert(rel.to_path_buf());
+        Ok(())
+    }
+
+    /// Makes the missing parents of `rel`, once per directory.
+    fn parents(&mut self, rel: &Path) -> io::Result<()> {
+        let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) else {
+            return Ok(());
+        };
+        if self.dirs.contains(parent) {
+            return Ok(());
+        }
+        ensure_parents(self.tree, rel)?;
+        self.dirs.insert(parent.to_path_buf());
+        Ok(())
+    }
+
+    /// Pass 3: each file, symlink and special file, in place or beside and renamed into place.
+    fn write_entries(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
+        let entries = order
+            .iter()
+            .filter(|(t, _)| matches!(t.kind, Kind::File | Kind::Symlink | Kind::Other));
+        for (i, (t, d)) in entries.enumerate() {
+            if crate::faults::fail_rewind_after() == Some(i) {
+                return Err(io::Error::other(
+                    "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
+                ));
+            }
+            if self.skipped(t) {
+                continue;
+            }
+            let r = self.parents(t.rel()).and_then(|()| self.put(t, *d));
+            self.settle(t, false, r)?;
+        }
+        Ok(())
+    }
+
+    /// Gives `t`'s path its state: in place if it is a regular file with one name that can be
+    /// opened for writing, else written beside and renamed over it.
+    fn put(&mut self, t: &Target, d: Differs) -> io::Result<()> {
+        let rel = t.rel();
+        let cur = sys::lstat_beneath_opt(self.root(), rel)?;
+        if t.kind == Kind::File {
+            if let Some(st) = cur.filter(|st| kind_of(st) == Kind::File && st.st_nlink == 1) {
+                // Opened for writing only to write: closing it is a write to watchers.
+                let flags = if d.content {
+                    OFlags::WRONLY | OFlags::NONBLOCK
+                } else {
+                    OFlags::PATH
+                };
+                match sys::open_beneath(self.root(), rel, flags, 0) {
+                    Ok(fd) => return self.rewrite(fd.as_fd(), &st, t, d),
+                    // Read-only to the daemon (not root), or being executed: as an editor
+                    // saving by rename would.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EACCES | libc::EPERM | libc::ETXTBSY)
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.beside(t, cur.is_some())
+    }
+
+    /// Rewrites the regular file open at `fd` (`st`: its state) in place: its content if it
+    /// differs (`fd` is then open for writing; otherwise an `O_PATH` handle), then its owner
+    /// (as root), extended attributes and mode where they differ.
+    fn rewrite(&self, fd: BorrowedFd<'_>, st: &Stat, t: &Target, d: Differs) -> io::Result<()> {
+        if d.content {
+            // Written over from the start, then cut to length: emptying the file first would
+            // free its blocks only to allocate them again (on a filesystem mounted with
+            // `discard`, 1.6 ms a file here), and ext4 writes a file emptied and rewritten out
+            // to disk when it is closed.
+            let empty = crate::store::blobs::empty_hash();
+            let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
+            let len = self.blobs.write_verified(hash, fd, || Ok(()))?;
+            if (st.st_size as u64) > len {
+                sys::ftruncate(fd, len)?;
+            }
+        }
+        self.set_meta(fd, st, t, d.xattrs)
+    }
+
+    /// The owner (as root), extended attributes (if `xattrs` differ) and mode of the file or
+    /// directory `fd` stands for (`st`: its state), where they differ from `t`'s, in that
+    /// order: a chown drops some attributes and set-user/group-ID bits, an ACL sets group bits.
+    fn set_meta(&self, fd: BorrowedFd<'_>, st: &Stat, t: &Target, xattrs: bool) -> io::Result<()> {
+        let chowned = sys::geteuid() == 0
+            && (st.st_uid, st.st_gid) != (t.uid, t.gid)
+            && sys::chown_fd(fd, t.uid, t.gid).is_ok();
+        if xattrs {
+            attrs::restore(fd, t.rel(), t.xattrs.as_ref());
+        }
+        if chowned || xattrs || st.st_mode & 0o7777 != t.mode & 0o7777 {
+            sys::chmod_fd(fd, t.mode & 0o7777)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `t`'s state under a temp name beside its path and renames it into place: over
+    /// what is there (`over`), or only if nothing is (someone who made the path meanwhile
+    /// keeps it).
+    fn beside(&self, t: &Target, over: bool) -> io::Result<()> {
+        let rel = t.rel();
+        let (dir, name) = parent_of(self.root(), rel)?;
+        let tmp = temp_name(name, self.id);
+        let tmp = Path::new(&tmp);
+        let res = self
+            .write_temp(dir.as_fd(), tmp, t)
+            .and_then(|()| {
+                let flags = if over { 0 } else { libc::RENAME_NOREPLACE };
+                sys::renameat2(dir.as_fd(), tmp, Path::new(name), flags)
+            })
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EEXIST) if !over => io::Error::from_raw_os_error(MEANWHILE),
+                _ => e,
+            });
+        if res.is_err() {
+            let _ = sys::unlinkat(dir.as_fd(), tmp, false);
+        }
+        res
+    }
+
+    /// Writes target `t` (a file, symlink or special file) at `tmp` in `dir`, replacing
+    /// whatever an earlier attempt left there.
+    fn write_temp(&self, dir: BorrowedFd<'_>, tmp: &Path, t: &Target) -> io::Result<()> {
+        let root = sys::geteuid() == 0;
+        match t.kind {
+            Kind::File => {
+                let create = || {
+                    sys::openat(
+                        dir,
+                        tmp,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+                        0o600,
+                    )
+                };
+                let fd = match create() {
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        sys::unlinkat(dir, tmp, false)?;
+                        create()?
+                    }
+                    r => r?,
+                };
+                let empty = crate::store::blobs::empty_hash();
+                let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
+                self.blobs.write_verified(hash, fd.as_fd(), || Ok(()))?;
+                if root {
+                    let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);
+                }
+                // After the owner (a chown drops security.capability), before the mode.
+                attrs::restore(fd.as_fd(), tmp, t.xattrs.as_ref());
+                sys::fchmod(fd.as_fd(), t.mode & 0o7777)?;
+            }
+            Kind::Symlink => {
+                let _ = sys::unlinkat(dir, tmp, false);
+                let target = t.target.clone().unwrap_or_default();
+                sys::symlinkat(Path::new(OsStr::from_bytes(&target)), dir, tmp)?;
+                if root {
+                    let _ = sys::lchownat(dir, tmp, Some(t.uid), Some(t.gid));
+                }
+            }
+            _ => {
+                let _ = sys::unlinkat(dir, tmp, false);
+                sys::mknodat(dir, tmp, t.mode, t.rdev)?;
+                if root {
+                    let _ = sys::lchownat(dir, tmp, Some(t.uid), Some(t.gid));
+                }
+                attrs::restore_at(dir, tmp, t.xattrs.as_ref());
+                sys::chmodat(dir, tmp, t.mode & 0o7777)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 4, deepest first: directory owners, extended attributes and modes where they
+    /// differ, once nothing more is written into them.
+    fn set_dir_modes(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
+        for (t, d) in order.iter().filter(|(t, _)| t.kind == Kind::Dir) {
+            if self.skipped(t) {
+                continue;
+            }
+            let r = self.dir_attrs(t, *d);
+            self.settle(t, false, r)?;
+        }
+        Ok(())
+    }
+
+    fn dir_attrs(&self, t: &Target, d: Differs) -> io::Result<()> {
+        let rel = t.rel();
+        let fd: OwnedFd = sys::open_beneath(self.root(), rel, OFlags::PATH | OFlags::DIRECTORY, 0)?;
+        let st = sys::fstat(fd.as_fd())?;
+        let made = self.made.contains(&t.path);
+        self.set_meta(fd.as_fd(), &st, t, d.xattrs || made)
+    }
+}
+
+/// The kind of what a stat describes.
+fn kind_of(st: &Stat) -> Kind {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Kind::File,
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}

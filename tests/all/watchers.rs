@@ -1,0 +1,527 @@
+//! Rewinds that editors, dev servers and watchers see (design.md §2, "A rewind is itself a
+//! change"): a rewind, undo or redo changes the tree through the mount, so an inotify watch on
+//! the mount gets the events a process making the same changes would cause; a file restored in
+//! place keeps its inode; a change someone makes while a rewind runs is left as they made it
+//! and reported (`changedMeanwhile`); and an interrupted one is finished at the next mount.
+//! Every watch here is an `inotify` watch on the mounted directory, as `inotifywait -m -r`,
+//! an editor or a dev server's watcher sets up.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Seek};
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use rewindfs::control::client::Client;
+use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
+use serde_json::{Value, json};
+
+use crate::support::{Mounted, require_fuse, sh};
+
+/// An inotify watch on some directories of a mount.
+struct Watcher {
+    fd: OwnedFd,
+    /// Watch descriptor → the directory it watches, workspace-relative (`""`: the root).
+    dirs: HashMap<i32, String>,
+}
+
+impl Watcher {
+    /// Watches `dirs` (workspace-relative; `""` is the root) of the mount at `root` for what a
+    /// watcher of a project cares about: contents written, attributes, names made, removed
+    /// and moved.
+    fn new(root: &Path, dirs: &[&str]) -> Watcher {
+        let fd =
+            inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+        let mask = WatchFlags::MODIFY
+            | WatchFlags::ATTRIB
+            | WatchFlags::CLOSE_WRITE
+            | WatchFlags::MOVED_FROM
+            | WatchFlags::MOVED_TO
+            | WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::DELETE_SELF;
+        let mut map = HashMap::new();
+        for d in dirs {
+            let wd = inotify::add_watch(&fd, root.join(d), mask).unwrap();
+            map.insert(wd, (*d).to_string());
+        }
+        Watcher { fd, dirs: map }
+    }
+
+    /// The events queued so far, as (workspace-relative path, flags); a directory's own events
+    /// (`DELETE_SELF`) under its own path.
+    fn drain(&mut self) -> Vec<(String, ReadFlags)> {
+        // Events are queued by the syscalls that cause them, which have all returned; the
+        // pause only lets a slow machine's last ones land.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut buf = [MaybeUninit::uninit(); 8192];
+        let mut r = inotify::Reader::new(&self.fd, &mut buf);
+        let mut out = Vec::new();
+        loop {
+            let e = match r.next() {
+                Ok(e) => e,
+                Err(rustix::io::Errno::AGAIN) => break,
+                Err(e) => panic!("reading inotify events: {e}"),
+            };
+            let dir = self.dirs.get(&e.wd()).cloned().unwrap_or_default();
+            let path = match e.file_name().map(|n| n.to_string_lossy().into_owned()) {
+                Some(n) if dir.is_empty() => n,
+                Some(n) => format!("{dir}/{n}"),
+                None => dir,
+            };
+            out.push((path, e.events()));
+        }
+        out
+    }
+}
+
+/// The events of `path` among `events`.
+fn of(events: &[(String, ReadFlags)], path: &str) -> ReadFlags {
+    events
+        .iter()
+        .filter(|(p, _)| p == path)
+        .fold(ReadFlags::empty(), |a, (_, f)| a | *f)
+}
+
+/// A client of the mount's socket with a generous timeout.
+fn client(m: &Mounted) -> Client {
+    let mut c = Client::connect(&m.socket()).unwrap();
+    c.set_timeout(Duration::from_secs(600)).unwrap();
+    c
+}
+
+/// Begins a checkpoint and returns its uuid.
+fn checkpoint(c: &mut Client) -> String {
+    let u = uuid::Uuid::new_v4().to_string();
+    c.request(
+        "begin_message",
+        json!({"session_id": "watchers", "user_message_id": u}),
+    )
+    .unwrap();
+    u
+}
+
+fn rewind_all(c: &mut Client, uuid: &str) -> Value {
+    c.request(
+        "rewind_files",
+        json!({"user_message_id": uuid, "scope": "all"}),
+    )
+    .unwrap()
+}
+
+/// The workspace-relative paths of a reply's `changedMeanwhile` (absent: none), sorted.
+fn meanwhile(m: &Mounted, v: &Value) -> Vec<String> {
+    let mut out: Vec<String> = v["changedMeanwhile"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    Path::new(p.as_str().unwrap())
+                        .strip_prefix(&m.dir)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn set_user_xattr(p: &Path, value: &str) {
+    rustix::fs::setxattr(
+        p,
+        "user.note",
+        value.as_bytes(),
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+}
+
+fn user_xattr(p: &Path) -> String {
+    let mut buf = vec![0u8; 64];
+    let n = rustix::fs::getxattr(p, "user.note", &mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// Each kind of change a rewind makes, as a watcher of the mount sees it. Without the rewind
+/// going through the mount (it used to write behind it), the watcher saw none of these.
+#[test]
+fn a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
+    require_fuse();
+    let m = Mounted::with(|d| {
+        fs::write(d.join("content.txt"), "one\n").unwrap();
+        fs::write(d.join("deleted.txt"), "deleted since\n").unwrap();
+        fs::write(d.join("old.txt"), "renamed since\n").unwrap();
+        fs::write(d.join("mode.txt"), "mode\n").unwrap();
+        fs::set_permissions(d.join("mode.txt"), fs::Permissions::from_mode(0o644)).unwrap();
+        fs::write(d.join("xattr.txt"), "xattr\n").unwrap();
+        set_user_xattr(&d.join("xattr.txt"), "before");
+        fs::create_dir(d.join("gone")).unwrap();
+        fs::write(d.join("gone/inside.txt"), "in a removed directory\n").unwrap();
+        std::os::unix::fs::symlink("content.txt", d.join("link")).unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    sh(
+        &m.dir,
+        "echo two > content.txt; rm deleted.txt; mv old.txt renamed.txt; chmod 600 mode.txt; \
+         rm -r gone; mkdir made && echo new > made/new.txt; echo created > created.txt; rm link",
+    );
+    set_user_xattr(&m.p("xattr.txt"), "after");
+    let mut w = Watcher::new(&m.dir, &["", "made"]);
+    let r = rewind_all(&mut c, &cp);
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    let ev = w.drain();
+
+    // (path, events it must have: any of each group, events it must not have)
+    let any = |f: ReadFlags| f;
+    let cases: &[(&str, &[ReadFlags], ReadFlags)] = &[
+        // Restored in place: emptied and written, then closed.
+        (
+            "content.txt",
+            &[any(ReadFlags::MODIFY), any(ReadFlags::CLOSE_WRITE)],
+            ReadFlags::DELETE | ReadFlags::MOVED_TO,
+        ),
+        // Back again: arrives by a rename of a complete file.
+        (
+            "deleted.txt",
+            &[any(ReadFlags::CREATE | ReadFlags::MOVED_TO)],
+            ReadFlags::empty(),
+        ),
+        // A rename undone: the new name goes, the old one comes back.
+        ("renamed.txt", &[any(ReadFlags::DELETE)], ReadFlags::empty()),
+        (
+            "old.txt",
+            &[any(ReadFlags::CREATE | ReadFlags::MOVED_TO)],
+            ReadFlags::empty(),
+        ),
+        // A mode alone: a chmod, nothing written.
+        (
+            "mode.txt",
+            &[any(ReadFlags::ATTRIB)],
+            ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE,
+        ),
+        // An extended attribute alone: the same.
+        (
+            "xattr.txt",
+            &[any(ReadFlags::ATTRIB)],
+            ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE,
+        ),
+        // A directory removed since comes back.
+        (
+            "gone",
+            &[any(ReadFlags::CREATE | ReadFlags::MOVED_TO)],
+            ReadFlags::empty(),
+        ),
+        // A directory made since goes, with what is in it.
+        (
+            "made/new.txt",
+            &[any(ReadFlags::DELETE)],
+            ReadFlags::empty(),
+        ),
+        ("made", &[any(ReadFlags::DELETE)], ReadFlags::empty()),
+        // A file made since goes.
+        ("created.txt", &[any(ReadFlags::DELETE)], ReadFlags::empty()),
+        // A symlink comes back.
+        (
+            "link",
+            &[any(ReadFlags::CREATE | ReadFlags::MOVED_TO)],
+            ReadFlags::empty(),
+        ),
+    ];
+    for (path, want, never) in cases {
+        let got = of(&ev, path);
+        for w in *want {
+            assert!(
+                got.intersects(*w),
+                "{path}: a watcher of the mount got {got:?}, not {w:?} (all events: {ev:?})"
+            );
+        }
+        assert!(
+            !got.intersects(*never),
+            "{path}: a watcher of the mount got {got:?}, including {never:?}, which the change \
+             does not cause (all events: {ev:?})"
+        );
+    }
+    assert!(
+        of(&ev, "gone").contains(ReadFlags::ISDIR),
+        "a directory's events say so: {ev:?}"
+    );
+    // And the tree is what it was.
+    assert_eq!(fs::read_to_string(m.p("content.txt")).unwrap(), "one\n");
+    assert_eq!(
+        fs::read_to_string(m.p("deleted.txt")).unwrap(),
+        "deleted since\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("old.txt")).unwrap(),
+        "renamed since\n"
+    );
+    assert!(!m.p("renamed.txt").exists() && !m.p("made").exists());
+    assert!(!m.p("created.txt").exists());
+    assert_eq!(
+        fs::metadata(m.p("mode.txt")).unwrap().permissions().mode() & 0o7777,
+        0o644
+    );
+    assert_eq!(user_xattr(&m.p("xattr.txt")), "before");
+    assert_eq!(
+        fs::read_to_string(m.p("gone/inside.txt")).unwrap(),
+        "in a removed directory\n"
+    );
+    assert_eq!(
+        fs::read_link(m.p("link")).unwrap(),
+        Path::new("content.txt")
+    );
+    // The rewind's changes are in the change log, as a process's are.
+    let log = c.request("log", json!({})).unwrap();
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["actor"] == "rewind" && e["path"] == "content.txt"),
+        "{log}"
+    );
+}
+
+/// A file that still exists is restored in place, in every scope: its inode stays, and a
+/// process that holds it open reads the restored content (before, scopes `agent` and `all`
+/// wrote a new file beside it and exchanged the two: the open descriptor kept the old content).
+#[test]
+fn a_file_restored_by_a_rewind_keeps_its_inode_and_an_open_descriptor_reads_the_restored_content() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("open.txt"), "restored content\n").unwrap());
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(m.p("open.txt"), "changed since, and longer than before\n").unwrap();
+    let ino = fs::metadata(m.p("open.txt")).unwrap().ino();
+    let mut held = fs::File::open(m.p("open.txt")).unwrap();
+    let r = rewind_all(&mut c, &cp);
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(fs::metadata(m.p("open.txt")).unwrap().ino(), ino);
+    let mut s = String::new();
+    held.rewind().unwrap();
+    held.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "restored content\n");
+}
+
+/// Undo and redo change the tree through the mount too.
+#[test]
+fn undo_and_redo_are_seen_by_a_watcher_too() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("u.txt"), "checkpoint\n").unwrap());
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(m.p("u.txt"), "after\n").unwrap();
+    fs::write(m.p("v.txt"), "made after\n").unwrap();
+    rewind_all(&mut c, &cp);
+    for (cmd, content, v_events) in [
+        (
+            "undo_rewind",
+            "after\n",
+            ReadFlags::CREATE | ReadFlags::MOVED_TO,
+        ),
+        ("redo_rewind", "checkpoint\n", ReadFlags::DELETE),
+    ] {
+        let mut w = Watcher::new(&m.dir, &[""]);
+        let r = c.request(cmd, json!({})).unwrap();
+        assert_eq!(r["canRewind"], json!(true), "{cmd}: {r}");
+        let ev = w.drain();
+        assert!(
+            of(&ev, "u.txt").contains(ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE),
+            "{cmd}: {ev:?}"
+        );
+        assert!(of(&ev, "v.txt").intersects(v_events), "{cmd}: {ev:?}");
+        assert_eq!(fs::read_to_string(m.p("u.txt")).unwrap(), content);
+    }
+}
+
+/// A mount whose daemon runs with `env` (the fault-injection build's faults).
+fn paused(env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Mounted {
+    let mut m = Mounted::with(setup);
+    m.umount();
+    m.mount_with_env(&[], env);
+    m
+}
+
+/// Runs a real rewind to `cp` on a thread of its own, and returns its answer once it is done.
+fn rewind_in_background(m: &Mounted, cp: &str) -> std::thread::JoinHandle<Value> {
+    let (sock, cp) = (m.socket(), cp.to_string());
+    std::thread::spawn(move || {
+        let mut c = Client::connect(&sock).unwrap();
+        c.set_timeout(Duration::from_secs(600)).unwrap();
+        rewind_all(&mut c, &cp)
+    })
+}
+
+/// Someone changes a path the rewind is about to restore while the rewind plans (before its
+/// plan is journalled): the rewind leaves that path as they made it, restores the rest, and
+/// says so. Before, a rewind held every writer off while it ran; without that, and without the
+/// watch, the rewind would have overwritten the change.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_PLANNED_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
+        fs::write(d.join("b.txt"), "b at the checkpoint\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(m.p("a.txt"), "a since\n").unwrap();
+    fs::write(m.p("b.txt"), "b since\n").unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    fs::write(m.p("a.txt"), "a written while the rewind planned\n").unwrap();
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(meanwhile(&m, &r), vec!["a.txt"], "{r}");
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a written while the rewind planned\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    let files: Vec<&str> = r["filesChanged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        vec![m.p("b.txt").to_str().unwrap()],
+        "filesChanged lists what the rewind changed: {r}"
+    );
+    // The change it left alone is not in what undo would give back.
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    assert_eq!(fs::read_to_string(m.p("b.txt")).unwrap(), "b since\n");
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a written while the rewind planned\n"
+    );
+}
+
+/// Someone changes a path after the rewind's plan is journalled, before the rewind reaches it:
+/// the FUSE core refuses the rewind's own step on that path, and the rest goes on. The same for
+/// a file made in a directory the rewind removes: the file, and so the directory, stay.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_change_made_while_a_rewind_applies_is_refused_to_the_rewind_and_reported() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_JOURNALLED_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
+        fs::write(d.join("b.txt"), "b at the checkpoint\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(m.p("a.txt"), "a since\n").unwrap();
+    fs::write(m.p("b.txt"), "b since\n").unwrap();
+    fs::create_dir(m.p("made")).unwrap();
+    fs::write(m.p("made/x.txt"), "x\n").unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    fs::write(m.p("a.txt"), "a written while the rewind applied\n").unwrap();
+    fs::write(m.p("made/mine.txt"), "made while the rewind applied\n").unwrap();
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(
+        meanwhile(&m, &r),
+        vec!["a.txt", "made", "made/mine.txt"],
+        "{r}"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a written while the rewind applied\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("made/mine.txt")).unwrap(),
+        "made while the rewind applied\n"
+    );
+    assert!(
+        !m.p("made/x.txt").exists(),
+        "what the rewind planned to remove beside it went"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    let log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A rewind that fails part-way stays journalled while the mount goes on; the next mount
+/// finishes it — behind the mount, before serving — except for what someone changed since it
+/// began, which stays as they made it.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_changes() {
+    require_fuse();
+    let mut m = paused(&[("REWINDFS_TEST_FAIL_REWIND_AFTER", "1")], |d| {
+        for f in ["f1", "f2", "f3", "f4"] {
+            fs::write(d.join(f), format!("{f} at the checkpoint\n")).unwrap();
+        }
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    for f in ["f1", "f2", "f3", "f4"] {
+        fs::write(m.p(f), format!("{f} since\n")).unwrap();
+    }
+    let e = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all"}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("injected failure"), "{e}");
+    assert_eq!(
+        fs::read_to_string(m.p("f1")).unwrap(),
+        "f1 at the checkpoint\n"
+    );
+    assert_eq!(fs::read_to_string(m.p("f2")).unwrap(), "f2 since\n");
+    // Someone changes one of the paths the rewind has not reached yet.
+    fs::write(m.p("f3"), "f3 after the failed rewind\n").unwrap();
+    drop(c);
+    m.umount();
+    m.mount(&[]);
+    assert_eq!(
+        fs::read_to_string(m.p("f2")).unwrap(),
+        "f2 at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("f4")).unwrap(),
+        "f4 at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("f3")).unwrap(),
+        "f3 after the failed rewind\n",
+        "recovery left the later change alone"
+    );
+    let log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
+    assert!(
+        log.contains("finishing rewind") && log.contains("f3"),
+        "the log says what was finished and what was left: {log}"
+    );
+    // The rewind is done, and on the undo stack.
+    let mut c = client(&m);
+    let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
+    assert!(u["undone"].is_string(), "{u}");
+}
