@@ -7,8 +7,8 @@
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
 //! - `rewind` (plan and apply) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
-//! - `sys` (raw system calls, relative to a directory fd; /proc), `faults` (test-only fault
-//!   injection); beside the layers, `mounts` (the mount table), `procs` (processes left
+//! - `sys` (raw system calls, relative to a directory fd; /proc), `locks` (taking a lock, one
+//!   way: a poisoned one fails closed), `faults` (test-only fault injection); beside the layers, `mounts` (the mount table), `procs` (processes left
 //!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
 //!   store), used by the CLI.
 
@@ -20,6 +20,7 @@ pub mod daemon;
 pub(crate) mod faults;
 pub(crate) mod fs;
 pub mod hook;
+pub(crate) mod locks;
 pub(crate) mod mounts;
 pub mod procs;
 pub mod remote;

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Recorder;
+use crate::locks::Locked;
 use crate::store::Actor;
 use crate::sys;
 
@@ -76,7 +77,7 @@ const PROC_CACHE_TTL: Duration = Duration::from_secs(2);
 impl Recorder {
     /// Registered agent pids.
     pub fn agents(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.actors.lock().unwrap().agents.keys().copied().collect();
+        let mut v: Vec<u32> = self.actors.locked().agents.keys().copied().collect();
         v.sort();
         v
     }
@@ -85,8 +86,7 @@ impl Recorder {
     pub fn agents_by_session(&self) -> Vec<(u32, Option<String>)> {
         let mut v: Vec<(u32, Option<String>)> = self
             .actors
-            .lock()
-            .unwrap()
+            .locked()
             .agents
             .iter()
             .map(|(p, s)| (*p, s.clone()))
@@ -98,14 +98,14 @@ impl Recorder {
     /// `pid` is an agent of `session` (its writes are `tool`, its descendants' `shell`, and
     /// both that session's); registering it again moves it to the new session.
     pub fn register_agent(&self, pid: u32, session: Option<&str>) {
-        let mut a = self.actors.lock().unwrap();
+        let mut a = self.actors.locked();
         a.agents.insert(pid, session.map(str::to_string));
         a.cache.clear();
     }
 
     /// Forgets agents that have exited. Returns how many are left.
     pub fn prune_agents(&self) -> usize {
-        let mut a = self.actors.lock().unwrap();
+        let mut a = self.actors.locked();
         a.agents.retain(|pid, _| sys::process_alive(*pid));
         a.agents.len()
     }
@@ -120,7 +120,7 @@ impl Recorder {
         file: Option<PathBuf>,
         session: Option<&str>,
     ) {
-        let mut a = self.actors.lock().unwrap();
+        let mut a = self.actors.locked();
         if pre {
             a.spans.retain(|_, s| {
                 !(s.session.as_deref() == session && FILE_TOOLS.contains(&s.tool.as_str()))
@@ -141,7 +141,7 @@ impl Recorder {
     /// Ends every open span of `session` (and those of no session): its turn ended, or a new
     /// prompt began. Returns how many were open.
     pub fn close_spans(&self, session: Option<&str>) -> usize {
-        let mut a = self.actors.lock().unwrap();
+        let mut a = self.actors.locked();
         let before = a.spans.len();
         a.spans
             .retain(|_, s| s.session.is_some() && s.session.as_deref() != session);
@@ -154,9 +154,9 @@ impl Recorder {
         if self.is_rewinder(pid) {
             return Self::rewind_actor();
         }
-        let mut who = self.actors.lock().unwrap().classify(pid, path);
+        let mut who = self.actors.locked().classify(pid, path);
         if who.session.is_none() && who.actor != Actor::External {
-            who.session = self.state.lock().unwrap().session.clone();
+            who.session = self.state.locked().session.clone();
         }
         who
     }

@@ -26,6 +26,7 @@ use super::adopt::Adopt;
 use super::ranges::Partial;
 use super::snapshot::{snapshot, stat_of};
 use super::{Need, Op, Recorder, path_key};
+use crate::locks::Locked;
 use crate::store::Actor;
 use crate::store::Purpose;
 use crate::store::{CheckpointKind, Prompt};
@@ -81,7 +82,7 @@ impl State {
 impl Recorder {
     /// The current checkpoint: (seq, uuid, session).
     pub fn current(&self) -> (i64, String, Option<String>) {
-        let s = self.state.lock().unwrap();
+        let s = self.state.locked();
         (s.seq, s.uuid.clone(), s.session.clone())
     }
 
@@ -109,11 +110,11 @@ impl Recorder {
         // the checkpoint's own row is written (a boundary used to stall every change for the
         // whole flush, 5-60 ms). Log entries carry their checkpoint, so order is kept anyway.
         self.flush_log();
-        let _g = self.capture.lock().unwrap();
+        let _g = self.capture.locked();
         let seq = self
             .store
             .begin_checkpoint_for(uuid, session, kind, prompt)?;
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.locked();
         s.seq = seq;
         s.uuid = uuid.to_string();
         if let Some(sess) = session {
@@ -150,7 +151,7 @@ impl Recorder {
 
     /// Checkpoint `seq` is now known as `uuid` (its message uuid, bound after it began).
     pub fn renamed(&self, seq: i64, uuid: &str) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.locked();
         if s.seq == seq {
             s.uuid = uuid.to_string();
         }
@@ -161,7 +162,7 @@ impl Recorder {
 
     /// Each session's current checkpoint.
     pub fn sessions(&self) -> Vec<(String, SessionNow)> {
-        let s = self.state.lock().unwrap();
+        let s = self.state.locked();
         let mut v: Vec<_> = s
             .sessions
             .iter()
@@ -197,25 +198,25 @@ impl Recorder {
     ) -> io::Result<(i64, Option<i64>)> {
         loop {
             let (seq, bits, partial) = {
-                let s = self.state.lock().unwrap();
+                let s = self.state.locked();
                 (s.seq, s.seen.get(p).copied(), s.partial.contains_key(p))
             };
             if let Some(bits) = bits {
                 if bits & actor.bit() == 0 {
                     self.store.add_actor(seq, p, actor.bit())?;
-                    if let Some(b) = self.state.lock().unwrap().seen.get_mut(p) {
+                    if let Some(b) = self.state.locked().seen.get_mut(p) {
                         *b |= actor.bit();
                     }
                 }
                 if partial && need != Need::Meta {
-                    let _g = self.capture.lock().unwrap();
+                    let _g = self.capture.locked();
                     self.save_ranges(p, need, op)?;
                 }
                 return Ok((seq, None));
             }
-            let _g = self.capture.lock().unwrap();
+            let _g = self.capture.locked();
             {
-                let s = self.state.lock().unwrap();
+                let s = self.state.locked();
                 if s.seq != seq || s.seen.contains_key(p) {
                     continue;
                 }
@@ -231,7 +232,7 @@ impl Recorder {
                 }
             }
             let id = self.capture_whole(p, seq, actor, op, adopt, file, st)?;
-            let mut s = self.state.lock().unwrap();
+            let mut s = self.state.locked();
             if s.seq != seq {
                 continue; // a boundary passed: capture again for the new checkpoint
             }
@@ -243,7 +244,7 @@ impl Recorder {
     /// A directory was renamed (or exchanged) from or to `a` and `b`: the paths beneath either
     /// name now hold other files, so they are captured afresh.
     pub(super) fn forget_beneath(&self, a: &[u8], b: &[u8]) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.locked();
         let under =
             |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
         s.seen.retain(|k, _| !under(k, a) && !under(k, b));
@@ -260,7 +261,7 @@ impl Recorder {
         op: Op,
     ) -> io::Result<()> {
         let session = {
-            let s = self.state.lock().unwrap();
+            let s = self.state.locked();
             match session.map(str::to_string).or_else(|| s.session.clone()) {
                 Some(sess) if !s.tracked.get(&sess).is_some_and(|t| t.contains(p)) => sess,
                 _ => return Ok(()),
@@ -274,7 +275,7 @@ impl Recorder {
             None => {
                 // Already changed in this checkpoint by someone else: the state now is what the
                 // tool is about to overwrite.
-                let _g = self.capture.lock().unwrap();
+                let _g = self.capture.locked();
                 let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
                 self.store
                     .insert_capture(seq, p, Purpose::Tool, &pre, Actor::Tool, op)?
@@ -282,8 +283,7 @@ impl Recorder {
         };
         self.store.track(&session, p, seq, id)?;
         self.state
-            .lock()
-            .unwrap()
+            .locked()
             .tracked
             .entry(session)
             .or_default()

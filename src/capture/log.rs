@@ -24,6 +24,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Change, Op, Recorder, path_key};
+use crate::locks::Locked;
 use crate::store::{LogEntry, now_ms};
 use crate::sys;
 
@@ -62,12 +63,12 @@ impl Recorder {
     pub fn run_flusher(&self, every: Duration, stop: &AtomicBool) {
         loop {
             {
-                let wanted = self.log.flush_wanted.lock().unwrap();
-                let (mut wanted, _) = self
-                    .log
-                    .flush_wake
-                    .wait_timeout_while(wanted, every, |w| !*w)
-                    .unwrap();
+                let wanted = self.log.flush_wanted.locked();
+                let (mut wanted, _) = crate::locks::held(self.log.flush_wake.wait_timeout_while(
+                    wanted,
+                    every,
+                    |w| !*w,
+                ));
                 *wanted = false;
             }
             self.flush_log();
@@ -84,7 +85,7 @@ impl Recorder {
 
     /// Wakes the flusher (see [`Recorder::run_flusher`]).
     pub fn wake_flusher(&self) {
-        *self.log.flush_wanted.lock().unwrap() = true;
+        *self.log.flush_wanted.locked() = true;
         self.log.flush_wake.notify_one();
     }
 
@@ -106,7 +107,7 @@ impl Recorder {
                     .unwrap_or(change.path),
             ),
         );
-        let seq = self.state.lock().unwrap().seq;
+        let seq = self.state.locked().seq;
         let e = LogEntry {
             seq: 0,
             at: now_ms(),

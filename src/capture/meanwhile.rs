@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::{Change, Op, Recorder, path_key};
+use crate::locks::{Locked, RwLocked};
 use crate::store::Actor;
 
 /// The errno the FUSE core answers a rewind's own request with when the path was changed by
@@ -78,14 +79,14 @@ impl Watch<'_> {
     /// namespace — or, with `beneath`, something below it (for a path a rewind removes or
     /// replaces by another kind).
     pub fn changed(&self, p: &[u8], beneath: bool) -> bool {
-        let m = self.rec.meanwhile.lock().unwrap();
+        let m = self.rec.meanwhile.locked();
         m.as_ref()
             .is_some_and(|c| c.at_or_above(p) || (beneath && c.beneath(p)))
     }
 
     /// How many paths others changed since the watch began.
     pub fn count(&self) -> usize {
-        let m = self.rec.meanwhile.lock().unwrap();
+        let m = self.rec.meanwhile.locked();
         m.as_ref().map_or(0, |c| c.0.len())
     }
 
@@ -113,7 +114,7 @@ impl Drop for Watch<'_> {
     fn drop(&mut self) {
         self.rec.rewinder.store(0, Ordering::Release);
         self.rec.watching.store(false, Ordering::Release);
-        *self.rec.meanwhile.lock().unwrap() = None;
+        *self.rec.meanwhile.locked() = None;
     }
 }
 
@@ -122,8 +123,8 @@ impl Recorder {
     /// through the mount from the process [`Watch::apply_here_for`] names (see the module doc).
     /// Waits, at the gate, for the changes in flight to finish.
     pub fn watch(&self) -> Watch<'_> {
-        let _all = self.gate.write().unwrap_or_else(|p| p.into_inner());
-        *self.meanwhile.lock().unwrap() = Some(Changed::default());
+        let _all = self.gate.exclusive();
+        *self.meanwhile.locked() = Some(Changed::default());
         self.watching.store(true, Ordering::Release);
         Watch { rec: self }
     }
@@ -150,7 +151,7 @@ impl Recorder {
                 | Op::Rename
                 | Op::Exchange
         );
-        let mut m = self.meanwhile.lock().unwrap();
+        let mut m = self.meanwhile.locked();
         let Some(c) = m.as_mut() else { return };
         c.note(&path_key(change.path), names);
         if let Some(p2) = change.path2 {
@@ -164,7 +165,7 @@ impl Recorder {
     /// Before the rewind's own change: refused with [`MEANWHILE`] if someone else changed what
     /// it would change since the rewind began.
     pub(super) fn check_own(&self, change: &Change<'_>) -> std::io::Result<()> {
-        let m = self.meanwhile.lock().unwrap();
+        let m = self.meanwhile.locked();
         let Some(c) = m.as_ref() else { return Ok(()) };
         let hit = c.at_or_above(&path_key(change.path))
             || change.path2.is_some_and(|p| c.at_or_above(&path_key(p)));

@@ -40,6 +40,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use crate::locks::{Locked, RwLocked};
 use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Store};
 use crate::sys;
@@ -163,7 +164,7 @@ impl Recorder {
     /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
     pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
         let (seq, session) = {
-            let s = self.state.lock().unwrap();
+            let s = self.state.locked();
             (s.seq, s.session.clone())
         };
         let keep_from = hold_from.map_or(seq, |h| h.min(seq));
@@ -194,7 +195,7 @@ impl Recorder {
     /// and export read the present under it, import writes rows a capture would race). Not for
     /// rewinds, which apply through the mount under a watch instead (`meanwhile.rs`).
     pub fn exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.gate.write().unwrap_or_else(|p| p.into_inner())
+        self.gate.exclusive()
     }
 
     /// The lock a capture holds while it stores a blob and records it: removing blob files
@@ -217,7 +218,7 @@ impl Observer for Recorder {
             }
             return Ok(None);
         }
-        let permit = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let permit = self.gate.shared();
         self.note_meanwhile(change);
         // For a rename, the file that matters for tool spans is the target.
         let subject = if change.op == Op::Rename {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use rustix::fs::{OFlags, Stat};
 
 use super::{Need, Op, Recorder};
+use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::Purpose;
 use crate::store::{Actor, Kind, PreImage, Range, RangeContent};
@@ -161,7 +162,7 @@ impl Recorder {
                 io::Error::from(e)
             })?;
         {
-            let mut s = self.state.lock().unwrap();
+            let mut s = self.state.locked();
             s.seen.insert(p.to_vec(), actor.bit());
             s.partial.insert(
                 p.to_vec(),
@@ -200,7 +201,7 @@ impl Recorder {
                         sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
                             .map_err(refuse)?,
                     );
-                    if let Some(part) = self.state.lock().unwrap().partial.get_mut(p) {
+                    if let Some(part) = self.state.locked().partial.get_mut(p) {
                         part.fd = Some(fd.clone());
                     }
                     fd
@@ -212,7 +213,7 @@ impl Recorder {
         }
         if need == Need::All {
             // Every byte is saved: the capture is as good as a full one from here on.
-            self.state.lock().unwrap().partial.remove(p);
+            self.state.locked().partial.remove(p);
         }
         Ok(())
     }
@@ -220,7 +221,7 @@ impl Recorder {
     /// What of `p` a change needing `need` would overwrite unsaved. `None`: nothing to save
     /// (not partially captured, metadata only, or only bytes past the captured size).
     fn unsaved(&self, p: &[u8], need: Need) -> Option<Unsaved> {
-        let s = self.state.lock().unwrap();
+        let s = self.state.locked();
         let part = s.partial.get(p)?;
         let (a, b) = match need {
             Need::Meta => return None,
@@ -266,7 +267,7 @@ impl Recorder {
                 content,
             };
             self.store.insert_range(id, &range)?;
-            if let Some(part) = self.state.lock().unwrap().partial.get_mut(p) {
+            if let Some(part) = self.state.locked().partial.get_mut(p) {
                 part.cover(off, off + len);
             }
             off += len;

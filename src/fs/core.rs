@@ -47,6 +47,7 @@ use rustix::fs::{OFlags, Stat};
 use super::files::NodeFile;
 use super::inodes::{Inodes, Looked};
 use crate::capture::{Change, Observer, Op, Permit};
+use crate::locks::Locked;
 use crate::sys;
 
 /// Who asked: the caller's ids and pid, from the FUSE request header.
@@ -243,7 +244,7 @@ impl Core {
     pub fn getattr(&self, ino: u64) -> io::Result<Stat> {
         // A node with an fd (a file being read or written, after which the kernel asks again;
         // or one whose last name went) is answered by it, without a path walk.
-        let f = self.files.lock().unwrap().get(&ino).cloned();
+        let f = self.files.locked().get(&ino).cloned();
         match f {
             Some(f) => {
                 let mut st = sys::fstat(f.fd.as_fd())?;

@@ -41,6 +41,7 @@ use std::sync::{Arc, MutexGuard, RwLockReadGuard};
 use rustix::fs::OFlags;
 
 use super::core::{Core, err};
+use crate::locks::{Locked, RwLocked};
 use crate::sys;
 
 /// A backing fd held for a node, and the marks that say what it stands for (see the module
@@ -133,7 +134,7 @@ impl Core {
     /// Node `ino`'s fd, opened by path if it has none yet (or only a read-only one, for a
     /// write). A node with no name left has only its pinned fd.
     pub(super) fn node_file(&self, ino: u64, write: bool) -> io::Result<Arc<NodeFile>> {
-        if let Some(f) = self.files.lock().unwrap().get(&ino) {
+        if let Some(f) = self.files.locked().get(&ino) {
             if f.writable || !write {
                 return Ok(f.clone());
             }
@@ -174,7 +175,7 @@ impl Core {
     pub(super) fn keep_file(&self, ino: u64, f: Arc<NodeFile>) -> Arc<NodeFile> {
         let mut evicted = Vec::new();
         {
-            let mut files = self.files.lock().unwrap();
+            let mut files = self.files.locked();
             if let Some(old) = files.get(&ino) {
                 if old.writable || !f.writable {
                     return old.clone();
@@ -218,12 +219,7 @@ impl Core {
     /// the node's fd is pinned, so whoever has the file open can still reach it; `adopted`
     /// when the store may keep that inode as the pre-image. Returns whether it was pinned.
     pub(super) fn pin(&self, ino: u64, p: &Path, adopted: bool) -> bool {
-        let have = self
-            .files
-            .lock()
-            .unwrap()
-            .get(&ino)
-            .is_some_and(|f| f.writable);
+        let have = self.files.locked().get(&ino).is_some_and(|f| f.writable);
         // Read-only (or none yet): writing to the file once it has no name needs more.
         let fresh = if have {
             None
@@ -244,7 +240,7 @@ impl Core {
         };
         // Marked under the cache's lock, in the entry the cache holds: no eviction can take
         // it out in between.
-        let mut files = self.files.lock().unwrap();
+        let mut files = self.files.locked();
         let f = match (files.get(&ino), fresh) {
             (Some(old), Some(new)) if !old.writable && new.writable => {
                 new.take_marks(old);
@@ -265,7 +261,7 @@ impl Core {
 
     /// The removal did not happen after all: node `ino`'s fd need not be kept.
     pub(super) fn unpin(&self, ino: u64) {
-        if let Some(f) = self.files.lock().unwrap().get(&ino) {
+        if let Some(f) = self.files.locked().get(&ino) {
             f.pinned.store(false, Ordering::Relaxed);
             f.adopted.store(false, Ordering::Relaxed);
         }
@@ -279,7 +275,7 @@ impl Core {
     /// first change, and the writer works on that. Such changes are rare, and run one at a
     /// time (the guard), so none can reach the inode the node had before.
     pub(super) fn for_change(&self, ino: u64) -> io::Result<Target<'_>> {
-        let named = self.removing.read().unwrap();
+        let named = self.removing.shared();
         if let Ok(p) = self.path(ino) {
             return Ok(Target {
                 file: self.node_file(ino, true)?,
@@ -289,14 +285,14 @@ impl Core {
             });
         }
         drop(named);
-        let guard = self.nameless.lock().unwrap();
+        let guard = self.nameless.locked();
         let mut file = self.node_file(ino, true)?;
         if file.adopted.load(Ordering::Relaxed) && sys::fstat(file.fd.as_fd())?.st_nlink > 0 {
             let copy = NodeFile::new(self.private_copy(file.fd.as_fd())?, true);
             copy.pinned.store(true, Ordering::Relaxed);
             file = Arc::new(copy);
             // In place of the adopted inode's fd, whatever the cache held.
-            let old = self.files.lock().unwrap().insert(ino, file.clone());
+            let old = self.files.locked().insert(ino, file.clone());
             drop(old);
         }
         Ok(Target {
@@ -332,7 +328,7 @@ impl Core {
 
     /// The kernel forgot node `ino` for good: its fd goes with it.
     pub(super) fn drop_file(&self, ino: u64) {
-        let f = self.files.lock().unwrap().remove(&ino);
+        let f = self.files.locked().remove(&ino);
         if let Some(f) = f.and_then(|f| Arc::try_unwrap(f).ok()) {
             // Closing frees an unlinked file, or writes out a truncated one: the closer's
             // work. Any other fd closes here (waking the closer costs more).
@@ -371,7 +367,7 @@ mod tests {
         ro.writable = false;
         ro.pinned.store(true, Ordering::Relaxed);
         ro.adopted.store(true, Ordering::Relaxed);
-        core.files.lock().unwrap().insert(l.ino, Arc::new(ro));
+        core.files.locked().insert(l.ino, Arc::new(ro));
         let rw = Arc::new(core.open_node(l.ino, f, true).unwrap());
         let kept = core.keep_file(l.ino, rw.clone());
         assert!(

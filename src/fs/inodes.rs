@@ -22,6 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::RwLock;
 
+use crate::locks::RwLocked;
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use rustix::fs::Stat;
 
@@ -261,7 +262,7 @@ impl Inodes {
     /// # Errors
     /// `ESTALE` for an unknown node, `ENOENT` for one that no longer has a name (unlinked).
     pub fn path(&self, ino: u64) -> io::Result<PathBuf> {
-        let t = self.table.read().unwrap();
+        let t = self.table.shared();
         let mut parts: Vec<&OsStr> = Vec::new();
         let mut cur = ino;
         let mut len = 0;
@@ -290,7 +291,7 @@ impl Inodes {
     /// with one name): a change to its content changes what every name shows.
     pub fn aliases(&self, ino: u64) -> Vec<PathBuf> {
         let names: Vec<Name> = {
-            let t = self.table.read().unwrap();
+            let t = self.table.shared();
             match t.nodes.get(&ino) {
                 Some(n) if n.multi => Self::other_names(&t, ino, n.name.as_ref()).collect(),
                 _ => return Vec::new(),
@@ -334,7 +335,7 @@ impl Inodes {
 
     /// The `S_IFMT` kind recorded for a node.
     pub fn kind(&self, ino: u64) -> Option<u32> {
-        self.table.read().unwrap().nodes.get(&ino).map(|n| n.kind)
+        self.table.shared().nodes.get(&ino).map(|n| n.kind)
     }
 
     /// Whether the node is known to have no `security.capability` attribute. The kernel asks
@@ -342,8 +343,7 @@ impl Inodes {
     /// requests `tar` makes per file); known nodes are answered without a system call.
     pub fn no_caps(&self, ino: u64) -> bool {
         self.table
-            .read()
-            .unwrap()
+            .shared()
             .nodes
             .get(&ino)
             .is_some_and(|n| n.no_caps)
@@ -351,7 +351,7 @@ impl Inodes {
 
     /// Records that the node, just created, has no `security.capability` attribute.
     pub fn set_no_caps(&self, ino: u64) {
-        if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
+        if let Some(n) = self.table.exclusive().nodes.get_mut(&ino) {
             n.no_caps = true;
         }
     }
@@ -359,7 +359,7 @@ impl Inodes {
     /// Forgets that the node has no `security.capability` attribute (it is being set or
     /// removed).
     pub fn forget_no_caps(&self, ino: u64) {
-        if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
+        if let Some(n) = self.table.exclusive().nodes.get_mut(&ino) {
             n.no_caps = false;
             n.caps_epoch = n.caps_epoch.wrapping_add(1);
         }
@@ -367,18 +367,13 @@ impl Inodes {
 
     /// The node's capabilities epoch, read before asking the disk.
     pub fn caps_epoch(&self, ino: u64) -> Option<u32> {
-        self.table
-            .read()
-            .unwrap()
-            .nodes
-            .get(&ino)
-            .map(|n| n.caps_epoch)
+        self.table.shared().nodes.get(&ino).map(|n| n.caps_epoch)
     }
 
     /// The disk said the node has no `security.capability`: remembered unless a set or remove
     /// of it came in since `epoch` was read.
     pub fn learn_no_caps(&self, ino: u64, epoch: u32) {
-        if let Some(n) = self.table.write().unwrap().nodes.get_mut(&ino) {
+        if let Some(n) = self.table.exclusive().nodes.get_mut(&ino) {
             if n.caps_epoch == epoch {
                 n.no_caps = true;
             }
@@ -387,19 +382,19 @@ impl Inodes {
 
     /// Backing key of a node, to check a re-resolved path still names the same file.
     pub fn key(&self, ino: u64) -> Option<(u64, u64)> {
-        self.table.read().unwrap().nodes.get(&ino).map(|n| n.key)
+        self.table.shared().nodes.get(&ino).map(|n| n.key)
     }
 
     /// The node id a backing file has (or would get), without taking a lookup.
     pub fn ino_of(&self, st: &Stat) -> Option<u64> {
-        self.table.read().unwrap().id_of((st.st_dev, st.st_ino))
+        self.table.shared().id_of((st.st_dev, st.st_ino))
     }
 
     /// Records that the kernel now holds one more lookup of the file `st` at `parent/name`.
     pub fn lookup(&self, parent: u64, name: &OsStr, st: &Stat) -> Looked {
         let key = (st.st_dev, st.st_ino);
         let kind = st.st_mode & libc::S_IFMT;
-        let mut t = self.table.write().unwrap();
+        let mut t = self.table.exclusive();
         if let Some(ino) = t.id_of(key) {
             if ino == ROOT {
                 return Looked { ino, generation: 0 };
@@ -474,7 +469,7 @@ impl Inodes {
     /// node keeps the name it has (the name writers most likely use).
     pub fn lookup_link(&self, parent: u64, name: &OsStr, st: &Stat) -> Looked {
         {
-            let mut t = self.table.write().unwrap();
+            let mut t = self.table.exclusive();
             if let Some(ino) = t.id_of((st.st_dev, st.st_ino)) {
                 t.map(parent, name, ino);
                 Self::add_link(&mut t, ino, (parent, name.into()));
@@ -494,7 +489,7 @@ impl Inodes {
     /// rmdir, or replaced by a rename). A hard-linked file whose primary name goes away keeps
     /// another name the kernel knows.
     pub fn renamed(&self, ino: u64, from: (u64, &OsStr), to: Option<(u64, &OsStr)>) {
-        let mut t = self.table.write().unwrap();
+        let mut t = self.table.exclusive();
         let from_key: Name = (from.0, from.1.into());
         if let Some(v) = t.links.get_mut(&ino) {
             v.retain(|k| *k != from_key);
@@ -547,7 +542,7 @@ impl Inodes {
     /// A node's file was deleted for good (nlink reached 0): forget its backing key so a new
     /// file reusing the inode number gets a fresh generation.
     pub fn unlinked(&self, ino: u64) {
-        let mut t = self.table.write().unwrap();
+        let mut t = self.table.exclusive();
         if let Some(n) = t.nodes.get_mut(&ino) {
             n.generation += 1;
         }
@@ -558,7 +553,7 @@ impl Inodes {
         if ino == ROOT {
             return;
         }
-        let mut t = self.table.write().unwrap();
+        let mut t = self.table.exclusive();
         if let Some(n) = t.nodes.get_mut(&ino) {
             n.nlookup = n.nlookup.saturating_sub(count);
         }
@@ -609,7 +604,7 @@ impl Inodes {
     /// The node id of the directory entry `parent/name` if the kernel may have it cached.
     #[cfg(test)]
     pub fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        self.table.read().unwrap().get(parent, name)
+        self.table.shared().get(parent, name)
     }
 }
 
@@ -844,7 +839,7 @@ mod tests {
                         }
                     }
                 }
-                let tab = t.table.read().unwrap();
+                let tab = t.table.shared();
                 check_invariants(&tab);
                 let ids: Vec<(u64, (u64, u64))> =
                     tab.nodes.iter().map(|(&i, n)| (i, n.key)).collect();
@@ -861,9 +856,9 @@ mod tests {
                 }
                 // Every name the table was told about, of a node it still holds, is the node's
                 // path or one of its aliases.
-                known.retain(|_, k| t.table.read().unwrap().id_of(*k).is_some());
+                known.retain(|_, k| t.table.shared().id_of(*k).is_some());
                 for (p, k) in &known {
-                    let id = t.table.read().unwrap().id_of(*k).unwrap();
+                    let id = t.table.shared().id_of(*k).unwrap();
                     let mut all = t.aliases(id);
                     all.extend(t.path(id).ok());
                     proptest::prop_assert!(all.contains(p), "{:?} missing from {:?}", p, all);

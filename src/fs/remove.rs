@@ -35,6 +35,7 @@ use rustix::fs::Stat;
 
 use super::core::{Core, Ctx, err};
 use crate::capture::{Change, Op};
+use crate::locks::RwLocked;
 use crate::sys;
 
 fn is_regular(st: &Stat) -> bool {
@@ -119,7 +120,7 @@ impl Core {
         };
         let victim = self.victim(&st);
         // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
+        let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
             sys::unlinkat(self.root(), &p, is_dir)
         })?;
@@ -165,7 +166,7 @@ impl Core {
             .filter(|_| !exchange && !same_file)
             .and_then(|d| self.victim(d));
         // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.write().unwrap());
+        let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
             sys::renameat2(self.root(), &from, &to, flags)
         })?;

@@ -35,6 +35,7 @@ use serde_json::{Map, Value};
 use super::history::History;
 use super::{Engine, Request, RewindError, Scope};
 use crate::capture::snapshot;
+use crate::locks::Locked;
 use crate::store::bundle::{
     BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
 };
@@ -109,7 +110,7 @@ impl Engine {
         workspace: &Path,
         store: &Path,
     ) -> Result<Manifest, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         let start = self.export_start(sel)?;
         let tmp = out.with_file_name(format!(
             ".{}.rewindfs-export-{}",
@@ -355,7 +356,7 @@ impl Engine {
     /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose history
     /// diverges from this store's; store and file-system errors. Nothing is imported then.
     pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         let staged = self
             .store
             .stage_bundle(src, Some(self.recorder.capture_lock()))?;

@@ -12,6 +12,7 @@
 use super::past::DiffOut;
 use super::plan::now_state;
 use super::{Engine, Request, RewindError, Scope, Target};
+use crate::locks::Locked;
 use crate::store::Kind;
 
 impl Engine {
@@ -34,7 +35,7 @@ impl Engine {
             paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
             session_id: None,
         };
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         let (_, cp, filter) = self.checked(&req)?;
         self.kernel.flush();
         let text = self

@@ -37,6 +37,7 @@ use super::diff::{Side, file_diff};
 use super::filter::Filter;
 use super::past::{DiffOut, Entry, Past, Source};
 use super::{Engine, RewindError};
+use crate::locks::Locked;
 use crate::store::{Kind, Xattrs};
 use crate::sys;
 
@@ -79,7 +80,7 @@ impl Engine {
     /// cannot be created; file-system errors while writing (what was written stays, for the
     /// caller to look at or remove).
     pub fn fork(&self, uuid: &str, dest: &Path) -> Result<ForkReport, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         self.kernel.flush();
         let _gate = self.recorder.exclusive();
         let past = self.past(uuid)?;
@@ -252,7 +253,7 @@ impl Engine {
         dir: &Path,
         path: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         self.kernel.flush();
         let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
         let past = self.past(uuid)?;

@@ -93,6 +93,7 @@ pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
+use crate::locks::Locked;
 pub use crate::store::Scope;
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, Store};
 
@@ -389,7 +390,7 @@ impl Engine {
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
         // Dry runs too: what a plan puts together is removed once it is done (see `discard`).
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         let (uuid, cp, filter) = self.checked(req)?;
         if req.dry_run {
             // Data the kernel still holds counts as the present.
@@ -482,7 +483,7 @@ impl Engine {
     /// failed, leaving its plan for the next mount), or the dry run or diff has read them. A
     /// crash before that leaves them to the next gc's sweep. The caller holds `apply`.
     fn discard(&self) {
-        let hashes = std::mem::take(&mut *self.scratch.lock().unwrap());
+        let hashes = std::mem::take(&mut *self.scratch.locked());
         if let Err(e) = self.recorder.discard_unreferenced(&hashes) {
             tracing::warn!("removing a plan's transient blobs: {e}");
         }
@@ -497,7 +498,7 @@ impl Engine {
         policy: &crate::store::gc::Policy,
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         // Every live session stays rewindable to its first message: nothing from the first
         // checkpoint of the earliest one on is dropped (the recorder keeps the current
         // session's history from its own first checkpoint, as with one session).

@@ -26,6 +26,7 @@ use rustix::fs::OFlags;
 
 use super::history::{History, Lineage};
 use super::{Engine, RewindError};
+use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::{Capture, Kind, PreImage, Store};
 use crate::sys;
@@ -50,10 +51,7 @@ impl Engine {
         };
         let reader = self.chain(hist, c, at, &unusable_here)?;
         let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
-        self.scratch
-            .lock()
-            .unwrap()
-            .push(BlobRef::hash(hash.clone()));
+        self.scratch.locked().push(BlobRef::hash(hash.clone()));
         Ok(PreImage {
             blob: Some(BlobRef::hash(hash)),
             size,

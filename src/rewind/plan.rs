@@ -33,6 +33,7 @@ use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::{Differs, Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
+use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
@@ -172,7 +173,7 @@ impl Engine {
             // Moved elsewhere and unchanged since: its content is there.
             Lineage::Current(at) => {
                 let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&at)), &self.store)?;
-                self.scratch.lock().unwrap().extend(pre.blob.clone());
+                self.scratch.locked().extend(pre.blob.clone());
                 Some(pre)
             }
         })

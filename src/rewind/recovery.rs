@@ -32,6 +32,7 @@ use super::apply::{Applied, apply_plan};
 use super::history::{History, under};
 use super::{Engine, Outcome, RewindError, Target};
 use crate::capture::Watch;
+use crate::locks::Locked;
 use crate::store::{Actor, CheckpointKind, Kind, RewindScope, RewindState};
 
 impl Engine {
@@ -128,8 +129,7 @@ impl Engine {
             self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
             self.scratch
-                .lock()
-                .unwrap()
+                .locked()
                 .extend(targets.iter().filter_map(|t| t.blob.clone()));
             self.discard();
         }

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use super::filter::Filter;
 use super::history::{History, under};
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
+use crate::locks::Locked;
 use crate::store::{Actor, Kind, RewindRow, RewindScope, Step};
 
 /// Which way along the stack.
@@ -94,7 +95,7 @@ impl Engine {
     /// and `Failed` for store and file-system errors. A dry run reports a refusal in the
     /// outcome instead.
     pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
-        let _one = self.apply.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.apply.locked();
         let stack = self.store.stack()?;
         let step = match req.direction {
             Direction::Undo => stack.next_undo(),

@@ -29,6 +29,7 @@
 //! - `resolved` holds a key from its hashing until `finish`: a batch applied again after a
 //!   failure finds the hash although the pending file may be gone.
 
+use crate::locks::Locked;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -56,7 +57,7 @@ pub struct Adoptions {
 impl Adoptions {
     fn lock(&self) -> MutexGuard<'_, Table> {
         // A panic elsewhere never leaves the table half-updated: each method is one step.
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.locked()
     }
 
     /// `key` is about to be linked to a file whose name is about to go: in flight.
@@ -86,10 +87,10 @@ impl Adoptions {
     /// Waits up to `wait` for `key` to be settled; whether it was.
     pub fn wait_settled(&self, key: &str, wait: Duration) -> bool {
         let g = self.lock();
-        let (g, _) = self
-            .settled
-            .wait_timeout_while(g, wait, |t| t.in_flight.contains(key))
-            .unwrap_or_else(|p| p.into_inner());
+        let (g, _) = crate::locks::held(
+            self.settled
+                .wait_timeout_while(g, wait, |t| t.in_flight.contains(key)),
+        );
         !g.in_flight.contains(key)
     }
 

@@ -32,6 +32,7 @@ use super::BlobRef;
 use super::blobs::{self, Blobs};
 use super::journal::{self, Journal, Record};
 use super::{PreImage, RangeContent, Result, Store};
+use crate::locks::Locked;
 
 /// The capture journal and the next ids it hands out (ids are allocated here, not by SQLite,
 /// so a capture is durable with one append; see [`journal`]).
@@ -62,7 +63,7 @@ impl Pending {
         if !left.records.is_empty() {
             let shared = Mutex::new(conn);
             let (records, _) = resolve_pending(&shared, blobs, &left.records);
-            conn = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+            conn = crate::locks::held(shared.into_inner());
             apply_records(&mut conn, &records)?;
         }
         blobs.clear_pending()?;
@@ -113,9 +114,7 @@ fn resolve_pending(
                 keys.push(b.to_string());
                 match blobs.resolve(b) {
                     Ok(h) => *b = BlobRef::hash(h),
-                    Err(_)
-                        if capture_exists(&conn.lock().unwrap_or_else(|p| p.into_inner()), *id) => {
-                    }
+                    Err(_) if capture_exists(&conn.locked(), *id) => {}
                     Err(e) => tracing::error!(
                         "store: the pre-image of {} could not be hashed: {e}",
                         String::from_utf8_lossy(path)
@@ -245,7 +244,7 @@ impl Store {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> Result<T> {
-        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.conn.locked();
         Ok(f(&mut c)?)
     }
 
@@ -254,7 +253,7 @@ impl Store {
     /// across the SQLite transaction (changes append meanwhile), and `conn` only for the
     /// transaction itself (adopted files are hashed before it).
     fn apply_pending(&self) -> Result<()> {
-        let _order = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        let _order = self.applying.locked();
         self.apply_pending_locked()
     }
 
@@ -263,7 +262,7 @@ impl Store {
         // A batch a failed attempt left comes first; then what is pending now.
         for _ in 0..2 {
             let (batch, retry) = {
-                let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let mut p = self.pending.locked();
                 let retry = p.journal.has_in_flight();
                 match p.journal.take_batch()? {
                     Some(b) => (b, retry),
@@ -279,7 +278,7 @@ impl Store {
                 (self.conn_only(|c| apply_records(c, &batch)), Vec::new())
             };
             {
-                let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let mut p = self.pending.locked();
                 p.journal.batch_done(res.is_ok())?;
             }
             res?;
@@ -303,7 +302,7 @@ impl Store {
 
     /// Appends the record `make` builds (taking ids from `Pending`) to the journal.
     pub(super) fn journal(&self, make: impl FnOnce(&mut Pending) -> Record) -> Result<Record> {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self.pending.locked();
         let (cap, mv) = (p.next_capture, p.next_move);
         let r = make(&mut p);
         if let Err(e) = p.journal.append(r.clone()) {

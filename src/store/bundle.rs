@@ -35,6 +35,7 @@ use serde_json::{Map, Value};
 use super::{
     Actor, BlobRef, CheckpointKind, Op, Origin, PreImage, Purpose, Result, Store, StoreError,
 };
+use crate::locks::Locked;
 
 /// The first bytes of a bundle.
 pub const MAGIC: &[u8; 8] = b"RWFSBNDL";
@@ -877,7 +878,7 @@ impl Store {
         let (cap_ids, move_ids) = {
             let caps = rows.iter().filter(|r| r.t == "captures").count() + splice.len();
             let moves = rows.iter().filter(|r| r.t == "moves").count() as i64;
-            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut p = self.pending.locked();
             let ids = (p.next_capture, p.next_move);
             p.next_capture += caps as i64;
             p.next_move += moves;

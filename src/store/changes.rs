@@ -15,6 +15,7 @@ use rusqlite::params;
 
 use super::journal::Record;
 use super::{LogEntry, Result, Store};
+use crate::locks::Locked;
 
 impl Store {
     /// Journals a change-log entry (its `seq` is given here), unless it is a write that the
@@ -24,7 +25,7 @@ impl Store {
     /// # Errors
     /// The journal could not be written (e.g. `ENOSPC`); the entry is lost, not the change.
     pub fn log_change(&self, mut e: LogEntry) -> Result<usize> {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self.pending.locked();
         let same =
             |l: &LogEntry| l.path == e.path && l.pid == e.pid && l.checkpoint == e.checkpoint;
         if e.op == super::Op::Write && p.last_write.as_ref().is_some_and(same) {

@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{BlobRef, PlanTarget, Result, Store, StoreError, blobs::empty_hash, now_ms};
+use crate::locks::Locked;
 
 /// The lock captures hold while they store a blob and record it (the recorder's capture lock),
 /// which removing blob files takes; `None` where nothing captures (the offline command).
@@ -344,8 +345,8 @@ impl Store {
         for batch in hashes.chunks(UNLINK_BATCH) {
             // Most of the journal is applied before the locks are taken.
             self.flush_journal()?;
-            let _c = capture.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
-            let _order = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+            let _c = capture.map(|m| m.locked());
+            let _order = self.applying.locked();
             self.apply_pending_locked()?;
             let unnamed: Vec<&String> = self.conn_only(|c| {
                 let mut st = c.prepare_cached("SELECT 1 FROM blobs WHERE hash = ?1")?;
