@@ -11,6 +11,9 @@
 //!   way: a poisoned one fails closed), `faults` (test-only fault injection); beside the layers, `mounts` (the mount table), `procs` (processes left
 //!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
 //!   store), used by the CLI.
+//!
+//! The binary (`main.rs`) parses the command line and calls one function per command, in
+//! `src/commands/` (a module of the binary, not of this library).
 
 pub(crate) mod capture;
 pub mod cli;

@@ -1,0 +1,149 @@
+//! The history of the workspace and moving through it: `log`, `status`, `rewind`, `undo`,
+//! `redo`, `checkpoint`, `list`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use rewindfs::cli::SocketArgs;
+use rewindfs::control::client::Client;
+use rewindfs::control::cmd::{Log, RedoRewind, RewindFiles, Status, UndoRewind};
+
+use super::print::{print_log, print_rewind, print_stack, print_status};
+use super::{connect, parse_scope, print_json_or, workspace_rel, workspace_rel_glob};
+
+/// `rewindfs log --json`: one change per line. The whole log (a limit at or above its size)
+/// streams in pages, so no reply holds all of it; a window of the newest is one request.
+pub(crate) fn log_json_lines(client: &mut Client, req: Log) -> anyhow::Result<()> {
+    use std::io::Write;
+    const PAGE: i64 = 5000;
+    let first = client.call(&Log {
+        limit: 1,
+        newest_first: false,
+        ..req.clone()
+    })?;
+    let mut out = std::io::stdout().lock();
+    if req.limit < first.total || req.newest_first {
+        for e in client.call(&req)?.entries {
+            serde_json::to_writer(&mut out, &e)?;
+            out.write_all(b"\n")?;
+        }
+        return Ok(());
+    }
+    let mut after = 0;
+    loop {
+        let page = client.call(&Log {
+            limit: PAGE,
+            after: Some(after),
+            ..req.clone()
+        })?;
+        for e in &page.entries {
+            serde_json::to_writer(&mut out, e)?;
+            out.write_all(b"\n")?;
+        }
+        match page.next_after {
+            Some(n) => after = n,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// `rewindfs log`: for people, the newest entries (saying so when there are more); `--json`,
+/// one change per line.
+pub(crate) fn log(
+    mut req: Log,
+    path: Option<&Path>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let mut client = connect(socket)?;
+    req.path = match path {
+        Some(p) => Some(workspace_rel(&mut client, p)?),
+        None => None,
+    };
+    if json {
+        return log_json_lines(&mut client, req);
+    }
+    let r = client.call(&req)?;
+    print_log(&r);
+    if r.truncated {
+        eprintln!(
+            "rewindfs: showing the newest {} of {} change(s); `--limit {}` shows them all, `--since UUID` those since a checkpoint",
+            r.entries.len(),
+            r.total,
+            r.total
+        );
+    }
+    Ok(())
+}
+
+/// `rewindfs status`.
+pub(crate) fn status(json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
+    let mut r = connect(socket)?.call(&Status {})?;
+    // Run from a shell left underneath, this process is there too: the shell is the one
+    // that matters.
+    r.unprotected_processes
+        .retain(|p| p.pid != std::process::id());
+    print_json_or(json, &r, print_status)
+}
+
+/// What `rewindfs rewind` asks for.
+pub(crate) struct RewindArgs {
+    pub uuid: String,
+    pub dry_run: bool,
+    pub scope: String,
+    pub force: bool,
+    pub paths: Vec<String>,
+}
+
+/// `rewindfs rewind`: fails (exit 1) when the rewind cannot be done.
+pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::Result<ExitCode> {
+    let mut client = connect(socket)?;
+    let paths = a
+        .paths
+        .iter()
+        .map(|p| workspace_rel_glob(&mut client, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let r = client.call(&RewindFiles {
+        user_message_id: a.uuid,
+        dry_run: a.dry_run,
+        scope: parse_scope(&a.scope)?,
+        force: a.force,
+        paths,
+        session_id: None,
+    })?;
+    let ws = client.call(&Status {})?.workspace;
+    print_json_or(json, &r, |r| print_rewind(r, a.dry_run, &ws))?;
+    Ok(if r.can_rewind {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Which way along the stack of rewinds.
+pub(crate) enum Way {
+    Undo,
+    Redo,
+}
+
+/// `rewindfs undo` and `rewindfs redo`: fail (exit 1) when refused.
+pub(crate) fn undo_or_redo(
+    way: Way,
+    dry_run: bool,
+    force: bool,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<ExitCode> {
+    let mut client = connect(socket)?;
+    let r = match way {
+        Way::Undo => client.call(&UndoRewind { dry_run, force })?,
+        Way::Redo => client.call(&RedoRewind { dry_run, force })?,
+    };
+    let ws = client.call(&Status {})?.workspace;
+    print_json_or(json, &r, |r| print_stack(r, dry_run, &ws))?;
+    Ok(if r.can_rewind {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,293 @@
+//! Replies for people: one line per fact, paths relative to the workspace.
+
+use std::path::Path;
+
+use rewindfs::control::cmd::{
+    CheckpointList, DiffReply, GcReply, LogReply, LsReply, RewindInfo, RewindReply, StackReply,
+    StatusReply, unprotected_warning,
+};
+use rewindfs::store::{Kind, OriginKind};
+
+pub(crate) fn print_checkpoints(r: &CheckpointList) {
+    println!(
+        "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  PROMPT",
+        "UUID", "KIND", "BEGAN", "PATHS", "BYTES", "SESSION"
+    );
+    for c in &r.checkpoints {
+        let session = c.session_id.as_deref().unwrap_or("-");
+        // A session id is a uuid: its first block tells sessions apart.
+        let session = session.get(..12).unwrap_or(session);
+        let prompt = match (&c.prompt, c.bound, &c.rewind) {
+            (_, _, Some(r)) => rewind_label(r),
+            (Some(p), true, _) => p.clone(),
+            (Some(p), false, _) => {
+                format!("{p}  (message uuid not known yet; this is the prompt_id)")
+            }
+            (None, _, _) => String::new(),
+        };
+        println!(
+            "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
+            c.uuid, c.kind, c.began_at, c.paths_changed, c.bytes_captured, session, prompt
+        );
+        if let Some(o) = &c.origin {
+            let how = match o.kind {
+                OriginKind::Fork => "forked from",
+                OriginKind::Import => "imported from",
+            };
+            println!("  {how} {} at checkpoint {}", o.workspace, o.checkpoint);
+        }
+    }
+}
+
+pub(crate) fn print_ls(r: &LsReply) {
+    for e in &r.entries {
+        let target = e
+            .target
+            .as_deref()
+            .map(|t| format!(" -> {t}"))
+            .unwrap_or_default();
+        let slash = if e.kind == Kind::Dir { "/" } else { "" };
+        // `*`: changed since the checkpoint (what a rewind to it would restore).
+        let mark = if e.unchanged { ' ' } else { '*' };
+        println!(
+            "{mark} {:<7} {:04o} {:>10}  {}{slash}{target}",
+            e.kind.as_str(),
+            e.mode,
+            e.size,
+            e.name
+        );
+    }
+}
+
+/// `--stat`: lines added and removed per file (relative to `root`), and the totals.
+pub(crate) fn print_stat(r: &DiffReply, root: &Path) {
+    let names: Vec<_> = r.stats.iter().map(|s| shown(&s.path, root)).collect();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0);
+    let (mut ins, mut del) = (0, 0);
+    for (s, name) in r.stats.iter().zip(&names) {
+        ins += s.insertions;
+        del += s.deletions;
+        if s.binary {
+            println!(" {name:<width$} | Bin");
+        } else {
+            let bar = "+".repeat(s.insertions.min(40) as usize)
+                + &"-".repeat(s.deletions.min(40) as usize);
+            println!(" {name:<width$} | {:>5} {bar}", s.insertions + s.deletions);
+        }
+    }
+    println!(
+        " {} file(s) changed, {ins} insertion(s)(+), {del} deletion(s)(-)",
+        r.stats.len()
+    );
+}
+
+/// What began a `rewind` checkpoint, for `list`: "rewind to X (scope all), undone; redo
+/// re-applies it next", "undo of rewind X".
+pub(crate) fn rewind_label(r: &RewindInfo) -> String {
+    let what = match (r.action.as_str(), &r.scope) {
+        ("rewind", Some(scope)) => format!("rewind to {} (scope {scope})", r.target),
+        (action, _) => format!("{action} of rewind {}", r.target),
+    };
+    let state = match r.state.as_str() {
+        "done" => String::new(),
+        s => format!(", {s}"),
+    };
+    let next = match r.next.as_deref() {
+        Some(cmd) => format!("; `rewindfs {cmd}` {cmd}es it next"),
+        None => String::new(),
+    };
+    format!("{what}{state}{next}")
+}
+
+pub(crate) fn print_log(r: &LogReply) {
+    for e in &r.entries {
+        let p2 = match (&e.path2, &e.via) {
+            (Some(p), _) => format!(" -> {p}"),
+            (None, Some(t)) => format!(" (via {t})"),
+            (None, None) => String::new(),
+        };
+        println!(
+            "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
+            e.time,
+            e.actor,
+            e.op,
+            e.path,
+            p2,
+            e.process,
+            e.pid,
+            e.tool_use_id.as_deref().unwrap_or(""),
+            e.checkpoint.as_deref().unwrap_or("")
+        );
+    }
+}
+
+pub(crate) fn print_status(r: &StatusReply) {
+    let pids: Vec<String> = r.agent_pids.iter().map(u32::to_string).collect();
+    let rows = [
+        ("workspace", r.workspace.display().to_string()),
+        ("store", r.store.display().to_string()),
+        ("pid", r.pid.to_string()),
+        ("sessionId", r.session_id.clone().unwrap_or_default()),
+        ("currentCheckpoint", r.current_checkpoint.clone()),
+        ("checkpoints", r.checkpoints.to_string()),
+        ("checkpointsDropped", r.checkpoints_dropped.to_string()),
+        ("captures", r.captures.to_string()),
+        ("bytesCaptured", r.bytes_captured.to_string()),
+        ("agentPids", format!("[{}]", pids.join(","))),
+        ("storeBytes", r.store_bytes.to_string()),
+    ];
+    for (k, v) in rows {
+        println!("{k:<18} {v}");
+    }
+    for s in &r.sessions {
+        let pids: Vec<String> = s.agent_pids.iter().map(u32::to_string).collect();
+        println!(
+            "session {}  current {}  agents [{}]{}",
+            s.session_id,
+            s.current_checkpoint,
+            pids.join(","),
+            if s.live { "" } else { "  (not live)" }
+        );
+    }
+    if !r.unprotected_processes.is_empty() {
+        println!(
+            "unprotected: {}",
+            unprotected_warning(&r.workspace, &r.unprotected_processes)
+        );
+    }
+}
+
+pub(crate) fn print_gc(r: &GcReply) {
+    let b = rewindfs::store::gc::human_bytes;
+    let size = if r.bytes_freed > 0 {
+        format!(
+            "the store went from {} to {}",
+            b(r.bytes_before),
+            b(r.bytes_after)
+        )
+    } else {
+        format!("the store holds {}", b(r.bytes_after))
+    };
+    println!(
+        "dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: {size}",
+        r.checkpoints_dropped,
+        r.captures_deleted,
+        r.blobs_deleted,
+        b(r.bytes_freed),
+    );
+    if r.over_budget {
+        println!(
+            "still over the budget of {}: what is left is the current checkpoint and what the live \
+             session needs to rewind to its first message, which gc never drops (a larger \
+             --max-store-bytes, or a new session, lets it go)",
+            b(r.max_store_bytes.unwrap_or(0))
+        );
+    }
+}
+
+/// An undo's or redo's reply, for people: which rewind, what changed (or would), what others
+/// changed since, and what undo and redo can do next.
+pub(crate) fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
+    if let Some(e) = &r.error {
+        eprintln!("rewindfs: {e}");
+        if r.undone.is_none() && r.redone.is_none() {
+            return; // nothing to undo or redo: the reason says it all
+        }
+    }
+    let done = !dry_run && r.can_rewind;
+    let (verb, rewind) = match (&r.undone, &r.redone, done) {
+        (Some(u), _, true) => ("undid", u),
+        (Some(u), _, false) => ("would undo", u),
+        (_, Some(u), true) => ("redid", u),
+        (_, Some(u), false) => ("would redo", u),
+        (None, None, _) => return,
+    };
+    let what = match (&r.rewound_to, r.scope) {
+        (Some(to), Some(scope)) => format!(" (the rewind to {to}, scope {})", scope.as_str()),
+        _ => String::new(),
+    };
+    println!("{verb} rewind {rewind}{what}");
+    let changes = if done { "changed" } else { "would change" };
+    print_changes(&r.files_changed, r.insertions, r.deletions, changes, ws);
+    if !r.conflicts.is_empty() {
+        let how = if done { "overwritten" } else { "in the way" };
+        println!("changed since by someone other than rewindfs ({how}):");
+        for f in &r.conflicts {
+            let rel = shown(f, ws);
+            let who = r.conflicts_by.get(rel.as_ref()).map(|w| w.join(", "));
+            println!(
+                "  {rel}{}",
+                who.map(|w| format!(" ({w})")).unwrap_or_default()
+            );
+        }
+    }
+    if done {
+        println!(
+            "undo can go back {} more rewind(s), redo re-apply {}",
+            r.undoable, r.redoable
+        );
+    }
+}
+
+/// An absolute path from a reply, as people read it: relative to the workspace.
+pub(crate) fn shown<'a>(p: &'a str, ws: &Path) -> std::borrow::Cow<'a, str> {
+    match Path::new(p).strip_prefix(ws) {
+        Ok(rel) => rel.to_string_lossy(),
+        Err(_) => p.into(),
+    }
+}
+
+pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
+    if let Some(e) = &r.error {
+        eprintln!("rewindfs: cannot rewind: {e}");
+        if r.files_changed.is_empty() && r.conflicts.is_empty() {
+            return; // nothing to show but the reason (e.g. a checkpoint gc removed)
+        }
+    }
+    // A rewind refused changed nothing: what it lists is what it would have changed.
+    let verb = if dry_run || !r.can_rewind {
+        "would change"
+    } else {
+        "changed"
+    };
+    print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws);
+    if !r.conflicts.is_empty() {
+        println!("conflicts (also changed by other actors):");
+        for f in &r.conflicts {
+            println!("  {}", shown(f, ws));
+        }
+    }
+    if r.skipped_links > 0 {
+        let verb = if dry_run { "would skip" } else { "skipped" };
+        println!(
+            "{verb} {} path(s) as the SDK does: a symlink, not a regular file, hard linked, or \
+             beneath a symlink or a non-directory",
+            r.skipped_links
+        );
+    }
+    if let Some(o) = &r.omitted {
+        let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        println!(
+            "left out {} path(s) changed since the checkpoint by actors this scope does not restore ({}): `{}` includes them",
+            o.count,
+            who.join(", "),
+            o.command
+        );
+    }
+}
+
+pub(crate) fn print_changes(
+    files: &[String],
+    insertions: u64,
+    deletions: u64,
+    verb: &str,
+    ws: &Path,
+) {
+    println!(
+        "{verb} {} file(s), +{insertions} -{deletions} lines",
+        files.len()
+    );
+    for f in files {
+        println!("  {}", shown(f, ws));
+    }
+}

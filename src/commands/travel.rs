@@ -1,0 +1,407 @@
+//! Looking at and carrying history: `show`, `ls`, `diff`, `fork`, `export`, `import`,
+//! `push`, `pull`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use rewindfs::cli::SocketArgs;
+use rewindfs::config::MountConfig;
+use rewindfs::control::client::Client;
+use rewindfs::control::cmd::{
+    Diff, DiffReply, Export, Fork, Import, ImportReply, ListCheckpoints, Ls, Show, Status,
+};
+use rewindfs::daemon;
+use rewindfs::rewind::Scope;
+use rewindfs::store::{Kind, Origin, OriginKind};
+
+use super::print::{print_ls, print_stat};
+use super::{connect, parse_scope, print_json_or, workspace_rel, workspace_rel_glob};
+
+/// Imports a bundle: into the daemon of `store` if one serves it, else directly into it; with
+/// no store, into the daemon of the current mount (or --socket).
+pub(crate) fn import(
+    file: &Path,
+    store: Option<&Path>,
+    socket: &SocketArgs,
+) -> anyhow::Result<ImportReply> {
+    let req = Import {
+        path: file.to_string_lossy().into_owned(),
+    };
+    Ok(match store {
+        Some(store) => match daemon::import_offline(store, file)? {
+            Some(report) => ImportReply::of(report),
+            None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
+        },
+        None => connect(socket)?.call(&req)?,
+    })
+}
+
+/// `diff A [B] [PATH]`: of two words after A, the first is checkpoint B and the second a
+/// path; one word is checkpoint B when it names one (a UUID, or an id the daemon lists: a
+/// message id may be any string), else a path.
+pub(crate) fn second_checkpoint(
+    client: &mut Client,
+    rest: Vec<String>,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let mut it = rest.into_iter();
+    Ok(match (it.next(), it.next()) {
+        (Some(b), Some(path)) => (Some(b), Some(path)),
+        (Some(w), None) if is_checkpoint(client, &w)? => (Some(w), None),
+        (w, _) => (None, w),
+    })
+}
+
+/// Whether `word` names a checkpoint: a UUID, or the id of one the daemon lists.
+pub(crate) fn is_checkpoint(client: &mut Client, word: &str) -> anyhow::Result<bool> {
+    if uuid::Uuid::parse_str(word).is_ok() {
+        return Ok(true);
+    }
+    let id = rewindfs::store::normalize_message_id(word);
+    Ok(client
+        .call(&ListCheckpoints { session_id: None })?
+        .checkpoints
+        .iter()
+        .any(|c| c.uuid == id))
+}
+
+/// `rewindfs diff --fork DIR [PATH]`: from the fork's origin checkpoint (recorded in the
+/// fork's store) to its tree now, asked of the origin's daemon; with the fork's directory.
+pub(crate) fn diff_fork(
+    dir: &Path,
+    rest: Vec<String>,
+    socket: &SocketArgs,
+) -> anyhow::Result<(DiffReply, PathBuf)> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("fork {}", dir.display()))?;
+    let store = daemon::store_of_workspace(&dir)?;
+    let origin = rewindfs::store::first_origin(&store)?
+        .filter(|o| o.kind == OriginKind::Fork)
+        .with_context(|| {
+            format!(
+                "{} is not a fork made by `rewindfs fork`: its store {} records no origin",
+                dir.display(),
+                store.display()
+            )
+        })?;
+    if rest.len() > 1 {
+        anyhow::bail!("diff --fork DIR takes at most one path");
+    }
+    let path = rest.into_iter().next().map(|p| {
+        // A path inside the fork names the same path in the origin.
+        match std::path::absolute(&p)
+            .ok()
+            .and_then(|a| a.strip_prefix(&dir).ok().map(Path::to_path_buf))
+        {
+            Some(rel) => rel.to_string_lossy().into_owned(),
+            None => p,
+        }
+    });
+    let mut client = match &socket.socket {
+        Some(_) => connect(socket)?,
+        None => {
+            let parent = origin.store.as_deref().with_context(|| {
+                format!(
+                    "the fork's origin names no store; pass --socket of {}",
+                    origin.workspace
+                )
+            })?;
+            Client::connect(&Path::new(parent).join(daemon::files::SOCKET)).with_context(|| {
+                format!(
+                    "the fork's origin {} is not mounted (its daemon answers the diff)",
+                    origin.workspace
+                )
+            })?
+        }
+    };
+    let r = client.call(&Diff {
+        user_message_id: origin.uuid,
+        to_message_id: None,
+        fork_dir: Some(dir.to_string_lossy().into_owned()),
+        path,
+        scope: Scope::All,
+    })?;
+    Ok((r, dir))
+}
+
+/// `rewindfs fork`: the daemon writes the tree; the fork's store is begun with its origin;
+/// with `--mount`, the fork is mounted.
+pub(crate) fn fork(
+    uuid: &str,
+    dir: &Path,
+    mount: bool,
+    store: Option<PathBuf>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let abs = std::path::absolute(dir)?;
+    let r = connect(socket)?.call(&Fork {
+        user_message_id: uuid.to_string(),
+        dir: abs.to_string_lossy().into_owned(),
+    })?;
+    let cfg = MountConfig::new(r.dir.clone(), store, false, false, 2, 60.0, None, false)?;
+    let origin = Origin {
+        kind: OriginKind::Fork,
+        workspace: r.workspace.to_string_lossy().into_owned(),
+        store: Some(r.store.to_string_lossy().into_owned()),
+        uuid: r.checkpoint.clone(),
+        session_id: r.session_id.clone(),
+        at: rewindfs::store::origin_now(),
+    };
+    daemon::begin_fork_store(&cfg.store, &origin)?;
+    if mount {
+        daemon::spawn_detached(&cfg)?;
+    }
+    print_json_or(json, &r, |r| {
+        println!(
+            "forked {} at {} into {}: {} file(s), {} dir(s), {} symlink(s), {} bytes ({} file(s), {} bytes from the store){}",
+            r.workspace.display(),
+            r.checkpoint,
+            r.dir.display(),
+            r.files,
+            r.dirs,
+            r.symlinks,
+            r.bytes,
+            r.files_from_store,
+            r.bytes_from_store,
+            if mount { "; mounted" } else { "" }
+        );
+        for s in &r.skipped {
+            println!("  skipped {s}");
+        }
+    })
+}
+
+/// Bytes `show` asks the daemon for at once: a file up to this size is read in one request
+/// (one consistent look); a larger one in pieces.
+const SHOW_CHUNK: u64 = 32 << 20;
+
+/// `rewindfs show`: the file's bytes, raw, to stdout (`--json`: what the path was).
+pub(crate) fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut client = connect(socket)?;
+    let rel = workspace_rel(&mut client, path)?;
+    let ask = |client: &mut Client, content: bool, offset: u64| {
+        client.call(&Show {
+            user_message_id: uuid.to_string(),
+            path: rel.clone(),
+            content,
+            offset,
+            length: content.then_some(SHOW_CHUNK),
+        })
+    };
+    if json {
+        let r = ask(&mut client, false, 0)?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let mut offset = 0u64;
+    loop {
+        let r = ask(&mut client, true, offset)?;
+        match r.kind {
+            Kind::File => {}
+            Kind::Symlink => {
+                writeln!(out, "{}", r.target.unwrap_or_default())?;
+                return Ok(());
+            }
+            Kind::Dir => anyhow::bail!(
+                "{}: a directory when checkpoint {uuid} began; `rewindfs ls {uuid} {}` lists it",
+                r.path,
+                path.display()
+            ),
+            k => anyhow::bail!(
+                "{}: a special file ({}) when checkpoint {uuid} began",
+                r.path,
+                k.as_str()
+            ),
+        }
+        let got = r.content.unwrap_or_default();
+        out.write_all(&got)?;
+        offset += got.len() as u64;
+        if got.is_empty() || offset >= r.size {
+            break;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `rewindfs diff A [B] [PATH]` and `rewindfs diff --fork DIR [PATH]`: unified, or `--stat`.
+pub(crate) fn diff(
+    uuid: Option<String>,
+    rest: Vec<String>,
+    stat: bool,
+    fork: Option<&Path>,
+    scope: &str,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    // The reply's paths are absolute: under the fork for --fork, else the workspace.
+    let (r, root) = match fork {
+        Some(dir) => diff_fork(dir, rest, socket)?,
+        None => {
+            let uuid = uuid.context("a checkpoint to compare with")?;
+            let mut client = connect(socket)?;
+            let (to, path) = second_checkpoint(&mut client, rest)?;
+            let path = match path {
+                Some(p) => Some(workspace_rel_glob(&mut client, &p)?),
+                None => None,
+            };
+            let r = client.call(&Diff {
+                user_message_id: uuid,
+                to_message_id: to,
+                fork_dir: None,
+                path,
+                scope: parse_scope(scope)?,
+            })?;
+            (r, client.call(&Status {})?.workspace)
+        }
+    };
+    if stat {
+        print_stat(&r, &root);
+    } else {
+        print!("{}", r.diff);
+    }
+    Ok(())
+}
+
+/// `rewindfs export`: the daemon writes the bundle.
+pub(crate) fn export(
+    session: Option<String>,
+    since: Option<String>,
+    file: &Path,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let r = connect(socket)?.call(&Export {
+        path: std::path::absolute(file)?.to_string_lossy().into_owned(),
+        session_id: session,
+        since,
+    })?;
+    print_json_or(json, &r, |r| {
+        println!(
+            "exported {} checkpoint(s), {} blob(s) ({} bytes), {} row(s) to {} ({} bytes)",
+            r.checkpoints.len(),
+            r.blobs,
+            r.blob_bytes,
+            r.rows,
+            r.path.display(),
+            r.bytes
+        )
+    })
+}
+
+/// `rewindfs import`.
+pub(crate) fn import_cmd(
+    file: &Path,
+    store: Option<&Path>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let r = import(&std::path::absolute(file)?, store, socket)?;
+    print_json_or(json, &r, |r| {
+        if r.already_imported {
+            println!(
+                "already imported: all {} checkpoint(s) of the bundle are here",
+                r.checkpoint_ids.len()
+            );
+        } else {
+            println!(
+                "imported {} checkpoint(s) from {} ({} row(s), {} blob(s), {} bytes)",
+                r.checkpoints, r.workspace, r.rows, r.blobs, r.blob_bytes
+            );
+        }
+    })
+}
+
+/// `rewindfs push`: an export to a temporary bundle, then its upload.
+pub(crate) fn push(
+    remote: &str,
+    session: Option<String>,
+    since: Option<String>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let tmp = std::env::temp_dir().join(format!("rewindfs-push-{}.rwb", std::process::id()));
+    let pushed = (|| -> anyhow::Result<_> {
+        let e = connect(socket)?.call(&Export {
+            path: tmp.to_string_lossy().into_owned(),
+            session_id: session.clone(),
+            since,
+        })?;
+        let r = rewindfs::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
+        Ok((e, r))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    let (e, r) = pushed?;
+    print_json_or(json, &r, |r| {
+        println!(
+            "pushed {} checkpoint(s) to {remote}: {} blob(s) uploaded ({} bytes), {} already there; {}",
+            e.checkpoints.len(),
+            r.blobs_uploaded,
+            r.bytes_uploaded,
+            r.blobs_present,
+            r.history
+        )
+    })
+}
+
+/// `rewindfs pull`: each pushed history assembled into a bundle, then imported.
+pub(crate) fn pull(
+    remote: &str,
+    session: Option<&str>,
+    store: Option<&Path>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let rm = rewindfs::remote::Remote::open(remote)?;
+    let mut out = Vec::new();
+    for key in rm.histories(session)? {
+        let tmp = std::env::temp_dir().join(format!("rewindfs-pull-{}.rwb", std::process::id()));
+        let r = rm
+            .assemble(&key, &tmp)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| import(&tmp, store, socket));
+        let _ = std::fs::remove_file(&tmp);
+        out.push((key, r.with_context(|| format!("pulling {remote}"))?));
+    }
+    if json {
+        let v: Vec<_> = out
+            .iter()
+            .map(|(k, r)| serde_json::json!({"history": k, "import": r}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for (k, r) in &out {
+        if r.already_imported {
+            println!("{k}: already here");
+        } else {
+            println!(
+                "{k}: imported {} checkpoint(s) from {}",
+                r.checkpoints, r.workspace
+            );
+        }
+    }
+    println!("{} push(es) in {remote}", out.len());
+    Ok(())
+}
+
+/// `rewindfs ls UUID [DIR]`.
+pub(crate) fn ls(
+    uuid: String,
+    dir: Option<&Path>,
+    json: bool,
+    socket: &SocketArgs,
+) -> anyhow::Result<()> {
+    let mut client = connect(socket)?;
+    let path = match dir {
+        Some(d) => Some(workspace_rel(&mut client, d)?),
+        None => None,
+    };
+    let r = client.call(&Ls {
+        user_message_id: uuid,
+        path,
+    })?;
+    print_json_or(json, &r, print_ls)
+}

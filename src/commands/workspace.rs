@@ -1,0 +1,233 @@
+//! The workspace and its store: `mount` (warning about processes left underneath), `exec`,
+//! `setup`, `gc`, `fsck`, `agent` and the `hook`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use rewindfs::cli::SocketArgs;
+use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
+use rewindfs::control::client::{Client, find_socket};
+use rewindfs::control::cmd::{Gc, GcReply, RegisterAgent, Status, unprotected_warning};
+use rewindfs::daemon;
+use serde_json::Value;
+
+use super::connect;
+
+/// After a mount: warns about the processes that were inside the directory before it and
+/// still see the one underneath (a shell that `cd`'d into it, an editor holding a file).
+pub(crate) fn warn_unprotected(store: &Path) {
+    let r =
+        Client::connect(&store.join(daemon::files::SOCKET)).and_then(|mut c| c.call(&Status {}));
+    match r {
+        Ok(mut r) => {
+            r.unprotected_processes
+                .retain(|p| p.pid != std::process::id());
+            if !r.unprotected_processes.is_empty() {
+                eprintln!(
+                    "rewindfs: warning: {}",
+                    unprotected_warning(&r.workspace, &r.unprotected_processes)
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "rewindfs: warning: mounted, but could not check for processes left underneath the \
+             mount (`rewindfs status` lists them): {e}"
+        ),
+    }
+}
+
+/// `rewindfs setup claude`: the settings file, then what was done to it.
+pub(crate) fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyhow::Result<()> {
+    let path = if user {
+        let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
+        PathBuf::from(home).join(".claude/settings.json")
+    } else {
+        let dir = match project {
+            Some(p) => p,
+            None => std::env::current_dir()?,
+        };
+        std::path::absolute(dir)?.join(".claude/settings.json")
+    };
+    if remove {
+        let o = rewindfs::setup::remove(&path)?;
+        println!(
+            "{}: removed {} rewindfs hook(s)",
+            o.path.display(),
+            o.changed
+        );
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("finding the rewindfs binary")?;
+    let command = format!("{} hook", exe.display());
+    let o = rewindfs::setup::install(&path, &command)?;
+    if o.changed == 0 {
+        println!("{}: the rewindfs hooks are there already", o.path.display());
+    } else {
+        println!(
+            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting claude, and `rewindfs list` shows a checkpoint per prompt",
+            o.path.display(),
+            o.changed
+        );
+    }
+    Ok(())
+}
+
+/// `rewindfs gc`: through the daemon when one serves the store, else on the store directly.
+pub(crate) fn gc(
+    store: Option<PathBuf>,
+    max_store_bytes: Option<String>,
+    max_age: Option<String>,
+    socket: &SocketArgs,
+) -> anyhow::Result<GcReply> {
+    let d = Retention::default();
+    let retention = Retention {
+        max_bytes: match &max_store_bytes {
+            Some(b) => parse_size(b)?,
+            None => d.max_bytes,
+        },
+        max_age: match &max_age {
+            Some(a) => parse_age(a)?,
+            None => d.max_age,
+        },
+    };
+    // Limits not given are the daemon's own.
+    let req = Gc {
+        max_store_bytes: max_store_bytes.map(|_| retention.max_bytes.unwrap_or(0)),
+        max_age_seconds: max_age.map(|_| retention.max_age.map_or(0, |a| a.as_secs())),
+    };
+    Ok(match store {
+        Some(store) => match daemon::gc_offline(&store, &retention.policy())? {
+            Some(report) => GcReply::of(&report, &retention.policy()),
+            None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
+        },
+        None => connect(socket)?.call(&req)?,
+    })
+}
+
+/// `rewindfs fsck`: the store of the mount containing the current directory by default.
+pub(crate) fn fsck(store: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let store = match store {
+        Some(s) => s,
+        None => {
+            let cwd = std::env::current_dir()?;
+            daemon::store_of(&cwd).context("not inside a rewindfs mount; pass --store")?
+        }
+    };
+    let (problems, blobs) = rewindfs::store::fsck(&store)?;
+    if problems.is_empty() {
+        println!("{}: ok ({blobs} blobs verified)", store.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        println!("{}: {p}", store.display());
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// `rewindfs hook`: whatever happens, the agent's tool runs: problems are warnings on stderr.
+pub(crate) fn hook(wait_ms: u64, socket: &SocketArgs) {
+    let mut input = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+        eprintln!("rewindfs hook: reading stdin: {e}");
+        return;
+    }
+    let v: Value = match serde_json::from_str(&input) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("rewindfs hook: the hook input is not JSON ({e}); ignoring");
+            return;
+        }
+    };
+    if let Some(cwd) = v["cwd"].as_str() {
+        let _ = std::env::set_current_dir(cwd);
+    }
+    let r = find_socket(socket.socket.as_deref())
+        .and_then(|p| Client::connect(&p))
+        .and_then(|mut c| {
+            rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
+        });
+    if let Err(e) = r {
+        eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");
+    }
+}
+
+/// `rewindfs exec`: the child waits on a FIFO until its pid is registered as the agent, then
+/// execs the command (same pid), so not one of its writes is misclassified.
+pub(crate) fn exec(
+    dir: PathBuf,
+    store: Option<PathBuf>,
+    scope: Option<String>,
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+    let cwd = exec_cwd(&cfg.dir);
+    // This process waits for the command and unmounts: it holds nothing in the directory, so
+    // it is never one left underneath the mount, nor what keeps the unmount busy.
+    std::env::set_current_dir("/").context("changing to /")?;
+    daemon::spawn_detached(&cfg)?;
+    let sock = cfg.store.join(daemon::files::SOCKET);
+    let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let run = || -> anyhow::Result<std::process::ExitStatus> {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &gate,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .with_context(|| format!("creating {}", gate.display()))?;
+        let mut child = std::process::Command::new("sh")
+            .current_dir(&cwd)
+            .arg("-c")
+            .arg("read _ < \"$REWINDFS_EXEC_GATE\" && unset REWINDFS_EXEC_GATE && exec \"$@\"")
+            .arg("rewindfs-exec")
+            .args(&command)
+            .env("REWINDFS_SOCKET", &sock)
+            .env("REWINDFS_EXEC_GATE", &gate)
+            .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
+            .spawn()
+            .with_context(|| format!("running {}", command[0]))?;
+        Client::connect(&sock)?.call(&RegisterAgent {
+            pid: child.id(),
+            session_id: None,
+        })?;
+        std::fs::write(&gate, b"go\n")?;
+        Ok(child.wait()?)
+    };
+    let status = run();
+    let _ = std::fs::remove_file(&gate);
+    let um = daemon::umount(&cfg.dir, false);
+    let status = status?;
+    um?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
+        _ => ExitCode::FAILURE,
+    })
+}
+
+/// Where `rewindfs exec`'s command starts: inside the mount, at the caller's place when the
+/// caller is inside the workspace, else at its root. It is entered by path once the mount is
+/// live: the caller's own cwd, taken before the mount, still points at the directory underneath,
+/// where nothing is recorded.
+pub(crate) fn exec_cwd(workspace: &Path) -> PathBuf {
+    match std::env::current_dir() {
+        Ok(cwd) if cwd.starts_with(workspace) => cwd,
+        _ => workspace.to_path_buf(),
+    }
+}
+
+/// `rewindfs mount`: in the foreground, serves until unmounted; else returns once the mount
+/// answers, warning about processes left underneath.
+pub(crate) fn mount(cfg: &MountConfig) -> anyhow::Result<()> {
+    if cfg.foreground {
+        daemon::run(cfg.clone())?;
+    } else {
+        daemon::spawn_detached(cfg)?;
+        warn_unprotected(&cfg.store);
+    }
+    Ok(())
+}
