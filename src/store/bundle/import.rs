@@ -243,174 +243,28 @@ fn insert_rows(
     splice: &[(Vec<u8>, PreImage)],
 ) -> rusqlite::Result<(u64, u64)> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let cap_base = splice_base + splice.len() as i64;
     if !splice.is_empty() {
-        let at = crate::store::now_ms();
-        tx.execute(
-            "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, ?2, ?3)",
-            rusqlite::params![uuid::Uuid::new_v4().to_string(), CheckpointKind::Mount, at],
-        )?;
-        let seq = tx.last_insert_rowid();
-        for (i, (path, pre)) in splice.iter().enumerate() {
-            if let Some(b) = &pre.blob {
-                tx.execute(
-                    "INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)",
-                    rusqlite::params![b, pre.size as i64],
-                )?;
-            }
-            tx.execute(
-                "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?16)",
-                rusqlite::params![
-                    splice_base + i as i64,
-                    seq,
-                    path,
-                    Purpose::Checkpoint,
-                    pre.kind,
-                    pre.blob,
-                    pre.mode as i64,
-                    pre.uid as i64,
-                    pre.gid as i64,
-                    pre.size as i64,
-                    pre.target,
-                    // Taken by rewindfs itself, as a rewind's own captures are.
-                    Actor::Rewind,
-                    Actor::Rewind.bit(),
-                    Op::Write,
-                    at,
-                    pre.xattrs
-                ],
-            )?;
-        }
+        insert_splice(&tx, splice, splice_base)?;
     }
-    let mut columns: HashMap<&str, HashSet<String>> = HashMap::new();
-    for t in TABLES {
-        let mut st = tx.prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))?;
-        let names = st
-            .query_map([], |r| r.get::<_, String>(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        columns.insert(t, names);
-    }
-    // Old ids → new, in order.
-    let old_caps: Vec<i64> = {
-        let mut v: Vec<i64> = rows
-            .iter()
-            .filter(|r| r.t == "captures")
-            .filter_map(|r| r.int("id"))
-            .collect();
-        v.sort_unstable();
-        v
-    };
-    let cap = |old: i64| -> Option<i64> {
-        old_caps
-            .binary_search(&old)
-            .ok()
-            .map(|i| cap_base + i as i64)
-    };
-    // `after_capture`: the new id of the last exported capture at or before it.
-    let after = |old: i64| -> i64 {
-        let i = old_caps.partition_point(|x| *x <= old);
-        cap_base + i as i64 - 1
-    };
-    let mut old_moves: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.t == "moves")
-        .filter_map(|r| r.int("seq"))
-        .collect();
-    old_moves.sort_unstable();
-    let mut seqs: HashMap<i64, i64> = HashMap::new();
+    let columns = table_columns(&tx)?;
+    let mut ids = Renumber::new(rows, splice_base + splice.len() as i64, move_base);
     let mut first_checkpoint: Option<i64> = None;
     let mut origin_rows: BTreeSet<i64> = BTreeSet::new();
     let mut inserted = 0u64;
-    let bad = |what: String| rusqlite::Error::ToSqlConversionFailure(what.into());
     for t in TABLES {
         for row in rows.iter().filter(|r| r.t == *t) {
-            let mut m = row.r.clone();
-            let seq_of = |m: &Map<String, Value>, col: &str| -> rusqlite::Result<Option<i64>> {
-                match m.get(col).and_then(Value::as_i64) {
-                    None => Ok(None),
-                    Some(old) => seqs.get(&old).copied().map(Some).ok_or_else(|| {
-                        bad(format!(
-                            "{t}.{col} names checkpoint {old}, not in the bundle"
-                        ))
-                    }),
+            let (m, or_ignore) = ids.renumber(t, row)?;
+            if *t == "origins" {
+                if let Some(s) = m.get("checkpoint").and_then(Value::as_i64) {
+                    origin_rows.insert(s);
                 }
-            };
-            let mut or_ignore = false;
-            match *t {
-                "checkpoints" => {
-                    m.remove("seq");
-                }
-                "sessions" | "blobs" => or_ignore = true,
-                "captures" => {
-                    let old = row
-                        .int("id")
-                        .ok_or_else(|| bad("a capture without an id".into()))?;
-                    m.insert("id".into(), Value::from(cap(old).unwrap_or(cap_base)));
-                    let s = seq_of(&m, "checkpoint")?;
-                    m.insert("checkpoint".into(), Value::from(s));
-                }
-                "capture_ranges" => {
-                    let old = row
-                        .int("capture")
-                        .ok_or_else(|| bad("a range without its capture".into()))?;
-                    let new = cap(old).ok_or_else(|| {
-                        bad(format!("a range of capture {old}, not in the bundle"))
-                    })?;
-                    m.insert("capture".into(), Value::from(new));
-                }
-                "moves" => {
-                    let old = row.int("seq").unwrap_or(0);
-                    let i = old_moves.binary_search(&old).unwrap_or(0);
-                    m.insert("seq".into(), Value::from(move_base + i as i64));
-                    let s = seq_of(&m, "checkpoint")?;
-                    m.insert("checkpoint".into(), Value::from(s));
-                    let a = row.int("after_capture").unwrap_or(0);
-                    m.insert("after_capture".into(), Value::from(after(a)));
-                }
-                "tracked" => {
-                    let s = seq_of(&m, "checkpoint")?;
-                    m.insert("checkpoint".into(), Value::from(s));
-                    let c = row.int("capture").and_then(cap);
-                    m.insert("capture".into(), c.map_or(Value::Null, Value::from));
-                    or_ignore = true;
-                }
-                "changes" => {
-                    m.remove("seq");
-                    let s = seq_of(&m, "checkpoint")?;
-                    m.insert("checkpoint".into(), Value::from(s));
-                }
-                "origins" => {
-                    let s = seq_of(&m, "checkpoint")?;
-                    m.insert("checkpoint".into(), Value::from(s));
-                    if let Some(s) = s {
-                        origin_rows.insert(s);
-                    }
-                }
-                _ => {}
             }
-            let known = &columns[t];
-            let mut cols = Vec::new();
-            let mut vals = Vec::new();
-            for (k, v) in &m {
-                if !known.contains(k) {
-                    return Err(bad(format!("{t} has no column {k:?}")));
-                }
-                cols.push(format!("\"{k}\""));
-                vals.push(to_sql(v).map_err(|e| bad(format!("{t}.{k}: {e}")))?);
-            }
-            let sql = format!(
-                "INSERT {}INTO {t} ({}) VALUES ({})",
-                if or_ignore { "OR IGNORE " } else { "" },
-                cols.join(", "),
-                vec!["?"; cols.len()].join(", ")
-            );
-            tx.execute(&sql, rusqlite::params_from_iter(vals))?;
+            insert_row(&tx, t, &m, &columns[t], or_ignore)?;
             inserted += 1;
             if *t == "checkpoints" {
                 let new = tx.last_insert_rowid();
                 if let Some(old) = row.int("seq") {
-                    seqs.insert(old, new);
+                    ids.seqs.insert(old, new);
                 }
                 first_checkpoint.get_or_insert(new);
             }
@@ -424,7 +278,222 @@ fn insert_rows(
             )?;
         }
     }
-    let n = seqs.len() as u64;
+    let n = ids.seqs.len() as u64;
     tx.commit()?;
     Ok((n, inserted))
+}
+
+/// The checkpoint a bundle's history is spliced onto: what its first checkpoint's captures
+/// say of paths this store changed since (the present's state of them, taken by rewindfs),
+/// with ids from `splice_base` on.
+fn insert_splice(
+    tx: &rusqlite::Transaction<'_>,
+    splice: &[(Vec<u8>, PreImage)],
+    splice_base: i64,
+) -> rusqlite::Result<()> {
+    let at = crate::store::now_ms();
+    tx.execute(
+        "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, ?2, ?3)",
+        rusqlite::params![uuid::Uuid::new_v4().to_string(), CheckpointKind::Mount, at],
+    )?;
+    let seq = tx.last_insert_rowid();
+    for (i, (path, pre)) in splice.iter().enumerate() {
+        if let Some(b) = &pre.blob {
+            tx.execute(
+                "INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)",
+                rusqlite::params![b, pre.size as i64],
+            )?;
+        }
+        tx.execute(
+            "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?16)",
+            rusqlite::params![
+                splice_base + i as i64,
+                seq,
+                path,
+                Purpose::Checkpoint,
+                pre.kind,
+                pre.blob,
+                pre.mode as i64,
+                pre.uid as i64,
+                pre.gid as i64,
+                pre.size as i64,
+                pre.target,
+                // Taken by rewindfs itself, as a rewind's own captures are.
+                Actor::Rewind,
+                Actor::Rewind.bit(),
+                Op::Write,
+                at,
+                pre.xattrs
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// The store's own columns of every table a bundle may fill: a bundle's names are checked
+/// against these before they reach SQL.
+fn table_columns(
+    tx: &rusqlite::Transaction<'_>,
+) -> rusqlite::Result<HashMap<&'static str, HashSet<String>>> {
+    let mut columns = HashMap::new();
+    for t in TABLES {
+        let mut st = tx.prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))?;
+        let names = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        columns.insert(*t, names);
+    }
+    Ok(columns)
+}
+
+/// A row refused: what is wrong with it.
+fn bad(what: String) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(what.into())
+}
+
+/// Old ids to new: captures and moves in their order after every id in use, checkpoints as
+/// they are inserted.
+struct Renumber {
+    /// The bundle's capture ids, sorted; the i-th becomes `cap_base + i`.
+    old_caps: Vec<i64>,
+    cap_base: i64,
+    /// The bundle's move seqs, sorted; the i-th becomes `move_base + i`.
+    old_moves: Vec<i64>,
+    move_base: i64,
+    /// Checkpoint seqs, old to new, filled as checkpoints are inserted (they come first).
+    seqs: HashMap<i64, i64>,
+}
+
+impl Renumber {
+    fn new(rows: &[Row], cap_base: i64, move_base: i64) -> Renumber {
+        let sorted = |table: &str, col: &str| -> Vec<i64> {
+            let mut v: Vec<i64> = rows
+                .iter()
+                .filter(|r| r.t == table)
+                .filter_map(|r| r.int(col))
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        Renumber {
+            old_caps: sorted("captures", "id"),
+            cap_base,
+            old_moves: sorted("moves", "seq"),
+            move_base,
+            seqs: HashMap::new(),
+        }
+    }
+
+    fn cap(&self, old: i64) -> Option<i64> {
+        self.old_caps
+            .binary_search(&old)
+            .ok()
+            .map(|i| self.cap_base + i as i64)
+    }
+
+    /// For `after_capture`: the new id of the last exported capture at or before `old`.
+    fn after(&self, old: i64) -> i64 {
+        let i = self.old_caps.partition_point(|x| *x <= old);
+        self.cap_base + i as i64 - 1
+    }
+
+    /// The new seq of the checkpoint the row's `col` names.
+    fn seq_of(&self, t: &str, m: &Map<String, Value>, col: &str) -> rusqlite::Result<Option<i64>> {
+        match m.get(col).and_then(Value::as_i64) {
+            None => Ok(None),
+            Some(old) => self.seqs.get(&old).copied().map(Some).ok_or_else(|| {
+                bad(format!(
+                    "{t}.{col} names checkpoint {old}, not in the bundle"
+                ))
+            }),
+        }
+    }
+
+    /// Replaces `col`, a checkpoint's seq, by its new one.
+    fn checkpoint(&self, t: &str, m: &mut Map<String, Value>, col: &str) -> rusqlite::Result<()> {
+        let s = self.seq_of(t, m, col)?;
+        m.insert(col.into(), Value::from(s));
+        Ok(())
+    }
+
+    /// The row of table `t` with its ids renumbered, and whether it is inserted `OR IGNORE`
+    /// (rows the store may have already: sessions, blobs, tracked files).
+    fn renumber(&self, t: &str, row: &Row) -> rusqlite::Result<(Map<String, Value>, bool)> {
+        let mut m = row.r.clone();
+        let mut or_ignore = false;
+        match t {
+            "checkpoints" => {
+                m.remove("seq");
+            }
+            "sessions" | "blobs" => or_ignore = true,
+            "captures" => {
+                let old = row
+                    .int("id")
+                    .ok_or_else(|| bad("a capture without an id".into()))?;
+                m.insert(
+                    "id".into(),
+                    Value::from(self.cap(old).unwrap_or(self.cap_base)),
+                );
+                self.checkpoint(t, &mut m, "checkpoint")?;
+            }
+            "capture_ranges" => {
+                let old = row
+                    .int("capture")
+                    .ok_or_else(|| bad("a range without its capture".into()))?;
+                let new = self
+                    .cap(old)
+                    .ok_or_else(|| bad(format!("a range of capture {old}, not in the bundle")))?;
+                m.insert("capture".into(), Value::from(new));
+            }
+            "moves" => {
+                let old = row.int("seq").unwrap_or(0);
+                let i = self.old_moves.binary_search(&old).unwrap_or(0);
+                m.insert("seq".into(), Value::from(self.move_base + i as i64));
+                self.checkpoint(t, &mut m, "checkpoint")?;
+                let a = row.int("after_capture").unwrap_or(0);
+                m.insert("after_capture".into(), Value::from(self.after(a)));
+            }
+            "tracked" => {
+                self.checkpoint(t, &mut m, "checkpoint")?;
+                let c = row.int("capture").and_then(|c| self.cap(c));
+                m.insert("capture".into(), c.map_or(Value::Null, Value::from));
+                or_ignore = true;
+            }
+            "changes" => {
+                m.remove("seq");
+                self.checkpoint(t, &mut m, "checkpoint")?;
+            }
+            "origins" => self.checkpoint(t, &mut m, "checkpoint")?,
+            _ => {}
+        }
+        Ok((m, or_ignore))
+    }
+}
+
+/// Inserts one row into `t`, its column names checked against the store's own (`known`).
+fn insert_row(
+    tx: &rusqlite::Transaction<'_>,
+    t: &str,
+    m: &Map<String, Value>,
+    known: &HashSet<String>,
+    or_ignore: bool,
+) -> rusqlite::Result<()> {
+    let mut cols = Vec::new();
+    let mut vals = Vec::new();
+    for (k, v) in m {
+        if !known.contains(k) {
+            return Err(bad(format!("{t} has no column {k:?}")));
+        }
+        cols.push(format!("\"{k}\""));
+        vals.push(to_sql(v).map_err(|e| bad(format!("{t}.{k}: {e}")))?);
+    }
+    let sql = format!(
+        "INSERT {}INTO {t} ({}) VALUES ({})",
+        if or_ignore { "OR IGNORE " } else { "" },
+        cols.join(", "),
+        vec!["?"; cols.len()].join(", ")
+    );
+    tx.execute(&sql, rusqlite::params_from_iter(vals))?;
+    Ok(())
 }
