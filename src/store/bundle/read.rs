@@ -196,26 +196,7 @@ impl Store {
     ) -> std::result::Result<(), BundleError> {
         let mut r = Counted { r: src, pos: 0 };
         let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
-        let mut head = [0u8; 12];
-        match r.fill(&mut head) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
-                return Err(corrupt(0, "not a rewindfs bundle (too short)".into()));
-            }
-        }
-        if &head[..8] != MAGIC {
-            return Err(corrupt(
-                0,
-                "not a rewindfs bundle (no RWFSBNDL header)".into(),
-            ));
-        }
-        let version = u32::from_le_bytes(head[8..12].try_into().unwrap_or_default());
-        if version != FORMAT {
-            return Err(corrupt(
-                8,
-                format!("bundle format {version}; this rewindfs reads format {FORMAT}"),
-            ));
-        }
+        read_header(&mut r)?;
         let mut frames = 0u64;
         let mut rows_seen = 0u64;
         loop {
@@ -295,28 +276,7 @@ impl Store {
                     if kind == MANIFEST {
                         let m: Manifest = serde_json::from_slice(&buf)
                             .map_err(|e| corrupt(offset, format!("the manifest: {e}")))?;
-                        if m.frames != frames
-                            || m.rows != rows_seen
-                            || m.blobs != staged.blobs.len() as u64
-                        {
-                            return Err(corrupt(
-                                offset,
-                                format!(
-                                    "the manifest counts {} frames, {} rows, {} blobs; the bundle has {frames}, {rows_seen}, {}",
-                                    m.frames,
-                                    m.rows,
-                                    m.blobs,
-                                    staged.blobs.len()
-                                ),
-                            ));
-                        }
-                        if m.schema > crate::store::migrate::SCHEMA_VERSION {
-                            return Err(BundleError::Refused(format!(
-                                "the bundle was written by a newer rewindfs (store schema {}; this one knows {}): upgrade rewindfs",
-                                m.schema,
-                                crate::store::migrate::SCHEMA_VERSION
-                            )));
-                        }
+                        check_manifest(&m, offset, frames, rows_seen, staged.blobs.len() as u64)?;
                         let mut rest = [0u8; 1];
                         if r.fill(&mut rest).unwrap_or(true) {
                             return Err(corrupt(r.pos - 1, "bytes after the manifest".into()));
@@ -340,4 +300,58 @@ impl Store {
             frames += 1;
         }
     }
+}
+
+/// The bundle's header: its magic and a format this build reads.
+fn read_header(r: &mut Counted<impl Read>) -> std::result::Result<(), BundleError> {
+    let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
+    let mut head = [0u8; 12];
+    match r.fill(&mut head) {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
+            return Err(corrupt(0, "not a rewindfs bundle (too short)".into()));
+        }
+    }
+    if &head[..8] != MAGIC {
+        return Err(corrupt(
+            0,
+            "not a rewindfs bundle (no RWFSBNDL header)".into(),
+        ));
+    }
+    let version = u32::from_le_bytes(head[8..12].try_into().unwrap_or_default());
+    if version != FORMAT {
+        return Err(corrupt(
+            8,
+            format!("bundle format {version}; this rewindfs reads format {FORMAT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The manifest (at `offset`) counts what was read before it, and names a store schema this
+/// build knows.
+fn check_manifest(
+    m: &Manifest,
+    offset: u64,
+    frames: u64,
+    rows: u64,
+    blobs: u64,
+) -> std::result::Result<(), BundleError> {
+    if m.frames != frames || m.rows != rows || m.blobs != blobs {
+        return Err(BundleError::Corrupt {
+            offset,
+            what: format!(
+                "the manifest counts {} frames, {} rows, {} blobs; the bundle has {frames}, {rows}, {blobs}",
+                m.frames, m.rows, m.blobs
+            ),
+        });
+    }
+    if m.schema > crate::store::migrate::SCHEMA_VERSION {
+        return Err(BundleError::Refused(format!(
+            "the bundle was written by a newer rewindfs (store schema {}; this one knows {}): upgrade rewindfs",
+            m.schema,
+            crate::store::migrate::SCHEMA_VERSION
+        )));
+    }
+    Ok(())
 }
