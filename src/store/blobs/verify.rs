@@ -134,7 +134,11 @@ impl Blobs {
         }
         check(hash, hasher.finalize())?;
         before()?;
+        // The second read is checked too: a blob cut short or changed between the two reads
+        // (a damaged disk, someone behind rewindfs's back) fails the copy instead of leaving
+        // `dst` with fewer or other bytes than the blob's name promises.
         let total = off;
+        let mut again = blake3::Hasher::new();
         off = 0;
         while off < total {
             let want = buf.len().min((total - off) as usize);
@@ -144,9 +148,20 @@ impl Blobs {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(reading(e)),
             };
+            again.update(&buf[..n]);
             write_all(dst, &buf[..n])?;
             off += n as u64;
         }
+        if off != total {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "blob {hash}: read {off} of its {total} bytes the second time (it was cut \
+                     short while being copied)"
+                ),
+            ));
+        }
+        check(hash, again.finalize())?;
         Ok(off)
     }
 
