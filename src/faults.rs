@@ -32,6 +32,15 @@ pub fn pause_journalled() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_JOURNALLED_MS").map(Duration::from_millis)
 }
 
+/// `REWINDFS_TEST_PAUSE_APPLYING_MS=N`: the helper of a live rewind (undo, redo) waits N ms once
+/// it has written the content of the first file it restores in place, before cutting it to
+/// length, and says nothing meanwhile (a test's window for a change between two steps of one
+/// file, for a boundary while a rewind applies, to kill the daemon half-way, or to find a
+/// stuck helper).
+pub fn pause_applying() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_APPLYING_MS").map(Duration::from_millis)
+}
+
 #[cfg(feature = "fault-injection")]
 fn read(var: &str) -> Option<u64> {
     let v = std::env::var(var).ok()?;

@@ -3,6 +3,9 @@
 //! tool's session-wide first change (`tracked`).
 //!
 //! Invariants, kept under the recorder's `state` lock (taken after `gate` and `capture`):
+//! - a checkpoint begins under the `boundary` lock, which a rewind holds from the beginning of
+//!   its own checkpoint until it is applied: no other checkpoint begins while a rewind applies,
+//!   so every capture of its changes is in its checkpoint;
 //! - `seen` holds exactly the paths with a capture in checkpoint `seq`, each with the bit set
 //!   of the actors that changed it (also recorded in the store); it is the "captured?" lookup,
 //!   so a path's second change in a checkpoint costs no I/O;
@@ -20,6 +23,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::MutexGuard;
 
 use super::actors::is_tool_temp;
 use super::adopt::Adopt;
@@ -98,7 +102,37 @@ impl Recorder {
 
     /// Begins the checkpoint of a message whose uuid is not known yet: a hook's `prompt`,
     /// under its prompt_id (see [`crate::store::Prompt`]).
+    ///
+    /// Waits while a rewind applies ([`Recorder::begin_rewind`]): what the rewind overwrites
+    /// must be captured under the rewind's own checkpoint, the one undo reads.
     pub fn begin_for(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+        prompt: Option<&Prompt>,
+    ) -> io::Result<i64> {
+        let _applying = self.boundary.lock().unwrap_or_else(|p| p.into_inner());
+        self.begin_here(uuid, session, kind, prompt)
+    }
+
+    /// Begins a rewind's own checkpoint (`id`, the rewind's) and holds off every other
+    /// boundary until the returned guard is dropped, once the rewind is applied: every capture
+    /// of the rewind's changes then falls in its checkpoint. (A message begun meanwhile, by
+    /// another session, used to take them, and undo, which reads only the rewind's
+    /// checkpoint, left those paths as the rewind made them.) The rewind's own changes never
+    /// take this lock, so it cannot wait on them.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn begin_rewind(&self, id: &str) -> io::Result<(i64, MutexGuard<'_, ()>)> {
+        let applying = self.boundary.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = self.begin_here(id, None, CheckpointKind::Rewind, None)?;
+        Ok((seq, applying))
+    }
+
+    /// [`begin_for`](Self::begin_for), the caller holding `boundary`.
+    fn begin_here(
         &self,
         uuid: &str,
         session: Option<&str>,

@@ -30,7 +30,7 @@
 //!   others make meanwhile, which it must not overwrite.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
+//! `gate` → `boundary` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
 //! (`flushing` → `entries`; `flush_wanted` alone) come after these, and no other lock of the
 //! recorder is taken while one of them is held.
 
@@ -106,6 +106,10 @@ pub struct Recorder {
     state: Mutex<State>,
     /// Serialises taking pre-images, so two changes to one path cannot both capture.
     capture: Mutex<()>,
+    /// Held to begin a checkpoint, and by a rewind while it applies (`checkpoint.rs`,
+    /// [`Recorder::begin_rewind`]). After `gate` in the lock order (an import begins a
+    /// checkpoint holding the gate); no change takes it, and its holders never take the gate.
+    boundary: Mutex<()>,
     /// Changes hold it shared; a rewind holds it exclusively for a moment, to start watching
     /// (`meanwhile.rs`).
     gate: RwLock<()>,
@@ -139,6 +143,7 @@ impl Recorder {
             store,
             state: Mutex::new(State::new(seq, uuid)),
             capture: Mutex::new(()),
+            boundary: Mutex::new(()),
             gate: RwLock::new(()),
             rewinder: std::sync::atomic::AtomicU32::new(0),
             watching: std::sync::atomic::AtomicBool::new(false),

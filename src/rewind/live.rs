@@ -289,6 +289,7 @@ impl Live<'_> {
             let empty = crate::store::blobs::empty_hash();
             let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
             let len = self.blobs.write_verified(hash, fd, || Ok(()))?;
+            pause_once();
             if (st.st_size as u64) > len {
                 sys::ftruncate(fd, len)?;
             }
@@ -407,6 +408,17 @@ impl Live<'_> {
         let st = sys::fstat(fd.as_fd())?;
         let made = self.made.contains(&t.path);
         self.set_meta(fd.as_fd(), &st, t, d.xattrs || made)
+    }
+}
+
+/// The fault-injection build's pause, in the first file rewritten in place, between its
+/// content and its length (`faults::pause_applying`); once per helper (one per rewind).
+fn pause_once() {
+    static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Some(d) = crate::faults::pause_applying() {
+        if !PAUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(d);
+        }
     }
 }
 

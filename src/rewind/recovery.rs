@@ -32,7 +32,7 @@ use super::apply::{Applied, apply_plan};
 use super::history::{History, under};
 use super::{Engine, Outcome, RewindError, Target};
 use crate::capture::Watch;
-use crate::store::{Actor, CheckpointKind, Kind, RewindScope, RewindState};
+use crate::store::{Actor, Kind, RewindScope, RewindState};
 
 impl Engine {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
@@ -50,7 +50,9 @@ impl Engine {
         if let Some(d) = crate::faults::pause_planned() {
             std::thread::sleep(d);
         }
-        let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
+        // No other checkpoint begins until the rewind is applied (`_applying` is held to the
+        // end): undo reads what the rewind overwrote from its own checkpoint alone.
+        let (seq, _applying) = self.recorder.begin_rewind(id)?;
         // Read after the checkpoint began: a change noted later is captured in it.
         let mut applied = Applied::default();
         let mut targets = Vec::with_capacity(out.targets.len());

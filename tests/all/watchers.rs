@@ -525,3 +525,59 @@ fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_
     let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
     assert!(u["undone"].is_string(), "{u}");
 }
+/// Two files changed since a checkpoint, whose content a rewind to it restores in place.
+fn two_files(d: &Path) {
+    fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
+    fs::write(d.join("b.txt"), "b at the checkpoint\n").unwrap();
+}
+
+fn change_both(m: &Mounted) {
+    fs::write(m.p("a.txt"), "a since, and longer than at the checkpoint\n").unwrap();
+    fs::write(m.p("b.txt"), "b since, and longer than at the checkpoint\n").unwrap();
+}
+/// Another session begins a message while a rewind applies (it pauses in its first file,
+/// `REWINDFS_TEST_PAUSE_APPLYING_MS`): the boundary waits for the rewind, so everything the
+/// rewind overwrote is captured under its own checkpoint, and undo gives every file back.
+/// Before, the rewind's later captures went to the new message's checkpoint, and undo, which
+/// reads only the rewind's, left b.txt as the rewind made it.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file_back() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    let other = uuid::Uuid::new_v4().to_string();
+    let t = std::time::Instant::now();
+    c.request(
+        "begin_message",
+        json!({"session_id": "another", "user_message_id": other}),
+    )
+    .unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "the boundary waited for the rewind to be applied ({:?})",
+        t.elapsed()
+    );
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} since, and longer than at the checkpoint\n"),
+            "undo gave {f}.txt back: {u}"
+        );
+    }
+}
