@@ -182,6 +182,35 @@ impl Recorder {
         Ok(seq)
     }
 
+    /// Files the captures recovery takes (behind the mount, before it serves) under the
+    /// checkpoint `seq` of the interrupted rewind it finishes, until the guard is dropped, so
+    /// that undo, which reads only that checkpoint, finds them (they used to go to the mount's
+    /// checkpoint). `captured` (path, actor bits): what the rewind captured before it was
+    /// interrupted, which is not captured again.
+    pub fn recovering(
+        &self,
+        seq: i64,
+        captured: impl IntoIterator<Item = (Vec<u8>, u8)>,
+    ) -> Recovering<'_> {
+        let _g = self.capture.lock().unwrap();
+        let mut s = self.state.lock().unwrap();
+        let seen = captured
+            .into_iter()
+            .fold(HashMap::new(), |mut m, (p, bits)| {
+                *m.entry(p).or_insert(0) |= bits;
+                m
+            });
+        let was = (
+            std::mem::replace(&mut s.seq, seq),
+            std::mem::replace(&mut s.seen, seen),
+            std::mem::take(&mut s.partial),
+        );
+        Recovering {
+            rec: self,
+            was: Some(was),
+        }
+    }
+
     /// Checkpoint `seq` is now known as `uuid` (its message uuid, bound after it began).
     pub fn renamed(&self, seq: i64, uuid: &str) {
         let mut s = self.state.lock().unwrap();
@@ -323,5 +352,26 @@ impl Recorder {
             .or_default()
             .insert(p.to_vec());
         Ok(())
+    }
+}
+
+/// Recovery capturing under an interrupted rewind's checkpoint ([`Recorder::recovering`]);
+/// dropped, captures go to the current checkpoint again.
+pub struct Recovering<'a> {
+    rec: &'a Recorder,
+    /// The current checkpoint's seq, `seen` and `partial`, put back on drop.
+    was: Option<(i64, HashMap<Vec<u8>, u8>, HashMap<Vec<u8>, Partial>)>,
+}
+
+impl Drop for Recovering<'_> {
+    fn drop(&mut self) {
+        let Some((seq, seen, partial)) = self.was.take() else {
+            return;
+        };
+        let _g = self.rec.capture.lock().unwrap();
+        let mut s = self.rec.state.lock().unwrap();
+        s.seq = seq;
+        s.seen = seen;
+        s.partial = partial;
     }
 }

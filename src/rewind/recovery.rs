@@ -125,7 +125,16 @@ impl Engine {
                 .filter(|t| !since.contains(&t.path))
                 .cloned()
                 .collect();
+            // Captured under the rewind's own checkpoint, as its live steps were: undo reads
+            // only that one.
+            let captured = self
+                .store
+                .captures_in(r.checkpoint)?
+                .into_iter()
+                .map(|c| (c.path, c.actors));
+            let own = self.recorder.recovering(r.checkpoint, captured);
             apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
+            drop(own);
             // An undo or redo also moves the rewind it undid or redid on the stack.
             self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
@@ -140,8 +149,8 @@ impl Engine {
 
     /// The targets of the rewind whose checkpoint is `own` that were changed since it began by
     /// anyone else: another actor (in its checkpoint or later), or a later rewind, undo or redo
-    /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in a mount
-    /// checkpoint) do not count: a recovery cut short is finished by the next.
+    /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in the
+    /// rewind's own checkpoint) do not count: a recovery cut short is finished by the next.
     fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<Vec<u8>>, RewindError> {
         let hist = History::load(&self.store, own)?;
         let rewinds: HashSet<i64> = self

@@ -19,7 +19,7 @@ use rewindfs::control::client::Client;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use serde_json::{Value, json};
 
-use crate::support::{Mounted, require_fuse, sh};
+use crate::support::{Mounted, is_stale_or_gone, require_fuse, rewindfs_ok, sh, wait_until};
 
 /// An inotify watch on some directories of a mount.
 struct Watcher {
@@ -580,4 +580,75 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
             "undo gave {f}.txt back: {u}"
         );
     }
+}
+/// `kill -9` of the daemon while its helper is half-way through a rewind (the first file
+/// written, not cut to length): the next mount finishes the rewind before it serves, the tree
+/// is the checkpoint's, the change log keeps the rewind's write, and the rewind is on the undo
+/// stack.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_next_mount() {
+    require_fuse();
+    let mut m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "30000")], |d| {
+        two_files(d);
+        fs::write(d.join("gone.txt"), "removed since\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    fs::remove_file(m.p("gone.txt")).unwrap();
+    fs::write(m.p("made.txt"), "made since\n").unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    // The helper has written a.txt's content (the rewind's entry is in the log) and waits.
+    let half = || {
+        fs::read_to_string(m.p("a.txt"))
+            .is_ok_and(|s| s.starts_with("a at the checkpoint\n") && s.len() > 20)
+    };
+    assert!(wait_until(20, half), "the rewind got half-way");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(m.daemon_pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let _ = rewind.join();
+    drop(c);
+    assert!(wait_until(10, || is_stale_or_gone(&m.dir)));
+    rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
+    m.mount(&[]);
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("gone.txt")).unwrap(),
+        "removed since\n"
+    );
+    assert!(!m.p("made.txt").exists());
+    let daemon_log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
+    assert!(daemon_log.contains("finishing rewind"), "{daemon_log}");
+    let mut c = client(&m);
+    let log = c.request("log", json!({})).unwrap();
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["actor"] == "rewind" && e["path"] == "a.txt"),
+        "the rewind's write before the kill is in the change log: {log}"
+    );
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b since, and longer than at the checkpoint\n"
+    );
+    assert_eq!(fs::read_to_string(m.p("made.txt")).unwrap(), "made since\n");
+    assert!(!m.p("gone.txt").exists());
 }
