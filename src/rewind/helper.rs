@@ -58,11 +58,13 @@ enum Message {
     /// Did someone else change this path (or, with `beneath`, something below it) since the
     /// rewind began?
     Changed { path: Vec<u8>, beneath: bool },
-    /// Applied; these were left alone.
+    /// Applied; these were left alone (`partial`: partly restored, see [`Applied`]).
     Done {
         skipped: Vec<Vec<u8>>,
         untouched: Vec<Vec<u8>>,
         meanwhile: Vec<Vec<u8>>,
+        #[serde(default)]
+        partial: Vec<Vec<u8>>,
     },
     /// Stopped at this failure (the paths before it are done).
     Failed { error: String },
@@ -133,11 +135,13 @@ impl Engine {
                         skipped,
                         untouched,
                         meanwhile,
+                        partial,
                     } => {
                         return Ok(Ok(Applied {
                             skipped: skipped.into_iter().collect(),
                             untouched: untouched.into_iter().collect(),
                             meanwhile,
+                            partial,
                         }));
                     }
                     Message::Failed { error } => return Ok(Err(error)),
@@ -206,6 +210,7 @@ pub fn run_helper() -> io::Result<()> {
             skipped: a.skipped.into_iter().collect(),
             untouched: a.untouched.into_iter().collect(),
             meanwhile: a.meanwhile,
+            partial: a.partial,
         },
         Err(e) => Message::Failed {
             error: e.to_string(),

@@ -294,8 +294,14 @@ pub struct Outcome {
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
     /// Paths a real rewind left as someone else made them while it planned and applied
-    /// (workspace-relative, sorted): it did not change them.
+    /// (workspace-relative, sorted): it did not change them — except those also in
+    /// `partially_restored`.
     pub changed_meanwhile: Vec<String>,
+    /// Paths a real rewind began to restore and then had to leave because someone else changed
+    /// them meanwhile (workspace-relative, sorted): some of its steps are done (content written
+    /// in part, the file cut, a directory made or emptied), the rest refused. Each is also in
+    /// `files_changed` and in `changed_meanwhile`.
+    pub partially_restored: Vec<String>,
     /// The lines each target adds and removes (parallel to `targets`).
     pub(super) lines: Vec<(u64, u64)>,
     /// What planning saw differ at each target (parallel to `targets`; empty for scope
@@ -327,6 +333,12 @@ impl Outcome {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         self.changed_meanwhile.sort();
+        self.partially_restored = applied
+            .partial
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        self.partially_restored.sort();
     }
 }
 

@@ -525,6 +525,23 @@ fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_
     let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
     assert!(u["undone"].is_string(), "{u}");
 }
+/// The files of a reply's field (absolute paths), workspace-relative and sorted.
+fn listed(m: &Mounted, v: &Value, field: &str) -> Vec<String> {
+    let mut out: Vec<String> = v[field]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            Path::new(p.as_str().unwrap())
+                .strip_prefix(&m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    out.sort();
+    out
+}
 /// Two files changed since a checkpoint, whose content a rewind to it restores in place.
 fn two_files(d: &Path) {
     fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
@@ -580,6 +597,49 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
             "undo gave {f}.txt back: {u}"
         );
     }
+}
+/// Someone writes to a file between two steps of the rewind on it (its content written over,
+/// not yet cut to length; the helper pauses there): the cut is refused, and the file holds the
+/// rewind's content, the old tail and their write. The answer says so: the file is in
+/// `filesChanged` (the rewind changed it), in `changedMeanwhile` and in `partiallyRestored`.
+/// Before, it was reported as left alone, and `filesChanged` left it out.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "short\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(
+        m.p("a.txt"),
+        "a much longer content than at the checkpoint\n",
+    )
+    .unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("a.txt"))
+            .unwrap();
+        f.write_at(b"THEIRS", 20).unwrap();
+    }
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(listed(&m, &r, "partiallyRestored"), vec!["a.txt"], "{r}");
+    assert_eq!(listed(&m, &r, "changedMeanwhile"), vec!["a.txt"], "{r}");
+    assert_eq!(listed(&m, &r, "filesChanged"), vec!["a.txt"], "{r}");
+    let now = fs::read_to_string(m.p("a.txt")).unwrap();
+    assert!(
+        now.starts_with("short\n") && now.contains("THEIRS"),
+        "the rewind's first step and their write: {now:?}"
+    );
 }
 /// `kill -9` of the daemon while its helper is half-way through a rewind (the first file
 /// written, not cut to length): the next mount finishes the rewind before it serves, the tree
