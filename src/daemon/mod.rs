@@ -94,6 +94,13 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     let listener = bind_socket(&cfg.store)?;
     let session = mount::mount(&cfg, fs, &source)?;
     parts.kernel.mounted.store(true, Ordering::Release);
+    // Read from what the kernel holds (no request to the mount, which does not serve yet).
+    match sys::dev_cached(&cfg.dir) {
+        Ok(dev) => parts.engine.mounted_on(dev),
+        Err(e) => tracing::error!(
+            "the mount's device cannot be read ({e}): rewinds, undos and redos will fail"
+        ),
+    }
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new()
         .name("fuse".into())

@@ -18,6 +18,10 @@
 //! - the helper is one thread, so its requests carry its pid, which the daemon names as the
 //!   rewind's ([`Watch::apply_here`]) before it sends the job: every request it makes is the
 //!   rewind's, refused where others changed the path meanwhile;
+//! - it is this very binary (`/proc/self/exe`: the image the daemon runs, even once an upgrade
+//!   has replaced or removed the file it was started from), and applies only through the mount
+//!   the daemon serves (the job carries the mount's device; a mount made over it since is not
+//!   written to);
 //! - it holds no fd it did not open (everything it inherited past stderr is closed first), and
 //!   dies with the daemon (`PR_SET_PDEATHSIG`).
 
@@ -42,6 +46,9 @@ pub const SUBCOMMAND: &str = "__apply-rewind";
 struct Job {
     /// The mount's root (the workspace's path).
     mount: PathBuf,
+    /// The mount's device (major, minor), as the daemon read it when it mounted: the helper
+    /// applies nothing through another file system mounted there since.
+    dev: (u32, u32),
     /// The store's blob directory, which the targets' contents are read from.
     blobs: PathBuf,
     /// The rewind's id (its temp names).
@@ -87,8 +94,12 @@ impl Engine {
             .workspace
             .clone()
             .ok_or_else(|| RewindError::Failed("the mount's path is not known".into()))?;
+        let dev = *self.mount_dev.get().ok_or_else(|| {
+            RewindError::Failed("the mount's device is not known (see the log at mount)".into())
+        })?;
         let job = Job {
             mount,
+            dev,
             blobs: self.store.blobs.dir().to_path_buf(),
             id: id.to_string(),
             targets: targets.iter().map(|t| (*t).clone()).collect(),
@@ -101,8 +112,9 @@ impl Engine {
                 })
                 .collect(),
         };
-        let exe = std::env::current_exe().map_err(|e| failed("finding rewindfs", e))?;
-        let mut child = Command::new(exe)
+        // This process's own image: after an upgrade, `current_exe()` names a file that is
+        // gone ("… (deleted)") or holds another version.
+        let mut child = Command::new("/proc/self/exe")
             .arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -222,10 +234,17 @@ pub fn run_helper() -> io::Result<()> {
 fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Result<Applied> {
     let mount = sys::open_dir_path(&job.mount)
         .map_err(|e| sys::ctx(e, format!("opening the mount {}", job.mount.display())))?;
-    if !sys::is_fuse_root(mount.as_fd()) {
+    let dev = sys::fstat(mount.as_fd())
+        .map(|st| (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev)))
+        .ok();
+    if !sys::is_fuse_root(mount.as_fd()) || dev != Some(job.dev) {
         return Err(io::Error::other(format!(
-            "{} is not the root of the rewindfs mount (something was mounted over it?)",
-            job.mount.display()
+            "{} is not the root of this rewindfs mount (device {}:{}, found {}): something was \
+             mounted over it; nothing was changed",
+            job.mount.display(),
+            job.dev.0,
+            job.dev.1,
+            dev.map_or("none".into(), |(a, b)| format!("{a}:{b}")),
         )));
     }
     let blobs = Blobs::at(&job.blobs);

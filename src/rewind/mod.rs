@@ -367,6 +367,9 @@ pub struct Engine {
     /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
     /// (see `tool.rs`). Set once, at start.
     workspace: Option<PathBuf>,
+    /// The mount's device (major, minor), read once the mount is made: a live rewind's helper
+    /// applies only through this file system (see `helper.rs`).
+    mount_dev: std::sync::OnceLock<(u32, u32)>,
 }
 
 impl Engine {
@@ -379,6 +382,7 @@ impl Engine {
             apply: Mutex::new(()),
             scratch: Mutex::default(),
             workspace: None,
+            mount_dev: std::sync::OnceLock::new(),
         }
     }
 
@@ -387,6 +391,11 @@ impl Engine {
     pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
         self.workspace = Some(dir);
         self
+    }
+
+    /// The mount is made, on device `dev` (major, minor): live rewinds apply through it.
+    pub fn mounted_on(&self, dev: (u32, u32)) {
+        let _ = self.mount_dev.set(dev);
     }
 
     /// The workspace's root fd, which every path is resolved beneath.

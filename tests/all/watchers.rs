@@ -19,7 +19,7 @@ use rewindfs::control::client::Client;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use serde_json::{Value, json};
 
-use crate::support::{Mounted, is_stale_or_gone, require_fuse, rewindfs_ok, sh, wait_until};
+use crate::support::{BIN, Mounted, is_stale_or_gone, require_fuse, rewindfs_ok, sh, wait_until};
 
 /// An inotify watch on some directories of a mount.
 struct Watcher {
@@ -711,4 +711,71 @@ fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_n
     );
     assert_eq!(fs::read_to_string(m.p("made.txt")).unwrap(), "made since\n");
     assert!(!m.p("gone.txt").exists());
+}
+/// The helper applies only through the mount its daemon serves: a job naming another device
+/// (what a file system mounted over the workspace since shows) is refused before anything is
+/// changed. Before, any FUSE file system whose root is inode 1 was taken for the mount.
+#[test]
+fn the_rewind_helper_refuses_a_mount_that_is_not_its_daemons() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("a.txt"), "a\n").unwrap());
+    let job = json!({
+        "mount": m.dir,
+        "dev": [0, 0],
+        "blobs": m.store.join("blobs"),
+        "id": uuid::Uuid::new_v4().to_string(),
+        "targets": [],
+        "differs": [],
+    });
+    let mut child = std::process::Command::new(BIN)
+        .arg("__apply-rewind")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut to = child.stdin.take().unwrap();
+        writeln!(to, "{job}").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let answer: Value = serde_json::from_str(said.trim()).unwrap();
+    let error = answer["failed"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("mounted over it"),
+        "the helper refused the job: {said}"
+    );
+}
+/// An upgrade replaces the binary a daemon was started from (`cargo install`, npm, pip): the
+/// daemon's next rewind still starts its helper, from the image it runs. Before, it started
+/// `current_exe()`, which then reads `… (deleted)`, and every rewind failed.
+#[test]
+fn a_rewind_works_after_the_daemons_binary_was_replaced() {
+    require_fuse();
+    let mut m = Mounted::with(two_files);
+    m.umount();
+    let bin = m.tmp.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let exe = bin.join("rewindfs");
+    fs::copy(BIN, &exe).unwrap();
+    let out = std::process::Command::new(&exe)
+        .args(["mount", m.dir.to_str().unwrap(), "--store"])
+        .arg(&m.store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    m.mount_state(true);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    // The upgrade: the old file goes, a new one takes its name.
+    fs::remove_file(&exe).unwrap();
+    fs::write(&exe, "#!/bin/sh\nexit 1\n").unwrap();
+    let r = rewind_all(&mut c, &cp);
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a at the checkpoint\n"
+    );
 }
