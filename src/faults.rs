@@ -41,6 +41,12 @@ pub fn pause_applying() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_APPLYING_MS").map(Duration::from_millis)
 }
 
+/// `REWINDFS_TEST_HELPER_SILENCE_MS=N`: how long the daemon waits for a word from a rewind's
+/// helper before it gives up on it (not set: `helper::SILENCE`).
+pub fn helper_silence() -> Option<Duration> {
+    read("REWINDFS_TEST_HELPER_SILENCE_MS").map(Duration::from_millis)
+}
+
 #[cfg(feature = "fault-injection")]
 fn read(var: &str) -> Option<u64> {
     let v = std::env::var(var).ok()?;

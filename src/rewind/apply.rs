@@ -115,6 +115,8 @@ impl Applied {
 /// rewind began: what the daemon's FUSE core saw, asked by whoever applies through the mount.
 pub(super) trait Meanwhile {
     fn changed(&self, path: &[u8], beneath: bool) -> bool;
+    /// One more target is done (or left): the helper tells the daemon it is getting on.
+    fn step(&self) {}
 }
 
 impl Meanwhile for crate::capture::Watch<'_> {
@@ -162,6 +164,13 @@ impl<'a> Tree<'a> {
         match self.behind {
             Some(rec) => rec.capture_for_rewind(rel),
             None => Ok(()),
+        }
+    }
+
+    /// One more target is done (or left).
+    pub(super) fn step(&self) {
+        if let Some(w) = self.meanwhile {
+            w.step();
         }
     }
 
@@ -257,6 +266,7 @@ pub(super) fn apply_in_place(
 ) -> io::Result<Applied> {
     let mut applied = Applied::default();
     for (i, t) in targets.iter().enumerate() {
+        tree.step();
         let stepped = Cell::new(false);
         match in_place_one(tree, blobs, t, i, &mut applied, &stepped) {
             Ok(true) => {}

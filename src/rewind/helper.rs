@@ -16,19 +16,24 @@
 //!
 //! Invariants:
 //! - the helper is one thread, so its requests carry its pid, which the daemon names as the
-//!   rewind's ([`Watch::apply_here`]) before it sends the job: every request it makes is the
-//!   rewind's, refused where others changed the path meanwhile;
+//!   rewind's ([`Watch::apply_here_for`]) before it sends the job: every request it makes is
+//!   the rewind's, refused where others changed the path meanwhile;
 //! - it is this very binary (`/proc/self/exe`: the image the daemon runs, even once an upgrade
 //!   has replaced or removed the file it was started from), and applies only through the mount
 //!   the daemon serves (the job carries the mount's device; a mount made over it since is not
 //!   written to);
 //! - it holds no fd it did not open (everything it inherited past stderr is closed first), and
-//!   dies with the daemon (`PR_SET_PDEATHSIG`).
+//!   dies with the daemon (`PR_SET_PDEATHSIG`);
+//! - it says something at least every [`PROGRESS_EVERY`] while it gets on; a helper silent for
+//!   [`SILENCE`] is stuck (a request that never ends): the daemon kills it and fails the rewind,
+//!   which stays journalled for the next mount to finish.
 
+use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +45,12 @@ use crate::sys;
 
 /// The hidden subcommand that runs [`run_helper`].
 pub const SUBCOMMAND: &str = "__apply-rewind";
+
+/// How often at most the helper says it is getting on.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How long the daemon waits for a word from the helper before it takes it for stuck.
+const SILENCE: Duration = Duration::from_secs(60);
 
 /// What the helper is to do.
 #[derive(Debug, Serialize, Deserialize)]
@@ -65,6 +76,8 @@ enum Message {
     /// Did someone else change this path (or, with `beneath`, something below it) since the
     /// rewind began?
     Changed { path: Vec<u8>, beneath: bool },
+    /// Getting on: this many targets done or left so far (no answer).
+    Progress { steps: u64 },
     /// Applied; these were left alone (`partial`: partly restored, see [`Applied`]).
     Done {
         skipped: Vec<Vec<u8>>,
@@ -127,6 +140,7 @@ impl Engine {
                 "the rewind's helper has no pipes".into(),
             ));
         };
+        let silence = crate::faults::helper_silence().unwrap_or(SILENCE);
         let outcome = (|| {
             let mut line = serde_json::to_vec(&job).map_err(io::Error::other)?;
             line.push(b'\n');
@@ -135,6 +149,18 @@ impl Engine {
             let mut buf = String::new();
             loop {
                 buf.clear();
+                if from.buffer().is_empty() && !sys::wait_readable(from.get_ref().as_fd(), silence)?
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "it made no progress for {} s (a request to the mount that never \
+                             ends?) and was stopped; the rewind stays journalled and is \
+                             finished at the next mount",
+                            silence.as_secs_f32()
+                        ),
+                    ));
+                }
                 if from.read_line(&mut buf)? == 0 {
                     return Err(io::Error::other("it ended without a word (see the log)"));
                 }
@@ -143,6 +169,7 @@ impl Engine {
                         let yes = watch.changed(&path, beneath);
                         to.write_all(if yes { b"true\n" } else { b"false\n" })?;
                     }
+                    Message::Progress { .. } => {}
                     Message::Done {
                         skipped,
                         untouched,
@@ -161,6 +188,13 @@ impl Engine {
             }
         })();
         drop(to);
+        if matches!(&outcome, Err(e) if e.kind() == io::ErrorKind::TimedOut) {
+            tracing::error!(
+                "the rewind's helper (pid {}) is stuck: killing it",
+                child.id()
+            );
+            let _ = child.kill();
+        }
         let _ = child.wait();
         match outcome {
             Ok(Ok(applied)) => Ok(applied),
@@ -172,11 +206,25 @@ impl Engine {
 
 /// The daemon's answers to the helper's questions, over its stdin and stdout.
 struct Asker<'a> {
-    from: std::cell::RefCell<&'a mut dyn BufRead>,
-    to: std::cell::RefCell<&'a mut dyn Write>,
+    from: RefCell<&'a mut dyn BufRead>,
+    to: RefCell<&'a mut dyn Write>,
+    /// Targets done or left so far.
+    steps: Cell<u64>,
+    /// When the helper last said something.
+    said: Cell<Instant>,
 }
 
 impl Meanwhile for Asker<'_> {
+    fn step(&self) {
+        self.steps.set(self.steps.get() + 1);
+        if self.said.get().elapsed() >= PROGRESS_EVERY {
+            self.said.set(Instant::now());
+            let steps = self.steps.get();
+            // A progress line that cannot be sent is the daemon gone: the next question says so.
+            let _ = send(&mut **self.to.borrow_mut(), &Message::Progress { steps });
+        }
+    }
+
     fn changed(&self, path: &[u8], beneath: bool) -> bool {
         let ask = || -> io::Result<bool> {
             let mut to = self.to.borrow_mut();
@@ -249,8 +297,10 @@ fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Resul
     }
     let blobs = Blobs::at(&job.blobs);
     let asker = Asker {
-        from: std::cell::RefCell::new(from),
-        to: std::cell::RefCell::new(to),
+        from: RefCell::new(from),
+        to: RefCell::new(to),
+        steps: Cell::new(0),
+        said: Cell::new(Instant::now()),
     };
     let tree = Tree::mount(mount.as_fd(), &asker);
     let targets: Vec<&Target> = job.targets.iter().collect();

@@ -127,6 +127,7 @@ impl Live<'_> {
     /// earlier pass (a directory it made), had changed it already; any other stops the apply.
     fn settle(&mut self, t: &Target, beneath: bool, r: io::Result<()>) -> io::Result<()> {
         let stepped = self.stepped.replace(false);
+        self.tree.step();
         match r {
             Ok(()) => Ok(()),
             Err(e) if self.tree.meanwhile(&e, &t.path, beneath) => {
@@ -173,6 +174,7 @@ impl Live<'_> {
             let mut kept = false;
             for (name, _, dtype) in sys::read_dir_all(fd)? {
                 let child = rel.join(&name);
+                self.tree.step();
                 match self.remove_tree(&child, dtype == libc::DT_DIR) {
                     Ok(()) => self.stepped.set(true),
                     Err(e) if self.tree.meanwhile(&e, child.as_os_str().as_bytes(), true) => {
@@ -274,12 +276,13 @@ impl Live<'_> {
                 };
                 match sys::open_beneath(self.root(), rel, flags, 0) {
                     Ok(fd) => return self.rewrite(fd.as_fd(), &st, t, d),
-                    // Read-only to the daemon (not root), or being executed: as an editor
-                    // saving by rename would.
+                    // Read-only to the daemon (not root), being executed, or leased to
+                    // someone (`O_NONBLOCK`: EAGAIN instead of waiting for the lease to be
+                    // broken): as an editor saving by rename would.
                     Err(e)
                         if matches!(
                             e.raw_os_error(),
-                            Some(libc::EACCES | libc::EPERM | libc::ETXTBSY)
+                            Some(libc::EACCES | libc::EPERM | libc::ETXTBSY | libc::EAGAIN)
                         ) => {}
                     Err(e) => return Err(e),
                 }

@@ -712,6 +712,55 @@ fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_n
     assert_eq!(fs::read_to_string(m.p("made.txt")).unwrap(), "made since\n");
     assert!(!m.p("gone.txt").exists());
 }
+/// A helper that stops getting on (here it sleeps, as one stuck in a request would wait) is
+/// killed after the silence the daemon allows it (shortened here), and the rewind fails with
+/// an error that says so, instead of holding every rewind, dry run, diff and gc for ever; the
+/// mount goes on serving, and the next mount finishes the journalled rewind.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_rewind_whose_helper_is_stuck_fails_clearly_and_is_finished_at_the_next_mount() {
+    require_fuse();
+    let mut m = paused(
+        &[
+            ("REWINDFS_TEST_PAUSE_APPLYING_MS", "20000"),
+            ("REWINDFS_TEST_HELPER_SILENCE_MS", "1500"),
+        ],
+        two_files,
+    );
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let t = std::time::Instant::now();
+    let e = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all"}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("made no progress"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(rustix::fs::statfs(&m.dir).is_ok(), "the mount serves");
+    let d = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all", "dry_run": true}),
+        )
+        .unwrap();
+    assert_eq!(d["canRewind"], json!(true), "a dry run is not held up: {d}");
+    drop(c);
+    m.umount();
+    m.mount(&[]);
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} at the checkpoint\n")
+        );
+    }
+}
 /// The helper applies only through the mount its daemon serves: a job naming another device
 /// (what a file system mounted over the workspace since shows) is refused before anything is
 /// changed. Before, any FUSE file system whose root is inode 1 was taken for the mount.
@@ -778,4 +827,55 @@ fn a_rewind_works_after_the_daemons_binary_was_replaced() {
         fs::read_to_string(m.p("a.txt")).unwrap(),
         "a at the checkpoint\n"
     );
+}
+
+/// Another process holds a lease on a file the rewind restores (as Samba or an editor might):
+/// opening it for writing without waiting answers `EAGAIN`, and the rewind restores the file
+/// beside it and renames it into place, as for a file it may not open. Before, `EAGAIN` failed
+/// the whole rewind.
+#[test]
+fn a_file_leased_by_another_process_is_restored_by_a_rename() {
+    require_fuse();
+    crate::support::require_command("python3", "python3");
+    let m = Mounted::with(two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    // The lease's holder ignores the SIGIO that tells it the lease is being broken, and keeps
+    // the lease until it is killed (the kernel would break it after lease-break-time).
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import fcntl, os, signal, sys, time\n\
+             signal.signal(signal.SIGIO, signal.SIG_IGN)\n\
+             fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n\
+             print('leased', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(m.p("a.txt"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "leased");
+    let r = c.request(
+        "rewind_files",
+        json!({"user_message_id": cp, "scope": "all"}),
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let r = r.unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} at the checkpoint\n")
+        );
+    }
 }
