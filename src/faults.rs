@@ -20,7 +20,8 @@ pub fn fail_rewind_after() -> Option<usize> {
 }
 
 /// `REWINDFS_TEST_PAUSE_PLANNED_MS=N`: a live rewind (undo, redo) waits N ms once it has
-/// planned, before its plan is journalled (a test's window for a change made while it plans).
+/// planned, before its plan is journalled (a test's window for a change made after planning
+/// and before journalling, which the journalled plan must leave out).
 pub fn pause_planned() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_PLANNED_MS").map(Duration::from_millis)
 }

@@ -359,16 +359,16 @@ fn rewind_in_background(m: &Mounted, cp: &str) -> std::thread::JoinHandle<Value>
     })
 }
 
-/// Someone changes a path the rewind is about to restore while the rewind plans (before its
-/// plan is journalled): the rewind leaves that path as they made it, restores the rest, and
-/// says so. Before, a rewind held every writer off while it ran; without that, and without the
+/// Someone changes a path the rewind is about to restore after the rewind planned, before its
+/// plan is journalled (`REWINDFS_TEST_PAUSE_PLANNED_MS` pauses there): the rewind leaves that
+/// path as they made it, restores the rest, and says so. Before, a rewind held every writer off while it ran; without that, and without the
 /// watch, the rewind would have overwritten the change.
 #[cfg_attr(
     not(feature = "fault-injection"),
     ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
 )]
 #[test]
-fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
+fn a_change_made_after_a_rewind_planned_and_before_it_journalled_is_left_alone_and_reported() {
     require_fuse();
     let m = paused(&[("REWINDFS_TEST_PAUSE_PLANNED_MS", "1500")], |d| {
         fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
@@ -380,13 +380,13 @@ fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
     fs::write(m.p("b.txt"), "b since\n").unwrap();
     let rewind = rewind_in_background(&m, &cp);
     std::thread::sleep(Duration::from_millis(500));
-    fs::write(m.p("a.txt"), "a written while the rewind planned\n").unwrap();
+    fs::write(m.p("a.txt"), "a written before the plan was journalled\n").unwrap();
     let r = rewind.join().unwrap();
     assert_eq!(r["canRewind"], json!(true), "{r}");
     assert_eq!(meanwhile(&m, &r), vec!["a.txt"], "{r}");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
-        "a written while the rewind planned\n"
+        "a written before the plan was journalled\n"
     );
     assert_eq!(
         fs::read_to_string(m.p("b.txt")).unwrap(),
@@ -409,7 +409,7 @@ fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
     assert_eq!(fs::read_to_string(m.p("b.txt")).unwrap(), "b since\n");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
-        "a written while the rewind planned\n"
+        "a written before the plan was journalled\n"
     );
 }
 
