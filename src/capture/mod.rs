@@ -3,8 +3,8 @@
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
 //! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
 //! held until the change is done, so a rewind, which takes the gate exclusively for a moment to
-//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted. Then it calls [`Observer::after`], or [`Observer::failed`] if
-//! the change did not happen.
+//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted.
+//! Then it calls [`Observer::after`], or [`Observer::failed`] if the change did not happen.
 //!
 //! Invariants kept by [`Recorder`]:
 //! - **write-ahead**: the pre-image's blob and row are committed before `before` returns;
@@ -269,8 +269,8 @@ impl Recorder {
         let is_dir = |p: &Path| {
             sys::lstat_at(self.root(), p).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
         };
-        // Looked at here, under the gate: a rewind may have replaced either name since
-        // the caller's stat.
+        // Looked at here, not taken from the caller's stat: either name may have been replaced
+        // since (also by a rewind's own request, which does not wait at the gate).
         if is_dir(change.path) || change.path2.is_some_and(is_dir) {
             // Written before the rename: a rewind maps paths beneath it through this.
             self.store

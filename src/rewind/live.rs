@@ -22,7 +22,8 @@
 //!
 //! Invariants:
 //! - the FUSE core captures what each step overwrites, as for any process, under the rewind's
-//!   own checkpoint (the rewind's thread is `Actor::Rewind`, see `capture/meanwhile.rs`);
+//!   own checkpoint (the rewind's helper process is `Actor::Rewind`, see
+//!   `capture/meanwhile.rs`);
 //! - every step is made relative to its parent directory opened without following a symlink
 //!   (`apply::parent_of`, `sys::open_beneath`), never through a path that could leave the
 //!   workspace;

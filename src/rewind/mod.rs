@@ -352,11 +352,13 @@ pub trait KernelCache: Send + Sync {
 
 /// Plans and applies rewinds.
 pub struct Engine {
-    /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.
+    /// Notes what others change while a rewind runs ([`Recorder::watch`]), begins the rewind's
+    /// own checkpoint, and captures what recovery overwrites behind the mount.
     recorder: Arc<Recorder>,
     /// Checkpoints, captures, the rewind journal and the blobs.
     store: Arc<Store>,
-    /// The kernel's caches, flushed before a rewind and invalidated after.
+    /// The kernel's dirty data, flushed before a rewind plans and before a boundary (a rewind
+    /// changes the tree through the mount, so the caches follow by themselves).
     kernel: Arc<dyn KernelCache>,
     /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
     /// before the capture gate.
