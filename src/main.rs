@@ -396,6 +396,9 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::ApplyRewind => {
             rewindfs::rewind::run_helper().context("the rewind's helper process")?;
         }
+        Command::Flush { dir, files } => {
+            rewindfs::daemon::run_flush(&dir, &files).context("flushing the mount")?;
+        }
         Command::Exec {
             scope,
             dir,
