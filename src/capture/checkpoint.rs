@@ -359,9 +359,12 @@ impl Recorder {
 /// dropped, captures go to the current checkpoint again.
 pub struct Recovering<'a> {
     rec: &'a Recorder,
-    /// The current checkpoint's seq, `seen` and `partial`, put back on drop.
-    was: Option<(i64, HashMap<Vec<u8>, u8>, HashMap<Vec<u8>, Partial>)>,
+    /// The current checkpoint's, put back on drop.
+    was: Option<Current>,
 }
+
+/// What `State` holds of the current checkpoint: its seq, `seen` and `partial`.
+type Current = (i64, HashMap<Vec<u8>, u8>, HashMap<Vec<u8>, Partial>);
 
 impl Drop for Recovering<'_> {
     fn drop(&mut self) {
