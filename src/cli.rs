@@ -383,6 +383,15 @@ pub enum Command {
     /// daemon; reads its job on stdin).
     #[command(name = "__apply-rewind", hide = true)]
     ApplyRewind,
+    /// Internal: the process the daemon writes back the kernel's dirty data through (started
+    /// by the daemon before a boundary or a rewind).
+    #[command(name = "__flush", hide = true)]
+    Flush {
+        /// The mount.
+        dir: std::path::PathBuf,
+        /// Files mapped for writing, to fsync.
+        files: Vec<std::path::PathBuf>,
+    },
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
     Agent {
         pid: u32,

@@ -20,7 +20,8 @@ pub fn fail_rewind_after() -> Option<usize> {
 }
 
 /// `REWINDFS_TEST_PAUSE_PLANNED_MS=N`: a live rewind (undo, redo) waits N ms once it has
-/// planned, before its plan is journalled (a test's window for a change made while it plans).
+/// planned, before its plan is journalled (a test's window for a change made after planning
+/// and before journalling, which the journalled plan must leave out).
 pub fn pause_planned() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_PLANNED_MS").map(Duration::from_millis)
 }
@@ -30,6 +31,21 @@ pub fn pause_planned() -> Option<Duration> {
 /// the rewind from overwriting).
 pub fn pause_journalled() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_JOURNALLED_MS").map(Duration::from_millis)
+}
+
+/// `REWINDFS_TEST_PAUSE_APPLYING_MS=N`: the helper of a live rewind (undo, redo) waits N ms once
+/// it has written the content of the first file it restores in place, before cutting it to
+/// length, and says nothing meanwhile (a test's window for a change between two steps of one
+/// file, for a boundary while a rewind applies, to kill the daemon half-way, or to find a
+/// stuck helper).
+pub fn pause_applying() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_APPLYING_MS").map(Duration::from_millis)
+}
+
+/// `REWINDFS_TEST_HELPER_SILENCE_MS=N`: how long the daemon waits for a word from a rewind's
+/// helper before it gives up on it (not set: `helper::SILENCE`).
+pub fn helper_silence() -> Option<Duration> {
+    read("REWINDFS_TEST_HELPER_SILENCE_MS").map(Duration::from_millis)
 }
 
 #[cfg(feature = "fault-injection")]

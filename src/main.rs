@@ -5,6 +5,7 @@ mod commands;
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 use rewindfs::cli::{Args, Command};
 use rewindfs::config::{MountConfig, Retention};
@@ -206,10 +207,10 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Fsck { store } => return workspace::fsck(store),
         Command::Hook { wait_ms, socket } => workspace::hook(wait_ms, &socket),
         Command::ApplyRewind => {
-            anyhow::Context::context(
-                rewindfs::rewind::run_helper(),
-                "the rewind's helper process",
-            )?;
+            rewindfs::rewind::run_helper().context("the rewind's helper process")?;
+        }
+        Command::Flush { dir, files } => {
+            rewindfs::daemon::run_flush(&dir, &files).context("flushing the mount")?;
         }
         Command::Exec {
             scope,

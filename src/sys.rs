@@ -11,7 +11,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -117,6 +117,32 @@ pub fn die_with_parent() -> io::Result<()> {
         return Err(io::Error::other("the parent process is gone"));
     }
     Ok(())
+}
+
+/// Waits up to `timeout` for `fd` (a pipe) to have something to read, or to be closed at the
+/// other end. `false`: nothing came in time.
+#[allow(unsafe_code)]
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: `p` is one valid pollfd that lives across the call, and the count says one.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        match r {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(ctx(e, format!("poll(fd {}, POLLIN, {ms} ms)", p.fd)));
+                }
+            }
+        }
+    }
 }
 
 /// Lets a closed stdout end the process as it ends `ls | head`: Rust ignores SIGPIPE, and a

@@ -3,6 +3,9 @@
 //! tool's session-wide first change (`tracked`).
 //!
 //! Invariants, kept under the recorder's `state` lock (taken after `gate` and `capture`):
+//! - a checkpoint begins under the `boundary` lock, which a rewind holds from the beginning of
+//!   its own checkpoint until it is applied: no other checkpoint begins while a rewind applies,
+//!   so every capture of its changes is in its checkpoint;
 //! - `seen` holds exactly the paths with a capture in checkpoint `seq`, each with the bit set
 //!   of the actors that changed it (also recorded in the store); it is the "captured?" lookup,
 //!   so a path's second change in a checkpoint costs no I/O;
@@ -20,6 +23,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::MutexGuard;
 
 use super::actors::is_tool_temp;
 use super::adopt::Adopt;
@@ -99,7 +103,37 @@ impl Recorder {
 
     /// Begins the checkpoint of a message whose uuid is not known yet: a hook's `prompt`,
     /// under its prompt_id (see [`crate::store::Prompt`]).
+    ///
+    /// Waits while a rewind applies ([`Recorder::begin_rewind`]): what the rewind overwrites
+    /// must be captured under the rewind's own checkpoint, the one undo reads.
     pub fn begin_for(
+        &self,
+        uuid: &str,
+        session: Option<&str>,
+        kind: CheckpointKind,
+        prompt: Option<&Prompt>,
+    ) -> io::Result<i64> {
+        let _applying = self.boundary.locked();
+        self.begin_here(uuid, session, kind, prompt)
+    }
+
+    /// Begins a rewind's own checkpoint (`id`, the rewind's) and holds off every other
+    /// boundary until the returned guard is dropped, once the rewind is applied: every capture
+    /// of the rewind's changes then falls in its checkpoint. (A message begun meanwhile, by
+    /// another session, used to take them, and undo, which reads only the rewind's
+    /// checkpoint, left those paths as the rewind made them.) The rewind's own changes never
+    /// take this lock, so it cannot wait on them.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn begin_rewind(&self, id: &str) -> io::Result<(i64, MutexGuard<'_, ()>)> {
+        let applying = self.boundary.locked();
+        let seq = self.begin_here(id, None, CheckpointKind::Rewind, None)?;
+        Ok((seq, applying))
+    }
+
+    /// [`begin_for`](Self::begin_for), the caller holding `boundary`.
+    fn begin_here(
         &self,
         uuid: &str,
         session: Option<&str>,
@@ -147,6 +181,35 @@ impl Recorder {
         s.seen = HashMap::new();
         s.partial = HashMap::new();
         Ok(seq)
+    }
+
+    /// Files the captures recovery takes (behind the mount, before it serves) under the
+    /// checkpoint `seq` of the interrupted rewind it finishes, until the guard is dropped, so
+    /// that undo, which reads only that checkpoint, finds them (they used to go to the mount's
+    /// checkpoint). `captured` (path, actor bits): what the rewind captured before it was
+    /// interrupted, which is not captured again.
+    pub fn recovering(
+        &self,
+        seq: i64,
+        captured: impl IntoIterator<Item = (Vec<u8>, u8)>,
+    ) -> Recovering<'_> {
+        let _g = self.capture.locked();
+        let mut s = self.state.locked();
+        let seen = captured
+            .into_iter()
+            .fold(HashMap::new(), |mut m, (p, bits)| {
+                *m.entry(p).or_insert(0) |= bits;
+                m
+            });
+        let was = (
+            std::mem::replace(&mut s.seq, seq),
+            std::mem::replace(&mut s.seen, seen),
+            std::mem::take(&mut s.partial),
+        );
+        Recovering {
+            rec: self,
+            was: Some(was),
+        }
     }
 
     /// Checkpoint `seq` is now known as `uuid` (its message uuid, bound after it began).
@@ -289,5 +352,29 @@ impl Recorder {
             .or_default()
             .insert(p.to_vec());
         Ok(())
+    }
+}
+
+/// Recovery capturing under an interrupted rewind's checkpoint ([`Recorder::recovering`]);
+/// dropped, captures go to the current checkpoint again.
+pub struct Recovering<'a> {
+    rec: &'a Recorder,
+    /// The current checkpoint's, put back on drop.
+    was: Option<Current>,
+}
+
+/// What `State` holds of the current checkpoint: its seq, `seen` and `partial`.
+type Current = (i64, HashMap<Vec<u8>, u8>, HashMap<Vec<u8>, Partial>);
+
+impl Drop for Recovering<'_> {
+    fn drop(&mut self) {
+        let Some((seq, seen, partial)) = self.was.take() else {
+            return;
+        };
+        let _g = self.rec.capture.locked();
+        let mut s = self.rec.state.locked();
+        s.seq = seq;
+        s.seen = seen;
+        s.partial = partial;
     }
 }

@@ -13,7 +13,9 @@
 //! - the journal is bounded: every [`LOG_FLUSH_AT`] pending records the flusher is woken, past
 //!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change applies it itself — while a
 //!   rewind runs, only the rewind's own changes do, past [`REWIND_FLUSH_INLINE_AT`]: it is
-//!   what fills the journal then, and a writer must not wait for a transaction of its records;
+//!   what fills the journal then, and a writer must not wait for a transaction of its records —
+//!   unless the journal reaches [`LOG_FLUSH_HARD_AT`] (the flusher stuck while a rewind plans,
+//!   when it makes no changes of its own): then any change applies it;
 //! - consecutive writes by one process to one file in one checkpoint are one entry.
 //!
 //! `flush_wanted` is taken alone.
@@ -37,6 +39,19 @@ const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
 /// by the rewind (measured on a 100k-file rewind with a writer at work: writers' rounds took up
 /// to 0.7 s when one of their changes applied 64k records).
 const REWIND_FLUSH_INLINE_AT: usize = 8 * 1024;
+/// Journal records pending at which every change applies them itself, a rewind running or
+/// not: the journal's hard bound (while a rewind plans, nothing else flushes inline).
+const LOG_FLUSH_HARD_AT: usize = 4 * LOG_FLUSH_INLINE_AT;
+
+/// Whether a change that leaves `pending` journal records applies them itself: `rewinder`,
+/// it is a rewind's own; `watching`, a rewind runs (plans or applies).
+fn flush_inline(pending: usize, rewinder: bool, watching: bool) -> bool {
+    if rewinder {
+        pending >= REWIND_FLUSH_INLINE_AT
+    } else {
+        pending >= LOG_FLUSH_HARD_AT || (pending >= LOG_FLUSH_INLINE_AT && !watching)
+    }
+}
 
 /// What the flusher is asked to do.
 #[derive(Debug, Default)]
@@ -133,15 +148,33 @@ impl Recorder {
                 return;
             }
         };
-        let inline = if self.is_rewinder(pid) {
-            n >= REWIND_FLUSH_INLINE_AT
-        } else {
-            n >= LOG_FLUSH_INLINE_AT && !self.watching.load(Ordering::Acquire)
-        };
+        let inline = flush_inline(
+            n,
+            self.is_rewinder(pid),
+            self.watching.load(Ordering::Acquire),
+        );
         if inline {
             self.flush_log();
         } else if n % LOG_FLUSH_AT == 0 {
             self.wake_flusher();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While a rewind runs, other writers leave the journal to the flusher and the rewind — up
+    /// to a hard bound, which holds for everyone (before, a rewind that planned for long, with
+    /// the flusher behind, let the journal grow without end).
+    #[test]
+    fn the_journal_is_bounded_for_every_writer_even_while_a_rewind_runs() {
+        assert!(!flush_inline(LOG_FLUSH_INLINE_AT, false, true));
+        assert!(flush_inline(LOG_FLUSH_INLINE_AT, false, false));
+        assert!(flush_inline(REWIND_FLUSH_INLINE_AT, true, true));
+        assert!(!flush_inline(REWIND_FLUSH_INLINE_AT - 1, true, true));
+        assert!(flush_inline(LOG_FLUSH_HARD_AT, false, true));
+        assert!(flush_inline(LOG_FLUSH_HARD_AT + 1, true, true));
     }
 }

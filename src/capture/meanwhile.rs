@@ -111,8 +111,8 @@ impl Drop for Rewinder<'_> {
 }
 
 impl Drop for Watch<'_> {
+    // The rewinder is reset by its own guard, which borrows the watch and so is gone already.
     fn drop(&mut self) {
-        self.rec.rewinder.store(0, Ordering::Release);
         self.rec.watching.store(false, Ordering::Release);
         *self.rec.meanwhile.locked() = None;
     }

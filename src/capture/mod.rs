@@ -3,8 +3,8 @@
 //! The FUSE core calls [`Observer::before`] with the workspace-relative path(s) a change is
 //! about to touch and applies the change only if it returns `Ok`; the returned [`Permit`] is
 //! held until the change is done, so a rewind, which takes the gate exclusively for a moment to
-//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted. Then it calls [`Observer::after`], or [`Observer::failed`] if
-//! the change did not happen.
+//! start watching for changes (`meanwhile.rs`), sees every change either finished or noted.
+//! Then it calls [`Observer::after`], or [`Observer::failed`] if the change did not happen.
 //!
 //! Invariants kept by [`Recorder`]:
 //! - **write-ahead**: the pre-image's blob and row are committed before `before` returns;
@@ -30,7 +30,7 @@
 //!   others make meanwhile, which it must not overwrite.
 //!
 //! # Lock order
-//! `gate` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
+//! `gate` → `boundary` → `capture` → `state`. `actors`, `meanwhile` and the change log's locks
 //! (`flushing` → `entries`; `flush_wanted` alone) come after these, and no other lock of the
 //! recorder is taken while one of them is held.
 
@@ -107,6 +107,10 @@ pub struct Recorder {
     state: Mutex<State>,
     /// Serialises taking pre-images, so two changes to one path cannot both capture.
     capture: Mutex<()>,
+    /// Held to begin a checkpoint, and by a rewind while it applies (`checkpoint.rs`,
+    /// [`Recorder::begin_rewind`]). After `gate` in the lock order (an import begins a
+    /// checkpoint holding the gate); no change takes it, and its holders never take the gate.
+    boundary: Mutex<()>,
     /// Changes hold it shared; a rewind holds it exclusively for a moment, to start watching
     /// (`meanwhile.rs`).
     gate: RwLock<()>,
@@ -140,6 +144,7 @@ impl Recorder {
             store,
             state: Mutex::new(State::new(seq, uuid)),
             capture: Mutex::new(()),
+            boundary: Mutex::new(()),
             gate: RwLock::new(()),
             rewinder: std::sync::atomic::AtomicU32::new(0),
             watching: std::sync::atomic::AtomicBool::new(false),
@@ -265,8 +270,8 @@ impl Recorder {
         let is_dir = |p: &Path| {
             sys::lstat_at(self.root(), p).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
         };
-        // Looked at here, under the gate: a rewind may have replaced either name since
-        // the caller's stat.
+        // Looked at here, not taken from the caller's stat: either name may have been replaced
+        // since (also by a rewind's own request, which does not wait at the gate).
         if is_dir(change.path) || change.path2.is_some_and(is_dir) {
             // Written before the rename: a rewind maps paths beneath it through this.
             self.store

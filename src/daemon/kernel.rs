@@ -1,23 +1,40 @@
 //! The kernel side of rewinds, on top of the FUSE session: write back what the kernel still
 //! holds before a boundary or a rewind. (A rewind changes the tree through the mount, so what
 //! the kernel caches of it follows by itself.)
+//!
+//! The write-back goes through the mount, so it is made from a short-lived child process
+//! (`rewindfs __flush`, [`run_flush`]), never from a daemon thread: a daemon killed while one of
+//! its threads waits on its own mount would never exit (see `rewind/helper.rs`). The daemon
+//! waits for the child at most [`FLUSH_WAIT`], then kills it and goes on (the data it did not
+//! flush lands in the next checkpoint instead).
 
 use std::fs::File;
+use std::io;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::fs::Core;
 use crate::rewind::KernelCache;
 use crate::sys;
+
+/// The hidden subcommand that runs [`run_flush`].
+pub const FLUSH_SUBCOMMAND: &str = "__flush";
+
+/// How long the daemon waits for a flush before it gives up on it.
+const FLUSH_WAIT: Duration = Duration::from_secs(30);
 
 /// The kernel side of rewinds, on top of the FUSE session: `syncfs` on the mount to write back
 /// dirty pages.
 pub(super) struct FuseKernel {
     /// Set once the session is up.
     pub(super) mounted: std::sync::atomic::AtomicBool,
+    /// The mount's device, set with `mounted` (read without a request to the mount).
+    pub(super) dev: OnceLock<u64>,
     pub(super) core: Arc<Core>,
-    /// The mount point (opened lazily, from a thread that is not serving FUSE requests).
+    /// The mount point.
     pub(super) dir: PathBuf,
 }
 
@@ -32,30 +49,92 @@ impl KernelCache for FuseKernel {
         // dirty here (a write() reaches the daemon before it returns), and the kernel writes a
         // file's pages back when it is closed: what is left are files still mapped for
         // writing, found in the processes' maps, and synced through them.
-        let dev = match File::open(&self.dir) {
-            Ok(f) => {
-                if let Err(e) = sys::syncfs(f.as_fd()) {
-                    tracing::warn!("syncfs {}: {e}", self.dir.display());
-                }
-                sys::fstat(f.as_fd()).map(|st| st.st_dev).ok()
-            }
-            Err(e) => {
-                tracing::warn!("open {}: {e}", self.dir.display());
-                None
-            }
-        };
+        //
         // The maps name each file by its node (the inode number the kernel shows), reopened
         // through the mount; one with no name left, through the mapping (root only).
-        for (node, mapping) in dev.map(sys::shared_writable_mappings).unwrap_or_default() {
-            let path = match self.core.inodes.path(node) {
+        let files: Vec<PathBuf> = self
+            .dev
+            .get()
+            .map(|dev| sys::shared_writable_mappings(*dev))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(node, mapping)| match self.core.inodes.path(node) {
                 Ok(p) => self.dir.join(p),
                 Err(_) => mapping,
-            };
-            if let Ok(f) = File::open(&path) {
-                if let Err(e) = f.sync_data() {
-                    tracing::warn!("flushing {}: {e}", path.display());
+            })
+            .collect();
+        let t = Instant::now();
+        let mut child = match Command::new("/proc/self/exe")
+            .arg(FLUSH_SUBCOMMAND)
+            .arg(&self.dir)
+            .args(&files)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(
+                    "flushing {}: starting `rewindfs {FLUSH_SUBCOMMAND}`: {e}",
+                    self.dir.display()
+                );
+                return;
+            }
+        };
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        tracing::warn!("flushing {}: {status} (see above)", self.dir.display());
+                    }
+                    return;
+                }
+                Ok(None) if t.elapsed() < FLUSH_WAIT => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Ok(None) => {
+                    tracing::warn!(
+                        "flushing {}: no answer in {FLUSH_WAIT:?}; stopped (what it did not \
+                         write back counts in the next checkpoint)",
+                        self.dir.display()
+                    );
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("flushing {}: waiting: {e}", self.dir.display());
+                    return;
                 }
             }
         }
     }
+}
+
+/// `rewindfs __flush DIR [FILE...]`: `syncfs` on the mount at `dir`, then `fsync` of each of
+/// `files` (files mapped for writing), from a process of its own (see the module doc).
+///
+/// # Errors
+/// The last failure; every file is tried.
+pub fn run_flush(dir: &Path, files: &[PathBuf]) -> io::Result<()> {
+    sys::close_fds_from(3)?;
+    sys::die_with_parent()?;
+    let mut last = Ok(());
+    match File::open(dir) {
+        Ok(f) => {
+            if let Err(e) = sys::syncfs(f.as_fd()) {
+                last = Err(sys::ctx(e, format!("syncfs {}", dir.display())));
+            }
+        }
+        Err(e) => last = Err(sys::ctx(e, format!("open {}", dir.display()))),
+    }
+    for path in files {
+        if let Err(e) = File::open(path).and_then(|f| f.sync_data()) {
+            last = Err(sys::ctx(e, format!("flushing {}", path.display())));
+        }
+    }
+    last
 }

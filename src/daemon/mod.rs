@@ -8,6 +8,7 @@
 
 mod detach;
 mod kernel;
+pub use self::kernel::{FLUSH_SUBCOMMAND, run_flush};
 mod lock;
 mod mount;
 mod origin;
@@ -94,6 +95,16 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     let listener = bind_socket(&cfg.store)?;
     let session = mount::mount(&cfg, fs, &source)?;
     parts.kernel.mounted.store(true, Ordering::Release);
+    // Read from what the kernel holds (no request to the mount, which does not serve yet).
+    match sys::dev_cached(&cfg.dir) {
+        Ok(dev) => {
+            parts.engine.mounted_on(dev);
+            let _ = parts.kernel.dev.set(rustix::fs::makedev(dev.0, dev.1));
+        }
+        Err(e) => tracing::error!(
+            "the mount's device cannot be read ({e}): rewinds, undos and redos will fail"
+        ),
+    }
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
     let fuse_thread = std::thread::Builder::new()
         .name("fuse".into())
@@ -182,6 +193,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let core = Arc::new(Core::new(root, observer)?);
     let kernel = Arc::new(FuseKernel {
         mounted: AtomicBool::new(false),
+        dev: std::sync::OnceLock::new(),
         core: core.clone(),
         dir: cfg.dir.clone(),
     });

@@ -34,6 +34,7 @@
 //!   does); one it creates gets the target's. Extended attributes are given exactly as
 //!   recorded (see `attrs.rs` for which), after the owner and before the mode.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -59,8 +60,13 @@ pub(super) struct Applied {
     pub(super) skipped: HashSet<Vec<u8>>,
     /// Skipped, nothing to do, or changed meanwhile: not changed by this rewind.
     pub(super) untouched: HashSet<Vec<u8>>,
-    /// Left as someone else made them since the rewind began, in the order met.
+    /// Changed by someone else since the rewind began, in the order met: left as they made
+    /// them, or (those also in `partial`) as they made them over the rewind's first steps.
     pub(super) meanwhile: Vec<Vec<u8>>,
+    /// Partly restored: the rewind changed them (some of the content written, the file cut or
+    /// emptied, a directory made or emptied), then a later step was refused because someone
+    /// else changed them meanwhile. Also in `meanwhile`, never in `untouched`.
+    pub(super) partial: Vec<Vec<u8>>,
 }
 
 impl Applied {
@@ -72,6 +78,22 @@ impl Applied {
         }
     }
 
+    /// `path` was changed by someone else after the rewind's first steps on it: partly
+    /// restored.
+    pub(super) fn partly_changed_meanwhile(&mut self, path: &[u8]) {
+        if !self.meanwhile.iter().any(|p| p == path) {
+            self.meanwhile.push(path.to_vec());
+        }
+        if !self.partial.iter().any(|p| p == path) {
+            self.partial.push(path.to_vec());
+        }
+    }
+
+    /// Whether a later pass must leave `path` alone: untouched, or partly restored.
+    pub(super) fn left(&self, path: &[u8]) -> bool {
+        self.untouched.contains(path) || self.partial.iter().any(|p| p == path)
+    }
+
     /// Takes in what applying another part of the same plan left alone.
     pub(super) fn extend(&mut self, other: Applied) {
         self.skipped.extend(other.skipped);
@@ -81,6 +103,11 @@ impl Applied {
                 self.meanwhile.push(p);
             }
         }
+        for p in other.partial {
+            if !self.partial.contains(&p) {
+                self.partial.push(p);
+            }
+        }
     }
 }
 
@@ -88,6 +115,8 @@ impl Applied {
 /// rewind began: what the daemon's FUSE core saw, asked by whoever applies through the mount.
 pub(super) trait Meanwhile {
     fn changed(&self, path: &[u8], beneath: bool) -> bool;
+    /// One more target is done (or left): the helper tells the daemon it is getting on.
+    fn step(&self) {}
 }
 
 impl Meanwhile for crate::capture::Watch<'_> {
@@ -135,6 +164,13 @@ impl<'a> Tree<'a> {
         match self.behind {
             Some(rec) => rec.capture_for_rewind(rel),
             None => Ok(()),
+        }
+    }
+
+    /// One more target is done (or left).
+    pub(super) fn step(&self) {
+        if let Some(w) = self.meanwhile {
+            w.step();
         }
     }
 
@@ -230,12 +266,20 @@ pub(super) fn apply_in_place(
 ) -> io::Result<Applied> {
     let mut applied = Applied::default();
     for (i, t) in targets.iter().enumerate() {
-        match in_place_one(tree, blobs, t, i, &mut applied) {
+        tree.step();
+        let stepped = Cell::new(false);
+        match in_place_one(tree, blobs, t, i, &mut applied, &stepped) {
             Ok(true) => {}
             Ok(false) => {
                 applied.untouched.insert(t.path.clone());
             }
-            Err(e) if tree.meanwhile(&e, &t.path, false) => applied.changed_meanwhile(&t.path),
+            Err(e) if tree.meanwhile(&e, &t.path, false) => {
+                if stepped.get() {
+                    applied.partly_changed_meanwhile(&t.path);
+                } else {
+                    applied.changed_meanwhile(&t.path);
+                }
+            }
             Err(e) => return Err(e),
         }
     }
@@ -249,6 +293,7 @@ fn in_place_one(
     t: &Target,
     i: usize,
     applied: &mut Applied,
+    stepped: &Cell<bool>,
 ) -> io::Result<bool> {
     let rel = t.rel();
     let there =
@@ -279,7 +324,7 @@ fn in_place_one(
             }
         }
         (_, Kind::File) => {
-            let done = restore_in_place(tree, blobs, rel, t, i)
+            let done = restore_in_place(tree, blobs, rel, t, i, stepped)
                 .map_err(|e| sys::ctx(e, format!("restoring {}", rel.display())))?;
             if !done {
                 applied.skipped.insert(t.path.clone());
@@ -300,13 +345,15 @@ fn in_place_one(
 /// SDK does: opened `O_WRONLY|O_CREAT|O_NOFOLLOW|O_NONBLOCK` (its missing parents made first if
 /// needed), checked to be a regular file with one link, truncated, written, given the target's
 /// mode. Returns false (nothing changed) when what it opened is not such a file. The blob is
-/// verified before the file is truncated (`Blobs::write_verified`).
+/// verified before the file is truncated (`Blobs::write_verified`). `stepped` is set once the
+/// file is changed (made, emptied or written), whatever happens next.
 fn restore_in_place(
     tree: Tree<'_>,
     blobs: &Blobs,
     rel: &Path,
     t: &Target,
     i: usize,
+    stepped: &Cell<bool>,
 ) -> io::Result<bool> {
     let root = tree.fd;
     tree.capture(rel)?;
@@ -339,8 +386,10 @@ fn restore_in_place(
     }
     let empty = crate::store::blobs::empty_hash();
     let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
+    stepped.set(created);
     blobs.write_verified(hash, fd.as_fd(), || {
         sys::ftruncate(fd.as_fd(), 0)?;
+        stepped.set(true);
         if crate::faults::fail_rewind_after() == Some(i) {
             return Err(io::Error::other(
                 "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated",

@@ -16,15 +16,24 @@
 //!
 //! Invariants:
 //! - the helper is one thread, so its requests carry its pid, which the daemon names as the
-//!   rewind's ([`Watch::apply_here`]) before it sends the job: every request it makes is the
-//!   rewind's, refused where others changed the path meanwhile;
+//!   rewind's ([`Watch::apply_here_for`]) before it sends the job: every request it makes is
+//!   the rewind's, refused where others changed the path meanwhile;
+//! - it is this very binary (`/proc/self/exe`: the image the daemon runs, even once an upgrade
+//!   has replaced or removed the file it was started from), and applies only through the mount
+//!   the daemon serves (the job carries the mount's device; a mount made over it since is not
+//!   written to);
 //! - it holds no fd it did not open (everything it inherited past stderr is closed first), and
-//!   dies with the daemon (`PR_SET_PDEATHSIG`).
+//!   dies with the daemon (`PR_SET_PDEATHSIG`);
+//! - it says something at least every [`PROGRESS_EVERY`] while it gets on; a helper silent for
+//!   [`SILENCE`] is stuck (a request that never ends): the daemon kills it and fails the rewind,
+//!   which stays journalled for the next mount to finish.
 
+use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -37,11 +46,20 @@ use crate::sys;
 /// The hidden subcommand that runs [`run_helper`].
 pub const SUBCOMMAND: &str = "__apply-rewind";
 
+/// How often at most the helper says it is getting on.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How long the daemon waits for a word from the helper before it takes it for stuck.
+const SILENCE: Duration = Duration::from_secs(60);
+
 /// What the helper is to do.
 #[derive(Debug, Serialize, Deserialize)]
 struct Job {
     /// The mount's root (the workspace's path).
     mount: PathBuf,
+    /// The mount's device (major, minor), as the daemon read it when it mounted: the helper
+    /// applies nothing through another file system mounted there since.
+    dev: (u32, u32),
     /// The store's blob directory, which the targets' contents are read from.
     blobs: PathBuf,
     /// The rewind's id (its temp names).
@@ -58,11 +76,15 @@ enum Message {
     /// Did someone else change this path (or, with `beneath`, something below it) since the
     /// rewind began?
     Changed { path: Vec<u8>, beneath: bool },
-    /// Applied; these were left alone.
+    /// Getting on: this many targets done or left so far (no answer).
+    Progress { steps: u64 },
+    /// Applied; these were left alone (`partial`: partly restored, see [`Applied`]).
     Done {
         skipped: Vec<Vec<u8>>,
         untouched: Vec<Vec<u8>>,
         meanwhile: Vec<Vec<u8>>,
+        #[serde(default)]
+        partial: Vec<Vec<u8>>,
     },
     /// Stopped at this failure (the paths before it are done).
     Failed { error: String },
@@ -85,8 +107,12 @@ impl Engine {
             .workspace
             .clone()
             .ok_or_else(|| RewindError::Failed("the mount's path is not known".into()))?;
+        let dev = *self.mount_dev.get().ok_or_else(|| {
+            RewindError::Failed("the mount's device is not known (see the log at mount)".into())
+        })?;
         let job = Job {
             mount,
+            dev,
             blobs: self.store.blobs.dir().to_path_buf(),
             id: id.to_string(),
             targets: targets.iter().map(|t| (*t).clone()).collect(),
@@ -99,8 +125,9 @@ impl Engine {
                 })
                 .collect(),
         };
-        let exe = std::env::current_exe().map_err(|e| failed("finding rewindfs", e))?;
-        let mut child = Command::new(exe)
+        // This process's own image: after an upgrade, `current_exe()` names a file that is
+        // gone ("… (deleted)") or holds another version.
+        let mut child = Command::new("/proc/self/exe")
             .arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -113,6 +140,7 @@ impl Engine {
                 "the rewind's helper has no pipes".into(),
             ));
         };
+        let silence = crate::faults::helper_silence().unwrap_or(SILENCE);
         let outcome = (|| {
             let mut line = serde_json::to_vec(&job).map_err(io::Error::other)?;
             line.push(b'\n');
@@ -121,6 +149,18 @@ impl Engine {
             let mut buf = String::new();
             loop {
                 buf.clear();
+                if from.buffer().is_empty() && !sys::wait_readable(from.get_ref().as_fd(), silence)?
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "it made no progress for {} s (a request to the mount that never \
+                             ends?) and was stopped; the rewind stays journalled and is \
+                             finished at the next mount",
+                            silence.as_secs_f32()
+                        ),
+                    ));
+                }
                 if from.read_line(&mut buf)? == 0 {
                     return Err(io::Error::other("it ended without a word (see the log)"));
                 }
@@ -129,15 +169,18 @@ impl Engine {
                         let yes = watch.changed(&path, beneath);
                         to.write_all(if yes { b"true\n" } else { b"false\n" })?;
                     }
+                    Message::Progress { .. } => {}
                     Message::Done {
                         skipped,
                         untouched,
                         meanwhile,
+                        partial,
                     } => {
                         return Ok(Ok(Applied {
                             skipped: skipped.into_iter().collect(),
                             untouched: untouched.into_iter().collect(),
                             meanwhile,
+                            partial,
                         }));
                     }
                     Message::Failed { error } => return Ok(Err(error)),
@@ -145,6 +188,13 @@ impl Engine {
             }
         })();
         drop(to);
+        if matches!(&outcome, Err(e) if e.kind() == io::ErrorKind::TimedOut) {
+            tracing::error!(
+                "the rewind's helper (pid {}) is stuck: killing it",
+                child.id()
+            );
+            let _ = child.kill();
+        }
         let _ = child.wait();
         match outcome {
             Ok(Ok(applied)) => Ok(applied),
@@ -156,11 +206,25 @@ impl Engine {
 
 /// The daemon's answers to the helper's questions, over its stdin and stdout.
 struct Asker<'a> {
-    from: std::cell::RefCell<&'a mut dyn BufRead>,
-    to: std::cell::RefCell<&'a mut dyn Write>,
+    from: RefCell<&'a mut dyn BufRead>,
+    to: RefCell<&'a mut dyn Write>,
+    /// Targets done or left so far.
+    steps: Cell<u64>,
+    /// When the helper last said something.
+    said: Cell<Instant>,
 }
 
 impl Meanwhile for Asker<'_> {
+    fn step(&self) {
+        self.steps.set(self.steps.get() + 1);
+        if self.said.get().elapsed() >= PROGRESS_EVERY {
+            self.said.set(Instant::now());
+            let steps = self.steps.get();
+            // A progress line that cannot be sent is the daemon gone: the next question says so.
+            let _ = send(&mut **self.to.borrow_mut(), &Message::Progress { steps });
+        }
+    }
+
     fn changed(&self, path: &[u8], beneath: bool) -> bool {
         let ask = || -> io::Result<bool> {
             let mut to = self.to.borrow_mut();
@@ -206,6 +270,7 @@ pub fn run_helper() -> io::Result<()> {
             skipped: a.skipped.into_iter().collect(),
             untouched: a.untouched.into_iter().collect(),
             meanwhile: a.meanwhile,
+            partial: a.partial,
         },
         Err(e) => Message::Failed {
             error: e.to_string(),
@@ -217,16 +282,25 @@ pub fn run_helper() -> io::Result<()> {
 fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Result<Applied> {
     let mount = sys::open_dir_path(&job.mount)
         .map_err(|e| sys::ctx(e, format!("opening the mount {}", job.mount.display())))?;
-    if !sys::is_fuse_root(mount.as_fd()) {
+    let dev = sys::fstat(mount.as_fd())
+        .map(|st| (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev)))
+        .ok();
+    if !sys::is_fuse_root(mount.as_fd()) || dev != Some(job.dev) {
         return Err(io::Error::other(format!(
-            "{} is not the root of the rewindfs mount (something was mounted over it?)",
-            job.mount.display()
+            "{} is not the root of this rewindfs mount (device {}:{}, found {}): something was \
+             mounted over it; nothing was changed",
+            job.mount.display(),
+            job.dev.0,
+            job.dev.1,
+            dev.map_or("none".into(), |(a, b)| format!("{a}:{b}")),
         )));
     }
     let blobs = Blobs::at(&job.blobs);
     let asker = Asker {
-        from: std::cell::RefCell::new(from),
-        to: std::cell::RefCell::new(to),
+        from: RefCell::new(from),
+        to: RefCell::new(to),
+        steps: Cell::new(0),
+        said: Cell::new(Instant::now()),
     };
     let tree = Tree::mount(mount.as_fd(), &asker);
     let targets: Vec<&Target> = job.targets.iter().collect();

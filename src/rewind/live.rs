@@ -22,7 +22,8 @@
 //!
 //! Invariants:
 //! - the FUSE core captures what each step overwrites, as for any process, under the rewind's
-//!   own checkpoint (the rewind's thread is `Actor::Rewind`, see `capture/meanwhile.rs`);
+//!   own checkpoint (the rewind's helper process is `Actor::Rewind`, see
+//!   `capture/meanwhile.rs`);
 //! - every step is made relative to its parent directory opened without following a symlink
 //!   (`apply::parent_of`, `sys::open_beneath`), never through a path that could leave the
 //!   workspace;
@@ -33,6 +34,7 @@
 //! - it runs in a helper process of the daemon's (`helper.rs`), never in the daemon, and
 //!   takes nothing from the daemon but the plan and the answers to "changed meanwhile?".
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -76,6 +78,7 @@ pub(super) fn apply(
         applied: Applied::default(),
         dirs: HashSet::new(),
         made: HashSet::new(),
+        stepped: Cell::new(false),
     };
     if !order.is_empty() {
         // The sorts are stable and each starts from the previous order: keep their sequence.
@@ -105,6 +108,9 @@ struct Live<'a> {
     dirs: HashSet<PathBuf>,
     /// Directories this apply made (their attributes are set whatever planning saw).
     made: HashSet<Vec<u8>>,
+    /// The current target's step has changed the tree (a byte written, the file cut, a
+    /// child removed): a refusal after that leaves the target partly restored.
+    stepped: Cell<bool>,
 }
 
 impl Live<'_> {
@@ -112,18 +118,25 @@ impl Live<'_> {
         self.tree.fd
     }
 
-    /// Whether an earlier pass left target `t` alone.
+    /// Whether an earlier pass left target `t` alone (or partly restored).
     fn skipped(&self, t: &Target) -> bool {
-        self.applied.untouched.contains(&t.path)
+        self.applied.left(&t.path)
     }
 
     /// The outcome of one target's step: a failure because its path (or, with `beneath`, what
-    /// lies below it) changed meanwhile leaves it alone; any other stops the apply.
+    /// lies below it) changed meanwhile leaves it alone — partly restored if the step, or an
+    /// earlier pass (a directory it made), had changed it already; any other stops the apply.
     fn settle(&mut self, t: &Target, beneath: bool, r: io::Result<()>) -> io::Result<()> {
+        let stepped = self.stepped.replace(false);
+        self.tree.step();
         match r {
             Ok(()) => Ok(()),
             Err(e) if self.tree.meanwhile(&e, &t.path, beneath) => {
-                self.applied.changed_meanwhile(&t.path);
+                if stepped || self.made.contains(&t.path) {
+                    self.applied.partly_changed_meanwhile(&t.path);
+                } else {
+                    self.applied.changed_meanwhile(&t.path);
+                }
                 Ok(())
             }
             Err(e) => Err(sys::ctx(e, format!("restoring {}", t.rel().display()))),
@@ -162,8 +175,9 @@ impl Live<'_> {
             let mut kept = false;
             for (name, _, dtype) in sys::read_dir_all(fd)? {
                 let child = rel.join(&name);
+                self.tree.step();
                 match self.remove_tree(&child, dtype == libc::DT_DIR) {
-                    Ok(()) => {}
+                    Ok(()) => self.stepped.set(true),
                     Err(e) if self.tree.meanwhile(&e, child.as_os_str().as_bytes(), true) => {
                         self.applied.changed_meanwhile(child.as_os_str().as_bytes());
                         kept = true;
@@ -263,12 +277,13 @@ impl Live<'_> {
                 };
                 match sys::open_beneath(self.root(), rel, flags, 0) {
                     Ok(fd) => return self.rewrite(fd.as_fd(), &st, t, d),
-                    // Read-only to the daemon (not root), or being executed: as an editor
-                    // saving by rename would.
+                    // Read-only to the daemon (not root), being executed, or leased to
+                    // someone (`O_NONBLOCK`: EAGAIN instead of waiting for the lease to be
+                    // broken): as an editor saving by rename would.
                     Err(e)
                         if matches!(
                             e.raw_os_error(),
-                            Some(libc::EACCES | libc::EPERM | libc::ETXTBSY)
+                            Some(libc::EACCES | libc::EPERM | libc::ETXTBSY | libc::EAGAIN)
                         ) => {}
                     Err(e) => return Err(e),
                 }
@@ -288,9 +303,16 @@ impl Live<'_> {
             // to disk when it is closed.
             let empty = crate::store::blobs::empty_hash();
             let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
-            let len = self.blobs.write_verified(hash, fd, || Ok(()))?;
+            let written = Cell::new(0);
+            let len = self
+                .blobs
+                .write_verified_counted(hash, fd, || Ok(()), &written);
+            self.stepped.set(written.get() > 0);
+            let len = len?;
+            pause_once();
             if (st.st_size as u64) > len {
                 sys::ftruncate(fd, len)?;
+                self.stepped.set(true);
             }
         }
         self.set_meta(fd, st, t, d.xattrs)
@@ -303,8 +325,12 @@ impl Live<'_> {
         let chowned = sys::geteuid() == 0
             && (st.st_uid, st.st_gid) != (t.uid, t.gid)
             && sys::chown_fd(fd, t.uid, t.gid).is_ok();
+        if chowned {
+            self.stepped.set(true);
+        }
         if xattrs {
             attrs::restore(fd, t.rel(), t.xattrs.as_ref());
+            self.stepped.set(true);
         }
         if chowned || xattrs || st.st_mode & 0o7777 != t.mode & 0o7777 {
             sys::chmod_fd(fd, t.mode & 0o7777)?;
@@ -407,6 +433,17 @@ impl Live<'_> {
         let st = sys::fstat(fd.as_fd())?;
         let made = self.made.contains(&t.path);
         self.set_meta(fd.as_fd(), &st, t, d.xattrs || made)
+    }
+}
+
+/// The fault-injection build's pause, in the first file rewritten in place, between its
+/// content and its length (`faults::pause_applying`); once per helper (one per rewind).
+fn pause_once() {
+    static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Some(d) = crate::faults::pause_applying() {
+        if !PAUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(d);
+        }
     }
 }
 

@@ -295,8 +295,14 @@ pub struct Outcome {
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
     /// Paths a real rewind left as someone else made them while it planned and applied
-    /// (workspace-relative, sorted): it did not change them.
+    /// (workspace-relative, sorted): it did not change them — except those also in
+    /// `partially_restored`.
     pub changed_meanwhile: Vec<String>,
+    /// Paths a real rewind began to restore and then had to leave because someone else changed
+    /// them meanwhile (workspace-relative, sorted): some of its steps are done (content written
+    /// in part, the file cut, a directory made or emptied), the rest refused. Each is also in
+    /// `files_changed` and in `changed_meanwhile`.
+    pub partially_restored: Vec<String>,
     /// The lines each target adds and removes (parallel to `targets`).
     pub(super) lines: Vec<(u64, u64)>,
     /// What planning saw differ at each target (parallel to `targets`; empty for scope
@@ -328,6 +334,12 @@ impl Outcome {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         self.changed_meanwhile.sort();
+        self.partially_restored = applied
+            .partial
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        self.partially_restored.sort();
     }
 }
 
@@ -341,11 +353,13 @@ pub trait KernelCache: Send + Sync {
 
 /// Plans and applies rewinds.
 pub struct Engine {
-    /// Captures what a rewind overwrites, and holds the gate that stops changes meanwhile.
+    /// Notes what others change while a rewind runs ([`Recorder::watch`]), begins the rewind's
+    /// own checkpoint, and captures what recovery overwrites behind the mount.
     recorder: Arc<Recorder>,
     /// Checkpoints, captures, the rewind journal and the blobs.
     store: Arc<Store>,
-    /// The kernel's caches, flushed before a rewind and invalidated after.
+    /// The kernel's dirty data, flushed before a rewind plans and before a boundary (a rewind
+    /// changes the tree through the mount, so the caches follow by themselves).
     kernel: Arc<dyn KernelCache>,
     /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
     /// before the capture gate.
@@ -356,6 +370,9 @@ pub struct Engine {
     /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
     /// (see `tool.rs`). Set once, at start.
     workspace: Option<PathBuf>,
+    /// The mount's device (major, minor), read once the mount is made: a live rewind's helper
+    /// applies only through this file system (see `helper.rs`).
+    mount_dev: std::sync::OnceLock<(u32, u32)>,
 }
 
 impl Engine {
@@ -368,6 +385,7 @@ impl Engine {
             apply: Mutex::new(()),
             scratch: Mutex::default(),
             workspace: None,
+            mount_dev: std::sync::OnceLock::new(),
         }
     }
 
@@ -376,6 +394,11 @@ impl Engine {
     pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
         self.workspace = Some(dir);
         self
+    }
+
+    /// The mount is made, on device `dev` (major, minor): live rewinds apply through it.
+    pub fn mounted_on(&self, dev: (u32, u32)) {
+        let _ = self.mount_dev.set(dev);
     }
 
     /// The workspace's root fd, which every path is resolved beneath.

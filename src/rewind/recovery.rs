@@ -33,7 +33,7 @@ use super::history::{History, under};
 use super::{Engine, Outcome, RewindError, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
-use crate::store::{Actor, CheckpointKind, Kind, RewindScope, RewindState};
+use crate::store::{Actor, Kind, RewindScope, RewindState};
 
 impl Engine {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
@@ -51,7 +51,9 @@ impl Engine {
         if let Some(d) = crate::faults::pause_planned() {
             std::thread::sleep(d);
         }
-        let seq = self.recorder.begin(id, None, CheckpointKind::Rewind)?;
+        // No other checkpoint begins until the rewind is applied (`_applying` is held to the
+        // end): undo reads what the rewind overwrote from its own checkpoint alone.
+        let (seq, _applying) = self.recorder.begin_rewind(id)?;
         // Read after the checkpoint began: a change noted later is captured in it.
         let mut applied = Applied::default();
         let mut targets = Vec::with_capacity(out.targets.len());
@@ -124,7 +126,16 @@ impl Engine {
                 .filter(|t| !since.contains(&t.path))
                 .cloned()
                 .collect();
+            // Captured under the rewind's own checkpoint, as its live steps were: undo reads
+            // only that one.
+            let captured = self
+                .store
+                .captures_in(r.checkpoint)?
+                .into_iter()
+                .map(|c| (c.path, c.actors));
+            let own = self.recorder.recovering(r.checkpoint, captured);
             apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
+            drop(own);
             // An undo or redo also moves the rewind it undid or redid on the stack.
             self.store.finish_rewind(r)?;
             // What its plan named, unless another unfinished plan names it too.
@@ -138,8 +149,8 @@ impl Engine {
 
     /// The targets of the rewind whose checkpoint is `own` that were changed since it began by
     /// anyone else: another actor (in its checkpoint or later), or a later rewind, undo or redo
-    /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in a mount
-    /// checkpoint) do not count: a recovery cut short is finished by the next.
+    /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in the
+    /// rewind's own checkpoint) do not count: a recovery cut short is finished by the next.
     fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<Vec<u8>>, RewindError> {
         let hist = History::load(&self.store, own)?;
         let rewinds: HashSet<i64> = self

@@ -135,6 +135,13 @@ impl Mounted {
         self.mounted = true;
     }
 
+    /// Records that the workspace is mounted (`true`, by a test's own `rewindfs mount`) or
+    /// not, for [`umount`](Self::umount) and the drop.
+    pub fn mount_state(&mut self, mounted: bool) {
+        assert!(!mounted || is_fuse(&self.dir));
+        self.mounted = mounted;
+    }
+
     pub fn umount(&mut self) {
         if self.mounted {
             rewindfs_ok(&["umount", self.dir.to_str().unwrap()]);

@@ -19,7 +19,7 @@ use rewindfs::control::client::Client;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use serde_json::{Value, json};
 
-use crate::support::{Mounted, require_fuse, sh};
+use crate::support::{BIN, Mounted, is_stale_or_gone, require_fuse, rewindfs_ok, sh, wait_until};
 
 /// An inotify watch on some directories of a mount.
 struct Watcher {
@@ -359,16 +359,16 @@ fn rewind_in_background(m: &Mounted, cp: &str) -> std::thread::JoinHandle<Value>
     })
 }
 
-/// Someone changes a path the rewind is about to restore while the rewind plans (before its
-/// plan is journalled): the rewind leaves that path as they made it, restores the rest, and
-/// says so. Before, a rewind held every writer off while it ran; without that, and without the
+/// Someone changes a path the rewind is about to restore after the rewind planned, before its
+/// plan is journalled (`REWINDFS_TEST_PAUSE_PLANNED_MS` pauses there): the rewind leaves that
+/// path as they made it, restores the rest, and says so. Before, a rewind held every writer off while it ran; without that, and without the
 /// watch, the rewind would have overwritten the change.
 #[cfg_attr(
     not(feature = "fault-injection"),
     ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
 )]
 #[test]
-fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
+fn a_change_made_after_a_rewind_planned_and_before_it_journalled_is_left_alone_and_reported() {
     require_fuse();
     let m = paused(&[("REWINDFS_TEST_PAUSE_PLANNED_MS", "1500")], |d| {
         fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
@@ -380,13 +380,13 @@ fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
     fs::write(m.p("b.txt"), "b since\n").unwrap();
     let rewind = rewind_in_background(&m, &cp);
     std::thread::sleep(Duration::from_millis(500));
-    fs::write(m.p("a.txt"), "a written while the rewind planned\n").unwrap();
+    fs::write(m.p("a.txt"), "a written before the plan was journalled\n").unwrap();
     let r = rewind.join().unwrap();
     assert_eq!(r["canRewind"], json!(true), "{r}");
     assert_eq!(meanwhile(&m, &r), vec!["a.txt"], "{r}");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
-        "a written while the rewind planned\n"
+        "a written before the plan was journalled\n"
     );
     assert_eq!(
         fs::read_to_string(m.p("b.txt")).unwrap(),
@@ -409,7 +409,7 @@ fn a_change_made_while_a_rewind_plans_is_left_alone_and_reported() {
     assert_eq!(fs::read_to_string(m.p("b.txt")).unwrap(), "b since\n");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
-        "a written while the rewind planned\n"
+        "a written before the plan was journalled\n"
     );
 }
 
@@ -524,4 +524,358 @@ fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_
     let mut c = client(&m);
     let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
     assert!(u["undone"].is_string(), "{u}");
+}
+/// The files of a reply's field (absolute paths), workspace-relative and sorted.
+fn listed(m: &Mounted, v: &Value, field: &str) -> Vec<String> {
+    let mut out: Vec<String> = v[field]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            Path::new(p.as_str().unwrap())
+                .strip_prefix(&m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    out.sort();
+    out
+}
+/// Two files changed since a checkpoint, whose content a rewind to it restores in place.
+fn two_files(d: &Path) {
+    fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
+    fs::write(d.join("b.txt"), "b at the checkpoint\n").unwrap();
+}
+
+fn change_both(m: &Mounted) {
+    fs::write(m.p("a.txt"), "a since, and longer than at the checkpoint\n").unwrap();
+    fs::write(m.p("b.txt"), "b since, and longer than at the checkpoint\n").unwrap();
+}
+/// Another session begins a message while a rewind applies (it pauses in its first file,
+/// `REWINDFS_TEST_PAUSE_APPLYING_MS`): the boundary waits for the rewind, so everything the
+/// rewind overwrote is captured under its own checkpoint, and undo gives every file back.
+/// Before, the rewind's later captures went to the new message's checkpoint, and undo, which
+/// reads only the rewind's, left b.txt as the rewind made it.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file_back() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    let other = uuid::Uuid::new_v4().to_string();
+    let t = std::time::Instant::now();
+    c.request(
+        "begin_message",
+        json!({"session_id": "another", "user_message_id": other}),
+    )
+    .unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "the boundary waited for the rewind to be applied ({:?})",
+        t.elapsed()
+    );
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} since, and longer than at the checkpoint\n"),
+            "undo gave {f}.txt back: {u}"
+        );
+    }
+}
+/// Someone writes to a file between two steps of the rewind on it (its content written over,
+/// not yet cut to length; the helper pauses there): the cut is refused, and the file holds the
+/// rewind's content, the old tail and their write. The answer says so: the file is in
+/// `filesChanged` (the rewind changed it), in `changedMeanwhile` and in `partiallyRestored`.
+/// Before, it was reported as left alone, and `filesChanged` left it out.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "short\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(
+        m.p("a.txt"),
+        "a much longer content than at the checkpoint\n",
+    )
+    .unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("a.txt"))
+            .unwrap();
+        f.write_at(b"THEIRS", 20).unwrap();
+    }
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(listed(&m, &r, "partiallyRestored"), vec!["a.txt"], "{r}");
+    assert_eq!(listed(&m, &r, "changedMeanwhile"), vec!["a.txt"], "{r}");
+    assert_eq!(listed(&m, &r, "filesChanged"), vec!["a.txt"], "{r}");
+    let now = fs::read_to_string(m.p("a.txt")).unwrap();
+    assert!(
+        now.starts_with("short\n") && now.contains("THEIRS"),
+        "the rewind's first step and their write: {now:?}"
+    );
+}
+/// `kill -9` of the daemon while its helper is half-way through a rewind (the first file
+/// written, not cut to length): the next mount finishes the rewind before it serves, the tree
+/// is the checkpoint's, the change log keeps the rewind's write, and the rewind is on the undo
+/// stack.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_next_mount() {
+    require_fuse();
+    let mut m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "30000")], |d| {
+        two_files(d);
+        fs::write(d.join("gone.txt"), "removed since\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    fs::remove_file(m.p("gone.txt")).unwrap();
+    fs::write(m.p("made.txt"), "made since\n").unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    // The helper has written a.txt's content (the rewind's entry is in the log) and waits.
+    let half = || {
+        fs::read_to_string(m.p("a.txt"))
+            .is_ok_and(|s| s.starts_with("a at the checkpoint\n") && s.len() > 20)
+    };
+    assert!(wait_until(20, half), "the rewind got half-way");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(m.daemon_pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let _ = rewind.join();
+    drop(c);
+    assert!(wait_until(10, || is_stale_or_gone(&m.dir)));
+    rewindfs_ok(&["umount", m.dir.to_str().unwrap()]);
+    m.mount(&[]);
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("gone.txt")).unwrap(),
+        "removed since\n"
+    );
+    assert!(!m.p("made.txt").exists());
+    let daemon_log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
+    assert!(daemon_log.contains("finishing rewind"), "{daemon_log}");
+    let mut c = client(&m);
+    let log = c.request("log", json!({})).unwrap();
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["actor"] == "rewind" && e["path"] == "a.txt"),
+        "the rewind's write before the kill is in the change log: {log}"
+    );
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b since, and longer than at the checkpoint\n"
+    );
+    assert_eq!(fs::read_to_string(m.p("made.txt")).unwrap(), "made since\n");
+    assert!(!m.p("gone.txt").exists());
+}
+/// A helper that stops getting on (here it sleeps, as one stuck in a request would wait) is
+/// killed after the silence the daemon allows it (shortened here), and the rewind fails with
+/// an error that says so, instead of holding every rewind, dry run, diff and gc for ever; the
+/// mount goes on serving, and the next mount finishes the journalled rewind.
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_rewind_whose_helper_is_stuck_fails_clearly_and_is_finished_at_the_next_mount() {
+    require_fuse();
+    let mut m = paused(
+        &[
+            ("REWINDFS_TEST_PAUSE_APPLYING_MS", "20000"),
+            ("REWINDFS_TEST_HELPER_SILENCE_MS", "1500"),
+        ],
+        two_files,
+    );
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let t = std::time::Instant::now();
+    let e = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all"}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("made no progress"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(rustix::fs::statfs(&m.dir).is_ok(), "the mount serves");
+    let d = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": cp, "scope": "all", "dry_run": true}),
+        )
+        .unwrap();
+    assert_eq!(d["canRewind"], json!(true), "a dry run is not held up: {d}");
+    drop(c);
+    m.umount();
+    m.mount(&[]);
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} at the checkpoint\n")
+        );
+    }
+}
+/// The helper applies only through the mount its daemon serves: a job naming another device
+/// (what a file system mounted over the workspace since shows) is refused before anything is
+/// changed. Before, any FUSE file system whose root is inode 1 was taken for the mount.
+#[test]
+fn the_rewind_helper_refuses_a_mount_that_is_not_its_daemons() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("a.txt"), "a\n").unwrap());
+    let job = json!({
+        "mount": m.dir,
+        "dev": [0, 0],
+        "blobs": m.store.join("blobs"),
+        "id": uuid::Uuid::new_v4().to_string(),
+        "targets": [],
+        "differs": [],
+    });
+    let mut child = std::process::Command::new(BIN)
+        .arg("__apply-rewind")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut to = child.stdin.take().unwrap();
+        writeln!(to, "{job}").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let answer: Value = serde_json::from_str(said.trim()).unwrap();
+    let error = answer["failed"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("mounted over it"),
+        "the helper refused the job: {said}"
+    );
+}
+/// An upgrade replaces the binary a daemon was started from (`cargo install`, npm, pip): the
+/// daemon's next rewind still starts its helper, from the image it runs. Before, it started
+/// `current_exe()`, which then reads `… (deleted)`, and every rewind failed.
+#[test]
+fn a_rewind_works_after_the_daemons_binary_was_replaced() {
+    require_fuse();
+    let mut m = Mounted::with(two_files);
+    m.umount();
+    let bin = m.tmp.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let exe = bin.join("rewindfs");
+    fs::copy(BIN, &exe).unwrap();
+    let out = std::process::Command::new(&exe)
+        .args(["mount", m.dir.to_str().unwrap(), "--store"])
+        .arg(&m.store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    m.mount_state(true);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    // The upgrade: the old file goes, a new one takes its name.
+    fs::remove_file(&exe).unwrap();
+    fs::write(&exe, "#!/bin/sh\nexit 1\n").unwrap();
+    let r = rewind_all(&mut c, &cp);
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a at the checkpoint\n"
+    );
+}
+
+/// Another process holds a lease on a file the rewind restores (as Samba or an editor might):
+/// opening it for writing without waiting answers `EAGAIN`, and the rewind restores the file
+/// beside it and renames it into place, as for a file it may not open. Before, `EAGAIN` failed
+/// the whole rewind.
+#[test]
+fn a_file_leased_by_another_process_is_restored_by_a_rename() {
+    require_fuse();
+    crate::support::require_command("python3", "python3");
+    let m = Mounted::with(two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    // The lease's holder ignores the SIGIO that tells it the lease is being broken, and keeps
+    // the lease until it is killed (the kernel would break it after lease-break-time).
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import fcntl, os, signal, sys, time\n\
+             signal.signal(signal.SIGIO, signal.SIG_IGN)\n\
+             fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n\
+             print('leased', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(m.p("a.txt"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "leased");
+    let r = c.request(
+        "rewind_files",
+        json!({"user_message_id": cp, "scope": "all"}),
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let r = r.unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} at the checkpoint\n")
+        );
+    }
 }

@@ -33,6 +33,11 @@ pub struct RewindReply {
     /// another process after the rewind began (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_meanwhile: Vec<String>,
+    /// Absolute paths it began to restore and then left because someone else changed them
+    /// meanwhile: partly restored, also in `files_changed` and `changed_meanwhile` (absent:
+    /// none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partially_restored: Vec<String>,
     /// A real rewind's id (what `undo_rewind` undoes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_id: Option<String>,
@@ -85,6 +90,7 @@ impl RewindReply {
             conflicts: absolute(workspace, o.conflicts),
             skipped_links: o.skipped_links,
             changed_meanwhile: absolute(workspace, o.changed_meanwhile),
+            partially_restored: absolute(workspace, o.partially_restored),
             rewind_id: o.rewind_id.filter(|_| !dry_run),
             omitted,
         }

@@ -45,6 +45,11 @@ pub struct StackReply {
     /// (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_meanwhile: Vec<String>,
+    /// Absolute paths it began to restore and then left because someone else changed them
+    /// meanwhile: partly restored, also in `files_changed` and `changed_meanwhile` (absent:
+    /// none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partially_restored: Vec<String>,
     /// The rewind undone (an undo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undone: Option<String>,
@@ -98,6 +103,7 @@ impl StackReply {
                 .map(|(p, who)| (p, who.into_iter().map(str::to_string).collect()))
                 .collect(),
             changed_meanwhile: super::rewind_files::absolute(ws, o.outcome.changed_meanwhile),
+            partially_restored: super::rewind_files::absolute(ws, o.outcome.partially_restored),
             undone,
             redone,
             rewound_to: Some(o.rewound_to),

@@ -415,6 +415,40 @@ mod tests {
         assert!(b.read_verified("../../etc/passwd").is_err());
     }
 
+    /// A blob too large to verify in memory is read twice; one cut short or changed between
+    /// the two reads fails the write instead of leaving fewer or other bytes than its name
+    /// promises (the second read used to stop at the short end without a word).
+    #[test]
+    fn a_large_blob_changed_between_its_two_reads_fails_the_verified_write() {
+        let d = tempfile::tempdir().unwrap();
+        let b = Blobs::open(&d.path().join("blobs"), false).unwrap();
+        let data: Vec<u8> = (0..(9u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let (h, _) = b.put_bytes(&data).unwrap();
+        let out = tempfile::tempfile().unwrap();
+        assert_eq!(
+            b.write_verified(&h, out.as_fd(), || Ok(())).unwrap(),
+            data.len() as u64
+        );
+        for (what, with) in [
+            ("cut short", data[..5 << 20].to_vec()),
+            ("changed", {
+                let mut v = data.clone();
+                v[7 << 20] ^= 1;
+                v
+            }),
+        ] {
+            let out = tempfile::tempfile().unwrap();
+            let r = b.write_verified(&h, out.as_fd(), || {
+                tamper(&b, &h, &with);
+                Ok(())
+            });
+            assert!(r.is_err(), "{what}: {r:?}");
+            let e = r.unwrap_err();
+            assert!(e.to_string().contains(&h), "{what}: {e}");
+            tamper(&b, &h, &data);
+        }
+    }
+
     fn walk(p: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for e in fs::read_dir(p).unwrap() {

@@ -2,6 +2,7 @@
 //! name (its BLAKE3 hash), so a blob changed or damaged behind rewindfs's back stops whatever
 //! wanted it before anything is written.
 
+use std::cell::Cell;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -103,6 +104,23 @@ impl Blobs {
         dst: BorrowedFd<'_>,
         before: impl FnOnce() -> io::Result<()>,
     ) -> io::Result<u64> {
+        self.write_verified_counted(hash, dst, before, &Cell::new(0))
+    }
+
+    /// [`write_verified`](Self::write_verified), adding to `written` the bytes each write
+    /// puts in `dst` as it goes: after a failure, whether any byte reached `dst` (a rewind
+    /// through the mount whose write is refused part-way has changed the file all the same).
+    ///
+    /// # Errors
+    /// As [`write_verified`](Self::write_verified).
+    pub fn write_verified_counted(
+        &self,
+        hash: &str,
+        dst: BorrowedFd<'_>,
+        before: impl FnOnce() -> io::Result<()>,
+        written: &Cell<u64>,
+    ) -> io::Result<u64> {
+        let write_all = |dst: BorrowedFd<'_>, data: &[u8]| write_counted(dst, data, written);
         if hash == empty_hash() {
             before()?;
             return Ok(0);
@@ -134,7 +152,11 @@ impl Blobs {
         }
         check(hash, hasher.finalize())?;
         before()?;
+        // The second read is checked too: a blob cut short or changed between the two reads
+        // (a damaged disk, someone behind rewindfs's back) fails the copy instead of leaving
+        // `dst` with fewer or other bytes than the blob's name promises.
         let total = off;
+        let mut again = blake3::Hasher::new();
         off = 0;
         while off < total {
             let want = buf.len().min((total - off) as usize);
@@ -144,9 +166,20 @@ impl Blobs {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(reading(e)),
             };
+            again.update(&buf[..n]);
             write_all(dst, &buf[..n])?;
             off += n as u64;
         }
+        if off != total {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "blob {hash}: read {off} of its {total} bytes the second time (it was cut \
+                     short while being copied)"
+                ),
+            ));
+        }
+        check(hash, again.finalize())?;
         Ok(off)
     }
 
@@ -225,6 +258,23 @@ impl Read for BlobStream {
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+/// Writes all of `data` to `dst` (one `write` unless it is cut short), adding what each write
+/// wrote to `written`.
+fn write_counted(dst: BorrowedFd<'_>, mut data: &[u8], written: &Cell<u64>) -> io::Result<()> {
+    while !data.is_empty() {
+        match sys::write(dst, data) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => {
+                written.set(written.get() + n as u64);
+                data = &data[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Whether a blob key is a content hash (64 lowercase hex digits), as every row names them.
