@@ -1,0 +1,94 @@
+//! Raw system calls, in one place.
+//!
+//! Everything that talks to the kernel about the backing directory goes through here, on top
+//! of rustix (so the crate stays free of `unsafe`). Two rules hold for every function:
+//! - paths are always relative to a directory fd that the caller holds (the workspace's
+//!   underlying directory, opened before the mount covered it); nothing here builds an
+//!   absolute path into the project;
+//! - untrusted paths (from the control socket or a rewind plan) are resolved with
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so a symlink planted in the workspace
+//!   can never redirect a write outside it.
+//!
+//! Files: `paths.rs` (resolving and checking paths, opening beneath a directory), `files.rs`
+//! (changing files and directories, reading and writing them), `fsinfo.rs` (filesystems and
+//! directory listings), `xattr.rs` (extended attributes), `process.rs` (processes, /proc,
+//! sockets, mounting); errors with their errno here.
+
+mod files;
+mod fsinfo;
+mod paths;
+mod process;
+mod xattr;
+
+pub use self::files::*;
+pub use self::fsinfo::*;
+pub use self::paths::*;
+pub use self::process::*;
+pub use self::xattr::*;
+
+use std::io;
+
+/// Longest file name the kernel allows on the backing filesystems we support.
+pub const NAME_MAX: usize = 255;
+
+/// The filesystem magic FUSE mounts report in `statfs`.
+pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+/// Wraps an io error with the call and its argument, keeping the errno.
+pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => {
+            // `base` says "… (os error N)" itself.
+            let base = io::Error::from_raw_os_error(code);
+            io::Error::new(base.kind(), format!("{what}: {base}"))
+        }
+        None => io::Error::new(e.kind(), format!("{what}: {e}")),
+    }
+}
+
+/// An error whose message says what happened and which keeps its errno through `io::Error`
+/// (whose `new` keeps only the kind): the store's `EROFS` reaches a FUSE caller as `EROFS`,
+/// not `EIO`.
+#[derive(Debug)]
+pub struct Coded {
+    /// The errno a FUSE caller gets.
+    pub errno: i32,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+/// An `io::Error` saying `message` that carries `errno` (see [`errno_of`]).
+pub fn coded(errno: i32, message: String) -> io::Error {
+    io::Error::new(
+        io::Error::from_raw_os_error(errno).kind(),
+        Coded { errno, message },
+    )
+}
+
+/// The errno of an error: its own, or the one a [`Coded`] carries; else the closest to its
+/// kind (a full disk `ENOSPC`, a busy resource `EAGAIN`), else `EIO`.
+pub fn errno_of(e: &io::Error) -> i32 {
+    if let Some(code) = e.raw_os_error() {
+        return code;
+    }
+    if let Some(c) = e.get_ref().and_then(|i| i.downcast_ref::<Coded>()) {
+        return c.errno;
+    }
+    match e.kind() {
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        _ => libc::EIO,
+    }
+}

@@ -1,0 +1,315 @@
+//! Processes and the daemon's own: signals, fds, the heap, /proc, sockets, locks, mounting
+//! with fusermount3 and unmounting.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::Mode;
+
+use super::*;
+
+/// Returns the allocator's free memory to the kernel. glibc keeps freed heap otherwise, so a
+/// checkpoint that drops the set of 100k paths the last one changed leaves RSS at its
+/// high-water mark.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn trim_heap() {
+    // SAFETY: malloc_trim takes the allocator's own locks and only releases memory that is
+    // free; it has no preconditions on the caller and touches no memory the caller owns.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn trim_heap() {}
+
+/// Writes all of `buf` to a socket without raising SIGPIPE if the peer has gone (the command
+/// line lets SIGPIPE end it, see [`default_sigpipe`]; a daemon that hung up reports why on the
+/// socket, and the client reads that instead of dying).
+pub fn send_all(sock: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::net::send(sock, buf, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Closes every fd from `first` up (`close_range(first, ~0, 0)`): a helper process starting,
+/// rid of whatever it inherited that was not marked close-on-exec (a FUSE device, say, which
+/// would keep its parent's mount alive).
+///
+/// # Errors
+/// The kernel refused (before Linux 5.9 it has no `close_range`).
+#[allow(unsafe_code)]
+pub fn close_fds_from(first: u32) -> io::Result<()> {
+    // SAFETY: the syscall takes integers and touches no memory. It is called first thing in a
+    // helper process, before it opens anything: no object of this process owns an fd from
+    // `first` up, so none is closed under its owner.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    if r < 0 {
+        return Err(ctx(
+            io::Error::last_os_error(),
+            format!("close_range({first}, ~0, 0)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the kernel kill the calling process when its parent dies (`PR_SET_PDEATHSIG`), and
+/// fails if the parent is already gone.
+pub fn die_with_parent() -> io::Result<()> {
+    let parent = rustix::process::getppid();
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(errno)?;
+    if rustix::process::getppid() != parent {
+        return Err(io::Error::other("the parent process is gone"));
+    }
+    Ok(())
+}
+
+/// Waits up to `timeout` for `fd` (a pipe) to have something to read, or to be closed at the
+/// other end. `false`: nothing came in time.
+#[allow(unsafe_code)]
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: `p` is one valid pollfd that lives across the call, and the count says one.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        match r {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(ctx(e, format!("poll(fd {}, POLLIN, {ms} ms)", p.fd)));
+                }
+            }
+        }
+    }
+}
+
+/// Lets a closed stdout end the process as it ends `ls | head`: Rust ignores SIGPIPE, and a
+/// `println!` to a closed pipe then panics. Only for commands whose work is done when they
+/// print; the daemon and the hook keep ignoring it, and the control client sends with
+/// MSG_NOSIGNAL ([`send_all`]).
+#[allow(unsafe_code)]
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler and touches no
+    // memory; it is done before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The files on device `dev` that some process has mapped shared and writable: each file's
+/// inode number, and one such mapping, `/proc/PID/map_files/START-END` (opening that needs
+/// root). Read from every process's `/proc/PID/maps` that can be read; processes that go away
+/// meanwhile are skipped.
+pub fn shared_writable_mappings(dev: u64) -> Vec<(u64, PathBuf)> {
+    let want = format!(
+        "{:02x}:{:02x}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in procs.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            // start-end perms offset dev inode [path]
+            let mut f = line.split_ascii_whitespace();
+            let (Some(range), Some(perms), Some(_), Some(d), Some(ino)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            let p = perms.as_bytes();
+            if d != want || p.len() != 4 || p[1] != b'w' || p[3] != b's' {
+                continue;
+            }
+            // maps pads addresses to 8 digits; map_files names them without padding.
+            let (Ok(ino), Some((a, b))) = (ino.parse::<u64>(), range.split_once('-')) else {
+                continue;
+            };
+            let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+                continue;
+            };
+            if seen.insert(ino) {
+                out.push((
+                    ino,
+                    PathBuf::from(format!("/proc/{pid}/map_files/{a:x}-{b:x}")),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The process's umask is cleared once at start: modes from the kernel already carry the
+/// caller's umask, and applying the daemon's on top would be wrong.
+pub fn clear_umask() {
+    rustix::process::umask(Mode::empty());
+}
+
+/// Whether a FUSE request's pid (a thread id) is one of this process's threads.
+pub fn is_own_thread(tid: u32) -> bool {
+    tid != 0 && rustix::fs::stat(format!("/proc/self/task/{tid}").as_str()).is_ok()
+}
+
+pub fn geteuid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+pub fn getpid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// Unmounts `path`; `lazy` detaches a mount whose daemon is gone.
+pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    let flags = if lazy {
+        rustix::mount::UnmountFlags::DETACH
+    } else {
+        rustix::mount::UnmountFlags::empty()
+    };
+    rustix::mount::unmount(path, flags).map_err(errno)
+}
+
+/// Whether a process exists and has not exited (a zombie waiting to be reaped counts as gone).
+pub fn process_alive(pid: u32) -> bool {
+    let exists = match rustix::process::Pid::from_raw(pid as i32) {
+        Some(p) => rustix::process::test_kill_process(p).is_ok(),
+        None => false,
+    };
+    if !exists {
+        return false;
+    }
+    // /proc/<pid>/stat: "pid (comm) S ..."; the state follows the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                != Some('Z')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Takes an exclusive, non-blocking `flock` on an fd: the one-daemon-per-store lock.
+pub fn try_lock(fd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(errno)
+}
+
+/// The uid of the peer of a connected Unix socket.
+pub fn peer_uid(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    rustix::net::sockopt::socket_peercred(fd)
+        .map(|c| c.uid.as_raw())
+        .map_err(errno)
+}
+
+/// Mounts a FUSE filesystem as an ordinary user through the setuid `fusermount3` helper and
+/// returns the `/dev/fuse` fd it passes back over a socket (`_FUSE_COMMFD`, as libfuse does).
+///
+/// # Errors
+/// `fusermount3` is missing or refused (its message is in the error), or sent no fd.
+pub fn fusermount(dir: &Path, options: &str) -> io::Result<OwnedFd> {
+    use rustix::net::{
+        AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags,
+        SocketType,
+    };
+    use std::os::fd::AsRawFd;
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(errno)?;
+    // The helper must inherit its end.
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).map_err(errno)?;
+    let out = std::process::Command::new("fusermount3")
+        .arg("-o")
+        .arg(options)
+        .arg("--")
+        .arg(dir)
+        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| ctx(e, "running fusermount3 (install the fuse3 package)"))?;
+    drop(theirs);
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "fusermount3: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(
+        &ours,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::empty(),
+    )
+    .map_err(errno)?;
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
+            if let Some(fd) = fds.next() {
+                return Ok(fd);
+            }
+        }
+    }
+    Err(io::Error::other("fusermount3 sent no /dev/fuse descriptor"))
+}
+
+/// `(tgid, ppid, comm)` of a pid (or thread id) from /proc.
+pub fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
+    use std::io::Read;
+    // Name, Tgid and PPid are among the first lines: one read of 1 KiB (this runs for every
+    // new process that changes a file, so no metadata call and no growing reads).
+    let mut buf = [0u8; 1024];
+    let mut f = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+    let n = f.read(&mut buf).ok()?;
+    let s = String::from_utf8_lossy(&buf[..n]);
+    let mut tgid = None;
+    let mut ppid = None;
+    let mut name = String::new();
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("Tgid:") {
+            tgid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("PPid:") {
+            ppid = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Name:") {
+            name = v.trim().to_string();
+        }
+    }
+    Some((tgid?, ppid?, name))
+}
+
+/// The parent pid of a process (for the hook command's agent).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    proc_status(pid).map(|(_, ppid, _)| ppid)
+}
