@@ -209,7 +209,7 @@ mod tests {
     use crate::fs::inodes::ROOT;
 
     /// Keeps the content of a file losing its last name by a hard link into a "store"
-    /// directory, as the store adopts files (see `store/blobs.rs`).
+    /// directory, as the store adopts files (see `store/blobs/adopt.rs`).
     struct Adopter {
         root: PathBuf,
         store: PathBuf,

@@ -1,6 +1,6 @@
 //! Carrying history to another store: export a run of checkpoints as a bundle, import one.
 //!
-//! A bundle (`store/bundle.rs`, `schema/bundle.md`) holds the rows of every checkpoint from
+//! A bundle (`store/bundle/`, `schema/bundle.md`) holds the rows of every checkpoint from
 //! the first one asked for to the newest — of every session: the state at a checkpoint depends
 //! on every capture after it — and every blob they name. It also holds one checkpoint of its
 //! own, the *export* checkpoint (uuid = the export's id, kind `mount`), whose captures are the

@@ -18,7 +18,7 @@
 //! - A look holds the engine's `apply` lock (no rewind or gc meanwhile: gc could remove a blob
 //!   being read, a rewind change the present being compared with) after the kernel's dirty
 //!   data is flushed, so what the kernel holds counts as the present.
-//! - Every blob is read verified (`store/blobs.rs`): a complete pre-image is streamed by
+//! - Every blob is read verified (`store/blobs/verify.rs`): a complete pre-image is streamed by
 //!   [`BlobStream`](crate::store::blobs::BlobStream), and a range chain's base blob by the
 //!   chain reader, each reporting its end only once the whole blob hashes to its name; what
 //!   was read is used (shown, compared, written out) only after that end, so a damaged or

@@ -1,5 +1,5 @@
 //! Bytes as base64 text, where binary data travels in JSON: a bundle's BLOB values
-//! (`bundle.rs`) and `show`'s file content on the control wire. The one place the `base64`
+//! (`bundle/`) and `show`'s file content on the control wire. The one place the `base64`
 //! crate is used (standard alphabet, padded).
 
 use base64::Engine as _;

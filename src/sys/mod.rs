@@ -1,7 +1,8 @@
 //! Raw system calls, in one place.
 //!
 //! Everything that talks to the kernel about the backing directory goes through here, on top
-//! of rustix (so the crate stays free of `unsafe`). Two rules hold for every function:
+//! of rustix (the crate denies `unsafe`; `process.rs` has its two exceptions, each with its
+//! `SAFETY` note). Two rules hold for every function:
 //! - paths are always relative to a directory fd that the caller holds (the workspace's
 //!   underlying directory, opened before the mount covered it); nothing here builds an
 //!   absolute path into the project;
