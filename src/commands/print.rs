@@ -221,11 +221,39 @@ pub(crate) fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
             );
         }
     }
+    print_meanwhile(&r.changed_meanwhile, &r.partially_restored, ws);
     if done {
         println!(
             "undo can go back {} more rewind(s), redo re-apply {}",
             r.undoable, r.redoable
         );
+    }
+}
+
+/// What a rewind, undo or redo left to another process that changed a path while it ran: never
+/// overwritten, so the person must know which paths did not come back (or came back in part).
+fn print_meanwhile(meanwhile: &[String], partial: &[String], ws: &Path) {
+    let whole: Vec<&String> = meanwhile.iter().filter(|p| !partial.contains(p)).collect();
+    if !whole.is_empty() {
+        println!(
+            "left {} path(s) as another process changed them while this ran (not overwritten; \
+             run it again to include them):",
+            whole.len()
+        );
+        for f in whole {
+            println!("  {}", shown(f, ws));
+        }
+    }
+    if !partial.is_empty() {
+        println!(
+            "partly restored {} path(s): another process changed them between two steps of \
+             this one, so they hold some of each; check them (`rewindfs undo --dry-run` shows \
+             what an undo would give back):",
+            partial.len()
+        );
+        for f in partial {
+            println!("  {}", shown(f, ws));
+        }
     }
 }
 
@@ -265,6 +293,7 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
             r.skipped_links
         );
     }
+    print_meanwhile(&r.changed_meanwhile, &r.partially_restored, ws);
     if let Some(o) = &r.omitted {
         let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();
         println!(

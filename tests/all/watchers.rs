@@ -641,6 +641,52 @@ fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
         "the rewind's first step and their write: {now:?}"
     );
 }
+
+/// The same, by the command line: its lines for people name the path that came back only in
+/// part, and say what to do (a `changed N file(s)` alone hid it).
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn the_command_line_says_which_paths_a_rewind_left_to_someone_else() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "short\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(
+        m.p("a.txt"),
+        "a much longer content than at the checkpoint\n",
+    )
+    .unwrap();
+    let (sock, id) = (m.socket(), cp.clone());
+    let cli = std::thread::spawn(move || {
+        let sock = sock.to_str().unwrap().to_string();
+        rewindfs_ok(&["rewind", &id, "--scope", "all", "--socket", &sock])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("a.txt"))
+            .unwrap();
+        f.write_at(b"THEIRS", 20).unwrap();
+    }
+    let out = cli.join().unwrap();
+    assert!(
+        out.contains("partly restored 1 path(s)") && out.contains("\n  a.txt\n"),
+        "{out}"
+    );
+    assert!(out.contains("rewindfs undo --dry-run"), "what to do: {out}");
+    assert!(
+        !out.contains("left 1 path(s) as another process changed them"),
+        "a partly restored path is not also reported as left whole: {out}"
+    );
+}
+
 /// `kill -9` of the daemon while its helper is half-way through a rewind (the first file
 /// written, not cut to length): the next mount finishes the rewind before it serves, the tree
 /// is the checkpoint's, the change log keeps the rewind's write, and the rewind is on the undo
