@@ -525,6 +525,7 @@ fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_
     let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
     assert!(u["undone"].is_string(), "{u}");
 }
+
 /// The files of a reply's field (absolute paths), workspace-relative and sorted.
 fn listed(m: &Mounted, v: &Value, field: &str) -> Vec<String> {
     let mut out: Vec<String> = v[field]
@@ -542,6 +543,7 @@ fn listed(m: &Mounted, v: &Value, field: &str) -> Vec<String> {
     out.sort();
     out
 }
+
 /// Two files changed since a checkpoint, whose content a rewind to it restores in place.
 fn two_files(d: &Path) {
     fs::write(d.join("a.txt"), "a at the checkpoint\n").unwrap();
@@ -552,6 +554,7 @@ fn change_both(m: &Mounted) {
     fs::write(m.p("a.txt"), "a since, and longer than at the checkpoint\n").unwrap();
     fs::write(m.p("b.txt"), "b since, and longer than at the checkpoint\n").unwrap();
 }
+
 /// Another session begins a message while a rewind applies (it pauses in its first file,
 /// `REWINDFS_TEST_PAUSE_APPLYING_MS`): the boundary waits for the rewind, so everything the
 /// rewind overwrote is captured under its own checkpoint, and undo gives every file back.
@@ -598,6 +601,7 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
         );
     }
 }
+
 /// Someone writes to a file between two steps of the rewind on it (its content written over,
 /// not yet cut to length; the helper pauses there): the cut is refused, and the file holds the
 /// rewind's content, the old tail and their write. The answer says so: the file is in
@@ -758,6 +762,7 @@ fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_n
     assert_eq!(fs::read_to_string(m.p("made.txt")).unwrap(), "made since\n");
     assert!(!m.p("gone.txt").exists());
 }
+
 /// A helper that stops getting on (here it sleeps, as one stuck in a request would wait) is
 /// killed after the silence the daemon allows it (shortened here), and the rewind fails with
 /// an error that says so, instead of holding every rewind, dry run, diff and gc for ever; the
@@ -807,6 +812,7 @@ fn a_rewind_whose_helper_is_stuck_fails_clearly_and_is_finished_at_the_next_moun
         );
     }
 }
+
 /// The helper applies only through the mount its daemon serves: a job naming another device
 /// (what a file system mounted over the workspace since shows) is refused before anything is
 /// changed. Before, any FUSE file system whose root is inode 1 was taken for the mount.
@@ -842,6 +848,7 @@ fn the_rewind_helper_refuses_a_mount_that_is_not_its_daemons() {
         "the helper refused the job: {said}"
     );
 }
+
 /// An upgrade replaces the binary a daemon was started from (`cargo install`, npm, pip): the
 /// daemon's next rewind still starts its helper, from the image it runs. Before, it started
 /// `current_exe()`, which then reads `… (deleted)`, and every rewind failed.

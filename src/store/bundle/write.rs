@@ -152,6 +152,7 @@ impl<W: Write> BundleWriter<W> {
         Ok((self.w, m))
     }
 }
+
 impl Store {
     /// The rows of every checkpoint from `from` (a seq) on, and what goes with them, in an
     /// order an import can insert them in: checkpoints, sessions, blobs, captures, capture
