@@ -602,6 +602,33 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
     }
 }
 
+/// A mount whose helper pauses after a file's content and before its cut, and `a.txt`, made
+/// longer since the returned checkpoint: a rewind to it writes the content, then pauses.
+fn longer_since_a_checkpoint() -> (Mounted, String) {
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
+        fs::write(d.join("a.txt"), "short\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::write(
+        m.p("a.txt"),
+        "a much longer content than at the checkpoint\n",
+    )
+    .unwrap();
+    (m, cp)
+}
+
+/// Someone else's write into `a.txt` while the rewind (started just before) pauses on it.
+fn write_between_two_steps(m: &Mounted) {
+    use std::os::unix::fs::FileExt;
+    std::thread::sleep(Duration::from_millis(500));
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("a.txt"))
+        .unwrap();
+    f.write_at(b"THEIRS", 20).unwrap();
+}
+
 /// Someone writes to a file between two steps of the rewind on it (its content written over,
 /// not yet cut to length; the helper pauses there): the cut is refused, and the file holds the
 /// rewind's content, the old tail and their write. The answer says so: the file is in
@@ -614,26 +641,9 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
 #[test]
 fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
     require_fuse();
-    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
-        fs::write(d.join("a.txt"), "short\n").unwrap();
-    });
-    let mut c = client(&m);
-    let cp = checkpoint(&mut c);
-    fs::write(
-        m.p("a.txt"),
-        "a much longer content than at the checkpoint\n",
-    )
-    .unwrap();
+    let (m, cp) = longer_since_a_checkpoint();
     let rewind = rewind_in_background(&m, &cp);
-    std::thread::sleep(Duration::from_millis(500));
-    {
-        use std::os::unix::fs::FileExt;
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(m.p("a.txt"))
-            .unwrap();
-        f.write_at(b"THEIRS", 20).unwrap();
-    }
+    write_between_two_steps(&m);
     let r = rewind.join().unwrap();
     assert_eq!(r["canRewind"], json!(true), "{r}");
     assert_eq!(listed(&m, &r, "partiallyRestored"), vec!["a.txt"], "{r}");
@@ -655,30 +665,13 @@ fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
 #[test]
 fn the_command_line_says_which_paths_a_rewind_left_to_someone_else() {
     require_fuse();
-    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], |d| {
-        fs::write(d.join("a.txt"), "short\n").unwrap();
-    });
-    let mut c = client(&m);
-    let cp = checkpoint(&mut c);
-    fs::write(
-        m.p("a.txt"),
-        "a much longer content than at the checkpoint\n",
-    )
-    .unwrap();
+    let (m, cp) = longer_since_a_checkpoint();
     let (sock, id) = (m.socket(), cp.clone());
     let cli = std::thread::spawn(move || {
         let sock = sock.to_str().unwrap().to_string();
         rewindfs_ok(&["rewind", &id, "--scope", "all", "--socket", &sock])
     });
-    std::thread::sleep(Duration::from_millis(500));
-    {
-        use std::os::unix::fs::FileExt;
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(m.p("a.txt"))
-            .unwrap();
-        f.write_at(b"THEIRS", 20).unwrap();
-    }
+    write_between_two_steps(&m);
     let out = cli.join().unwrap();
     assert!(
         out.contains("partly restored 1 path(s)") && out.contains("\n  a.txt\n"),
