@@ -42,6 +42,12 @@ pub fn pause_applying() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_APPLYING_MS").map(Duration::from_millis)
 }
 
+/// `REWINDFS_TEST_PUSH_FAIL_AFTER=N`: a push fails after uploading N blobs, as one cut off by
+/// the network would (the next push must resume, skipping what is there).
+pub fn push_fail_after() -> Option<u64> {
+    read("REWINDFS_TEST_PUSH_FAIL_AFTER")
+}
+
 /// `REWINDFS_TEST_HELPER_SILENCE_MS=N`: how long the daemon waits for a word from a rewind's
 /// helper before it gives up on it (not set: `helper::SILENCE`).
 pub fn helper_silence() -> Option<Duration> {

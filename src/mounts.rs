@@ -112,7 +112,7 @@ pub fn containing(dir: &Path) -> io::Result<Option<MountEntry>> {
 /// connected"). `statfs` always asks the daemon; a `stat` may be answered from the kernel's
 /// attribute cache for a while after the daemon died.
 pub fn is_stale(dir: &Path) -> bool {
-    matches!(rustix::fs::statfs(dir), Err(e) if e.raw_os_error() == libc::ENOTCONN)
+    crate::sys::is_disconnected(dir)
 }
 
 /// Unmounts a FUSE mount: directly when we may (root), else through `fusermount3 -u`.

@@ -167,9 +167,7 @@ impl Remote {
     pub fn push(&self, bundle: &FsPath, session: Option<&str>) -> Result<PushReport, RemoteError> {
         let frames = bundle::scan(std::io::BufReader::new(std::fs::File::open(bundle)?))?;
         let mut file = std::fs::File::open(bundle)?;
-        let fail_after = std::env::var("REWINDFS_TEST_PUSH_FAIL_AFTER")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok());
+        let fail_after = crate::faults::push_fail_after();
         let mut report = PushReport::default();
         let read = |file: &mut std::fs::File, f: &FrameAt| -> std::io::Result<Vec<u8>> {
             let mut buf = vec![0u8; f.len as usize];

@@ -135,8 +135,7 @@ impl Recorder {
     /// # Errors
     /// Store errors.
     pub fn new(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
-        let root = rustix::io::fcntl_dupfd_cloexec(root, 3)
-            .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+        let root = crate::sys::dup_cloexec(root)?;
         let uuid = uuid::Uuid::new_v4().to_string();
         let seq = store.begin_checkpoint(&uuid, None, crate::store::CheckpointKind::Mount)?;
         Ok(Recorder {

@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use rewindfs::control::cmd::{
-    CheckpointList, DiffReply, GcReply, LogReply, LsReply, RewindInfo, RewindReply, StackReply,
-    StatusReply, unprotected_warning,
+    CheckpointList, DiffReply, GcReply, LogReply, LsReply, NextStep, RewindAction, RewindInfo,
+    RewindReply, StackReply, StatusReply, unprotected_warning,
 };
-use rewindfs::store::{Kind, OriginKind};
+use rewindfs::store::{Kind, OriginKind, RewindState};
 
 pub(crate) fn print_checkpoints(r: &CheckpointList) {
     println!(
@@ -27,7 +27,13 @@ pub(crate) fn print_checkpoints(r: &CheckpointList) {
         };
         println!(
             "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
-            c.uuid, c.kind, c.began_at, c.paths_changed, c.bytes_captured, session, prompt
+            c.uuid,
+            c.kind.as_str(),
+            c.began_at,
+            c.paths_changed,
+            c.bytes_captured,
+            session,
+            prompt
         );
         if let Some(o) = &c.origin {
             let how = match o.kind {
@@ -84,15 +90,17 @@ pub(crate) fn print_stat(r: &DiffReply, root: &Path) {
 /// What began a `rewind` checkpoint, for `list`: "rewind to X (scope all), undone; redo
 /// re-applies it next", "undo of rewind X".
 pub(crate) fn rewind_label(r: &RewindInfo) -> String {
-    let what = match (r.action.as_str(), &r.scope) {
-        ("rewind", Some(scope)) => format!("rewind to {} (scope {scope})", r.target),
-        (action, _) => format!("{action} of rewind {}", r.target),
+    let what = match (r.action, r.scope) {
+        (RewindAction::Rewind, Some(scope)) => {
+            format!("rewind to {} (scope {})", r.target, scope.as_str())
+        }
+        (action, _) => format!("{} of rewind {}", action.as_str(), r.target),
     };
-    let state = match r.state.as_str() {
-        "done" => String::new(),
-        s => format!(", {s}"),
+    let state = match r.state {
+        RewindState::Done => String::new(),
+        s => format!(", {}", s.as_str()),
     };
-    let next = match r.next.as_deref() {
+    let next = match r.next.map(NextStep::command) {
         Some(cmd) => format!("; `rewindfs {cmd}` {cmd}es it next"),
         None => String::new(),
     };
@@ -109,8 +117,8 @@ pub(crate) fn print_log(r: &LogReply) {
         println!(
             "{}  {:<8} {:<9} {}{}  [{} pid {} {}]  {}",
             e.time,
-            e.actor,
-            e.op,
+            e.actor.as_str(),
+            e.op.as_str(),
             e.path,
             p2,
             e.process,

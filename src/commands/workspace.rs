@@ -170,14 +170,7 @@ pub(crate) fn exec(
     let gate = cfg.store.join(format!("exec-gate.{}", std::process::id()));
     let _ = std::fs::remove_file(&gate);
     let run = || -> anyhow::Result<std::process::ExitStatus> {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &gate,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .with_context(|| format!("creating {}", gate.display()))?;
+        rewindfs::sys::mkfifo(&gate, 0o600)?;
         let mut child = std::process::Command::new("sh")
             .current_dir(&cwd)
             .arg("-c")

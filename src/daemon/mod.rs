@@ -58,7 +58,7 @@ struct Parts {
 pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     if cfg.detached {
         // Leave the caller's session so its terminal's signals do not reach us.
-        let _ = rustix::process::setsid();
+        sys::detach_session();
     }
     // For the workspace: modes the kernel sends already carry the caller's umask. The store
     // sets its modes explicitly (`store::private`), so this does not open it up.
@@ -221,9 +221,9 @@ fn bind_socket(store: &Path) -> anyhow::Result<std::os::unix::net::UnixListener>
     let socket_path = store.join(files::SOCKET);
     let _ = std::fs::remove_file(&socket_path);
     // Created 0600 from the start: no window in which another user could connect.
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
-    let l = std::os::unix::net::UnixListener::bind(&socket_path);
-    rustix::process::umask(old);
+    let l = sys::with_umask(0o177, || {
+        std::os::unix::net::UnixListener::bind(&socket_path)
+    });
     let l = l.with_context(|| format!("binding {}", socket_path.display()))?;
     l.set_nonblocking(true)?;
     Ok(l)

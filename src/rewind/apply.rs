@@ -620,11 +620,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
                 store.blobs.copy_verified(hash, fd.as_fd())?;
             }
             if sys::geteuid() == 0 {
-                let _ = rustix::fs::fchown(
-                    &fd,
-                    Some(rustix::fs::Uid::from_raw(t.uid)),
-                    Some(rustix::fs::Gid::from_raw(t.gid)),
-                );
+                let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);
             }
             // After the owner (a chown drops security.capability), before the mode.
             attrs::restore(fd.as_fd(), tmp, t.xattrs.as_ref());

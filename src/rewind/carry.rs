@@ -62,6 +62,14 @@ impl From<BundleError> for RewindError {
 /// Files up to this size are hashed and copied from one read.
 const IN_MEMORY: u64 = 64 << 20;
 
+/// A capture row of the tree as it is at export (the export's own checkpoint), and the blob
+/// it names with its size (a regular file's content; the bundle's `blobs` table gets a row for
+/// it), kept beside the row rather than read back out of it.
+struct NowRow {
+    row: Map<String, Value>,
+    blob: Option<(String, u64)>,
+}
+
 impl Engine {
     /// The seq an export starts at.
     fn export_start(&self, sel: &Selection) -> Result<i64, RewindError> {
@@ -208,14 +216,14 @@ impl Engine {
             t: "checkpoints".into(),
             r: cp,
         });
-        for (i, mut c) in now_rows.into_iter().enumerate() {
+        for (i, NowRow { row: mut c, blob }) in now_rows.into_iter().enumerate() {
             c.insert("id".into(), Value::from(max_id + 1 + i as i64));
             c.insert("checkpoint".into(), Value::from(max_seq + 1));
             c.insert("created_at".into(), Value::from(at));
-            if let Some(h) = c.get("blob").and_then(Value::as_str) {
+            if let Some((h, size)) = blob {
                 let mut b = Map::new();
                 b.insert("hash".into(), Value::from(h));
-                b.insert("size".into(), c["size"].clone());
+                b.insert("size".into(), Value::from(size));
                 rows.push(Row {
                     t: "blobs".into(),
                     r: b,
@@ -255,7 +263,7 @@ impl Engine {
         &self,
         names: &[Vec<u8>],
         w: &mut BundleWriter<io::BufWriter<std::fs::File>>,
-    ) -> Result<Vec<Map<String, Value>>, RewindError> {
+    ) -> Result<Vec<NowRow>, RewindError> {
         let mut out = Vec::with_capacity(names.len());
         for p in names {
             let rel = Path::new(OsStr::from_bytes(p));
@@ -277,26 +285,27 @@ impl Engine {
                 for k in ["mode", "uid", "gid", "size"] {
                     c.insert(k.into(), Value::from(0));
                 }
-                out.push(c);
+                out.push(NowRow { row: c, blob: None });
                 continue;
             };
             c.insert("mode".into(), Value::from(st.st_mode));
             c.insert("uid".into(), Value::from(st.st_uid));
             c.insert("gid".into(), Value::from(st.st_gid));
             c.insert("size".into(), Value::from(st.st_size as u64));
+            let mut blob = None;
             let kind = match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
                     let fd =
                         sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
                     let size = sys::fstat(fd.as_fd())?.st_size as u64;
                     let mut f = std::fs::File::from(fd);
-                    let hash = if size <= IN_MEMORY {
+                    let (hash, size) = if size <= IN_MEMORY {
                         let mut buf = Vec::with_capacity(size as usize);
                         (&mut f).take(size).read_to_end(&mut buf)?;
                         let h = blake3::hash(&buf).to_hex().to_string();
                         w.blob(&h, buf.len() as u64, &mut &buf[..])?;
                         c.insert("size".into(), Value::from(buf.len() as u64));
-                        h
+                        (h, buf.len() as u64)
                     } else {
                         let mut hasher = blake3::Hasher::new();
                         io::copy(&mut (&mut f).take(size), &mut hasher)?;
@@ -305,9 +314,10 @@ impl Engine {
                             io::Seek::seek(&mut f, io::SeekFrom::Start(0))?;
                             w.blob(&h, size, &mut f)?;
                         }
-                        h
+                        (h, size)
                     };
-                    c.insert("blob".into(), Value::from(hash));
+                    c.insert("blob".into(), Value::from(hash.clone()));
+                    blob = Some((hash, size));
                     c.insert("xattrs".into(), xattrs_value(super::attrs::read(f.as_fd())));
                     Kind::File
                 }
@@ -329,7 +339,7 @@ impl Engine {
                 }
             };
             c.insert("kind".into(), Value::from(kind.as_str()));
-            out.push(c);
+            out.push(NowRow { row: c, blob });
         }
         Ok(out)
     }

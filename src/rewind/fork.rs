@@ -233,10 +233,7 @@ impl Engine {
                 let mut src = self
                     .content(past, e)
                     .map_err(|err| io::Error::other(err.to_string()))?;
-                let mut dst = std::fs::File::from(
-                    rustix::io::dup(fd)
-                        .map_err(|err| io::Error::from_raw_os_error(err.raw_os_error()))?,
-                );
+                let mut dst = std::fs::File::from(sys::dup_cloexec(fd)?);
                 io::copy(&mut src, &mut dst)
             }
         }

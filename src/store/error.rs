@@ -43,7 +43,8 @@ impl StoreError {
     /// The errno a refused change gets: a full store is `ENOSPC`, a busy one `EAGAIN`.
     pub fn errno(&self) -> i32 {
         match self {
-            StoreError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // Its own errno, or the one a `sys::ctx`/`sys::coded` error carries.
+            StoreError::Io(e) => crate::sys::errno_of(e),
             StoreError::Sql(rusqlite::Error::SqliteFailure(e, _)) => match e.code {
                 rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
                 rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {

@@ -305,8 +305,9 @@ impl Purpose {
     }
 }
 
-/// What kind of change happened (or is about to).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What kind of change happened (or is about to). On the wire, [`Op::as_str`]'s names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Op {
     #[default]
     Write,
@@ -462,8 +463,10 @@ impl RewindScope {
     }
 }
 
-/// Where a rewind is in its life (`rewinds.state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a rewind is in its life (`rewinds.state`). On the wire, [`RewindState::as_str`]'s
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RewindState {
     /// Its plan is journalled and being applied (or a crash interrupted it: the next mount
     /// finishes it). Its plan's blobs must stay.

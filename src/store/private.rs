@@ -213,13 +213,14 @@ mod tests {
         let dir = d.path().join("s/store");
         // The umask is the process's: an empty one only makes what other tests create
         // meanwhile more open, never less usable. Restored at once.
-        let old = rustix::process::umask(rustix::fs::Mode::empty());
-        let created = create_dir(&dir);
-        let f = open_file(
-            &dir.join("journal"),
-            OpenOptions::new().append(true).create(true),
-        );
-        rustix::process::umask(old);
+        let (created, f) = crate::sys::with_umask(0, || {
+            let created = create_dir(&dir);
+            let f = open_file(
+                &dir.join("journal"),
+                OpenOptions::new().append(true).create(true),
+            );
+            (created, f)
+        });
         assert!(created.unwrap());
         drop(f.unwrap());
         assert_eq!(mode(&dir), 0o700);

@@ -18,6 +18,11 @@ pub fn is_fuse_root(fd: BorrowedFd<'_>) -> bool {
         && rustix::fs::fstat(fd).is_ok_and(|st| st.st_ino == 1)
 }
 
+/// Whether `statfs(path)` fails with `ENOTCONN`: a FUSE mount whose daemon is gone.
+pub fn is_disconnected(path: &Path) -> bool {
+    matches!(rustix::fs::statfs(path), Err(e) if e.raw_os_error() == libc::ENOTCONN)
+}
+
 pub fn statfs_type(path: &Path) -> io::Result<i64> {
     rustix::fs::statfs(path).map(|s| s.f_type).map_err(errno)
 }

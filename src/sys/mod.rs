@@ -1,8 +1,8 @@
 //! Raw system calls, in one place.
 //!
 //! Everything that talks to the kernel about the backing directory goes through here, on top
-//! of rustix (the crate denies `unsafe`; `process.rs` has its two exceptions, each with its
-//! `SAFETY` note). Two rules hold for every function:
+//! of rustix (the crate denies `unsafe`; `process.rs` has its three exceptions, `malloc_trim`,
+//! `close_range` and `signal`, each with its `SAFETY` note). Two rules hold for every function:
 //! - paths are always relative to a directory fd that the caller holds (the workspace's
 //!   underlying directory, opened before the mount covered it); nothing here builds an
 //!   absolute path into the project;
@@ -44,8 +44,10 @@ pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
     match e.raw_os_error() {
         Some(code) => {
             // `base` says "… (os error N)" itself.
+            // `coded`, not `io::Error::new`: that keeps only the kind, and `EROFS` would reach a
+            // FUSE caller as `EIO`.
             let base = io::Error::from_raw_os_error(code);
-            io::Error::new(base.kind(), format!("{what}: {base}"))
+            coded(code, format!("{what}: {base}"))
         }
         None => io::Error::new(e.kind(), format!("{what}: {e}")),
     }
@@ -91,5 +93,28 @@ pub fn errno_of(e: &io::Error) -> i32 {
         io::ErrorKind::StorageFull => libc::ENOSPC,
         io::ErrorKind::WouldBlock => libc::EAGAIN,
         _ => libc::EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call wrapped with what it was keeps its errno, and says it once.
+    #[test]
+    fn an_error_named_by_its_call_keeps_its_errno() {
+        for code in [libc::EROFS, libc::ENOENT, libc::ENOSPC, libc::EACCES] {
+            let e = ctx(
+                io::Error::from_raw_os_error(code),
+                "renameat2(\"a\", \"b\")",
+            );
+            assert_eq!(errno_of(&e), code, "{e}");
+            let s = e.to_string();
+            assert!(s.starts_with("renameat2(\"a\", \"b\"): "), "{s}");
+            assert_eq!(s.matches("os error").count(), 1, "{s}");
+            // Wrapped again (the store's error around it), it still carries the number.
+            let store: io::Error = crate::store::StoreError::Io(e).into();
+            assert_eq!(errno_of(&store), code, "{store}");
+        }
     }
 }

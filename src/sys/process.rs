@@ -75,25 +75,31 @@ pub fn die_with_parent() -> io::Result<()> {
 
 /// Waits up to `timeout` for `fd` (a pipe) to have something to read, or to be closed at the
 /// other end. `false`: nothing came in time.
-#[allow(unsafe_code)]
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    let deadline = std::time::Instant::now() + timeout;
     loop {
-        // SAFETY: `p` is one valid pollfd that lives across the call, and the count says one.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        match r {
-            0 => return Ok(false),
-            n if n > 0 => return Ok(true),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(ctx(e, format!("poll(fd {}, POLLIN, {ms} ms)", p.fd)));
-                }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ts = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut p = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut p, Some(&ts)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                return Err(ctx(
+                    errno(e),
+                    format!(
+                        "poll(fd {}, POLLIN, {} ms)",
+                        fd.as_raw_fd(),
+                        left.as_millis()
+                    ),
+                ));
             }
         }
     }
@@ -172,6 +178,38 @@ pub fn shared_writable_mappings(dev: u64) -> Vec<(u64, PathBuf)> {
 /// caller's umask, and applying the daemon's on top would be wrong.
 pub fn clear_umask() {
     rustix::process::umask(Mode::empty());
+}
+
+/// Runs `f` with the process's umask set to `mask`, then puts the old one back (a socket is
+/// created 0600 from the start: no window in which another user could connect).
+pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    let old = rustix::process::umask(Mode::from_raw_mode(mask));
+    let r = f();
+    rustix::process::umask(old);
+    r
+}
+
+/// Leaves the caller's session (`setsid`): a detached daemon no longer gets its terminal's
+/// signals. An error (already a session leader) changes nothing and is ignored.
+pub fn detach_session() {
+    let _ = rustix::process::setsid();
+}
+
+/// Makes a FIFO at `path` (relative to the current directory), mode `mode`.
+pub fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        Mode::from_raw_mode(mode),
+        0,
+    )
+    .map_err(|e| ctx(errno(e), format!("mkfifo({}, {mode:o})", path.display())))
+}
+
+/// A close-on-exec duplicate of `fd` numbered 3 or above (never a standard stream's number).
+pub fn dup_cloexec(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(errno)
 }
 
 /// Whether a FUSE request's pid (a thread id) is one of this process's threads.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::{OriginKind, RewindScope, Stack};
+use crate::store::{CheckpointKind, OriginKind, RewindScope, RewindState, Scope, Stack};
 
 /// Lists checkpoints, of one session if given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,8 +24,7 @@ pub struct CheckpointInfo {
     pub session_id: Option<String>,
     /// RFC 3339 UTC.
     pub began_at: String,
-    /// `mount`, `message` or `rewind`.
-    pub kind: String,
+    pub kind: CheckpointKind,
     pub paths_changed: i64,
     pub bytes_captured: i64,
     /// The first line of the prompt that began it (checkpoints begun by the CLI's hooks).
@@ -47,20 +46,58 @@ pub struct CheckpointInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RewindInfo {
-    /// `rewind`, `undo` or `redo`.
-    pub action: String,
+    pub action: RewindAction,
     /// A rewind's: the checkpoint it went back to; an undo's or redo's: the rewind it undid or
     /// redid (that rewind's checkpoint uuid).
     pub target: String,
-    /// A rewind's scope (`tool`, `agent`, `all`).
+    /// A rewind's scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
+    pub scope: Option<Scope>,
     /// `applying` (unfinished: the next mount finishes it), `done`, or for a rewind `undone`.
-    pub state: String,
+    pub state: RewindState,
     /// `undo` when `undo_rewind` undoes this rewind next, `redo` when `redo_rewind` re-applies
     /// it next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
+    pub next: Option<NextStep>,
+}
+
+/// What began a `rewind` checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RewindAction {
+    Rewind,
+    Undo,
+    Redo,
+}
+
+impl RewindAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RewindAction::Rewind => "rewind",
+            RewindAction::Undo => "undo",
+            RewindAction::Redo => "redo",
+        }
+    }
+}
+
+/// Which request acts on a rewind next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NextStep {
+    /// `undo_rewind` undoes it next.
+    Undo,
+    /// `redo_rewind` re-applies it next.
+    Redo,
+}
+
+impl NextStep {
+    /// The command that takes it (`rewindfs undo`, `rewindfs redo`).
+    pub fn command(self) -> &'static str {
+        match self {
+            NextStep::Undo => "undo",
+            NextStep::Redo => "redo",
+        }
+    }
 }
 
 impl RewindInfo {
@@ -73,22 +110,22 @@ impl RewindInfo {
             .iter()
             .map(|r| {
                 let (action, scope) = match r.scope {
-                    RewindScope::Scope(s) => ("rewind", Some(s.as_str().to_string())),
-                    RewindScope::Undo => ("undo", None),
-                    RewindScope::Redo => ("redo", None),
+                    RewindScope::Scope(s) => (RewindAction::Rewind, Some(s)),
+                    RewindScope::Undo => (RewindAction::Undo, None),
+                    RewindScope::Redo => (RewindAction::Redo, None),
                 };
                 let next = if next_undo.as_deref() == Some(&r.id) {
-                    Some("undo".to_string())
+                    Some(NextStep::Undo)
                 } else if next_redo.as_deref() == Some(&r.id) {
-                    Some("redo".to_string())
+                    Some(NextStep::Redo)
                 } else {
                     None
                 };
                 let info = RewindInfo {
-                    action: action.to_string(),
+                    action,
                     target: r.target.clone(),
                     scope,
-                    state: r.state.as_str().to_string(),
+                    state: r.state,
                     next,
                 };
                 (r.checkpoint, info)
@@ -158,7 +195,7 @@ impl ListCheckpoints {
                 began_at: crate::store::rfc3339(c.checkpoint.began_at),
                 uuid: c.checkpoint.uuid,
                 session_id: c.checkpoint.session_id,
-                kind: c.checkpoint.kind.as_str().to_string(),
+                kind: c.checkpoint.kind,
                 paths_changed: c.paths_changed,
                 bytes_captured: c.bytes_captured,
                 prompt: c.checkpoint.prompt.as_deref().map(first_line),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::LogQuery;
+use crate::store::{Actor, LogQuery, Op};
 
 /// The change log of the workspace, or of one path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,10 +59,10 @@ pub struct LogLine {
     pub seq: i64,
     /// RFC 3339 UTC.
     pub time: String,
-    pub op: String,
+    pub op: Op,
     pub path: String,
     pub path2: Option<String>,
-    pub actor: String,
+    pub actor: Actor,
     pub pid: u32,
     pub process: String,
     /// The checkpoint's uuid (`None`: dropped by gc).
@@ -160,10 +160,10 @@ impl Log {
             .map(|x| LogLine {
                 seq: x.seq,
                 time: crate::store::rfc3339(x.at),
-                op: x.op.as_str().to_string(),
+                op: x.op,
                 path: String::from_utf8_lossy(&x.path).into_owned(),
                 path2: x.path2.map(|p| String::from_utf8_lossy(&p).into_owned()),
-                actor: x.actor.as_str().to_string(),
+                actor: x.actor,
                 pid: x.pid,
                 process: x.process,
                 checkpoint: shown_checkpoint(x.checkpoint, x.session.as_deref()),
@@ -193,20 +193,20 @@ impl Log {
 /// `X` `via` `T`. A tool's Write/Edit (`X.tmp.<pid>.<hex>`) and `sed -i` (`sedXXXXXX`) write
 /// files this way; a temporary that was not renamed over anything stays as it is.
 fn collapse_temporaries(entries: Vec<LogLine>) -> Vec<LogLine> {
-    const CONTENT_OPS: &[&str] = &[
-        "write",
-        "truncate",
-        "chmod",
-        "chown",
-        "utimes",
-        "setxattr",
-        "fallocate",
+    const CONTENT_OPS: &[Op] = &[
+        Op::Write,
+        Op::Truncate,
+        Op::Chmod,
+        Op::Chown,
+        Op::Utimes,
+        Op::Setxattr,
+        Op::Fallocate,
     ];
     let parent = |p: &str| std::path::Path::new(p).parent().map(|d| d.to_path_buf());
     let mut drop = vec![false; entries.len()];
     let mut out_rename: Vec<Option<String>> = vec![None; entries.len()];
     for (i, e) in entries.iter().enumerate() {
-        let (true, Some(x)) = (e.op == "rename", e.path2.as_deref()) else {
+        let (true, Some(x)) = (e.op == Op::Rename, e.path2.as_deref()) else {
             continue;
         };
         let t = e.path.as_str();
@@ -223,12 +223,12 @@ fn collapse_temporaries(entries: Vec<LogLine>) -> Vec<LogLine> {
             if prior.path2.is_some() || prior.actor != e.actor || drop[k] {
                 break;
             }
-            if prior.op == "create" {
+            if prior.op == Op::Create {
                 mine.push(k);
                 created = true;
                 break;
             }
-            if !CONTENT_OPS.contains(&prior.op.as_str()) {
+            if !CONTENT_OPS.contains(&prior.op) {
                 break;
             }
             mine.push(k);
@@ -249,7 +249,7 @@ fn collapse_temporaries(entries: Vec<LogLine>) -> Vec<LogLine> {
                 return None;
             }
             if let Some(t) = via {
-                e.op = "write".into();
+                e.op = Op::Write;
                 e.path = e.path2.take().unwrap_or_default();
                 e.via = Some(t);
             }
@@ -266,10 +266,10 @@ mod tests {
         LogLine {
             seq,
             time: String::new(),
-            op: op.into(),
+            op: Op::parse(op),
             path: path.into(),
             path2: path2.map(str::to_string),
-            actor: actor.into(),
+            actor: Actor::parse(actor),
             pid: 1,
             process: "p".into(),
             checkpoint: None,
@@ -296,7 +296,7 @@ mod tests {
         ];
         let got: Vec<(i64, String, String, Option<String>)> = collapse_temporaries(log)
             .into_iter()
-            .map(|e| (e.seq, e.op, e.path, e.via))
+            .map(|e| (e.seq, e.op.as_str().to_string(), e.path, e.via))
             .collect();
         assert_eq!(
             got,

@@ -40,7 +40,7 @@ pub use self::fork::{Fork, ForkReply};
 pub use self::gc::{Gc, GcReply};
 pub use self::import::{Import, ImportReply};
 pub use self::list_checkpoints::{
-    CheckpointInfo, CheckpointList, ListCheckpoints, OriginInfo, RewindInfo,
+    CheckpointInfo, CheckpointList, ListCheckpoints, NextStep, OriginInfo, RewindAction, RewindInfo,
 };
 pub use self::log::{Log, LogLine, LogReply};
 pub use self::ls::{Ls, LsEntry, LsReply};

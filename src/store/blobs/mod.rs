@@ -174,9 +174,38 @@ impl Blobs {
     /// Moves a complete temp file to its blob name (replacing an equal blob is harmless).
     fn publish(&self, tmp: &Path, hash: &str) -> io::Result<()> {
         let d = self.dirfd()?;
-        sys::renameat_between(d, tmp, d, &rel(hash)).inspect_err(|_| {
+        let to = rel(hash);
+        sys::renameat_between(d, tmp, d, &to).map_err(|e| {
             let _ = sys::unlinkat(d, tmp, false);
+            sys::ctx(
+                e,
+                format!(
+                    "renameat({}, {}) in {}",
+                    tmp.display(),
+                    to.display(),
+                    self.dir.display()
+                ),
+            )
         })
+    }
+
+    /// Creates the temp file `tmp` a new blob is written to (`O_CREAT | O_EXCL`).
+    fn create_tmp(&self, d: BorrowedFd<'_>, tmp: &Path) -> io::Result<OwnedFd> {
+        sys::openat(
+            d,
+            tmp,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+            BLOB_MODE,
+        )
+        .map_err(|e| self.tmp_error(e, "openat(O_CREAT|O_EXCL)", tmp))
+    }
+
+    /// An error writing temp file `tmp`, naming the call and the file.
+    fn tmp_error(&self, e: io::Error, call: &str, tmp: &Path) -> io::Error {
+        sys::ctx(
+            e,
+            format!("{call} of {} in {}", tmp.display(), self.dir.display()),
+        )
     }
 
     /// Stores everything `src` yields; returns its hash and size.
@@ -186,12 +215,7 @@ impl Blobs {
     pub fn put_reader(&self, mut src: impl Read) -> io::Result<(String, u64)> {
         let d = self.dirfd()?;
         let tmp = self.tmp_name();
-        let fd = sys::openat(
-            d,
-            &tmp,
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            BLOB_MODE,
-        )?;
+        let fd = self.create_tmp(d, &tmp)?;
         let mut hasher = blake3::Hasher::new();
         let mut buf = vec![0u8; 256 * 1024];
         let mut size = 0u64;
@@ -204,11 +228,11 @@ impl Blobs {
                     Err(e) => return Err(e),
                 };
                 hasher.update(&buf[..k]);
-                write_all(fd.as_fd(), &buf[..k])?;
+                write_all(fd.as_fd(), &buf[..k]).map_err(|e| self.tmp_error(e, "write", &tmp))?;
                 size += k as u64;
             }
             if self.sync {
-                sys::fsync(fd.as_fd(), true)?;
+                sys::fsync(fd.as_fd(), true).map_err(|e| self.tmp_error(e, "fdatasync", &tmp))?;
             }
             Ok(())
         })();
@@ -272,19 +296,16 @@ impl Blobs {
         }
         let d = self.dirfd()?;
         let tmp = self.tmp_name();
-        let fd = sys::openat(
-            d,
-            &tmp,
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-            BLOB_MODE,
-        )?;
-        let res = write_all(fd.as_fd(), data).and_then(|()| {
-            if self.sync {
-                sys::fsync(fd.as_fd(), true)
-            } else {
-                Ok(())
-            }
-        });
+        let fd = self.create_tmp(d, &tmp)?;
+        let res = write_all(fd.as_fd(), data)
+            .map_err(|e| self.tmp_error(e, "write", &tmp))
+            .and_then(|()| {
+                if self.sync {
+                    sys::fsync(fd.as_fd(), true).map_err(|e| self.tmp_error(e, "fdatasync", &tmp))
+                } else {
+                    Ok(())
+                }
+            });
         drop(fd);
         if let Err(e) = res {
             let _ = sys::unlinkat(d, &tmp, false);
