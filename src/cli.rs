@@ -3,9 +3,18 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 
 use crate::config::{DEFAULT_MAX_AGE, DEFAULT_MAX_STORE_BYTES, DEFAULT_RANGE_CAPTURE_MIN, IoUring};
+use crate::store::Scope;
+
+/// A rewind scope's name on the command line, parsed into its value (clap stays in this file:
+/// the store's `Scope` knows nothing of it).
+fn scope_arg() -> impl clap::builder::TypedValueParser<Value = Scope> {
+    clap::builder::PossibleValuesParser::new(["tool", "agent", "all"])
+        .map(|s| Scope::parse(&s).unwrap_or(Scope::Tool))
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -141,11 +150,14 @@ pub enum Command {
         dry_run: bool,
         /// tool: what Write/Edit/NotebookEdit changed (the SDK's behaviour); agent: tool and
         /// shell; all: everything.
-        #[arg(long, env = "REWINDFS_SCOPE", default_value = "tool", value_parser = ["tool", "agent", "all"])]
-        scope: String,
-        /// Rewind even when other actors changed the same paths.
+        #[arg(long, env = "REWINDFS_SCOPE", default_value = "tool", value_parser = scope_arg())]
+        scope: Scope,
+        /// Rewind even when other actors (or other sessions) changed the same paths.
         #[arg(long)]
         force: bool,
+        /// The session the checkpoint must belong to (refused if it is another's).
+        #[arg(long)]
+        session: Option<String>,
         #[arg(long)]
         json: bool,
         /// Restrict to these paths or globs.
@@ -164,6 +176,10 @@ pub enum Command {
         /// gives them back).
         #[arg(long)]
         force: bool,
+        /// Undo this session's newest rewind not yet undone (each session has its own stack;
+        /// without it: the newest of all).
+        #[arg(long)]
+        session: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -180,6 +196,9 @@ pub enum Command {
         /// gives them back).
         #[arg(long)]
         force: bool,
+        /// Redo this session's rewind undone last (without it: of all).
+        #[arg(long)]
+        session: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -202,8 +221,13 @@ pub enum Command {
         /// A fork made by `rewindfs fork`: compare its origin checkpoint with its tree now.
         #[arg(long, value_name = "DIR")]
         fork: Option<PathBuf>,
-        #[arg(long, default_value = "all", value_parser = ["tool", "agent", "all"])]
-        scope: String,
+        /// Which paths: those a rewind of this scope would change (`agent`, `tool`: of the
+        /// checkpoint's own session).
+        #[arg(long, default_value = "all", value_parser = scope_arg())]
+        scope: Scope,
+        /// The session the checkpoint must belong to (refused if it is another's).
+        #[arg(long)]
+        session: Option<String>,
         #[command(flatten)]
         socket: SocketArgs,
     },
@@ -353,8 +377,8 @@ pub enum Command {
     /// it exits, and exit with its status.
     Exec {
         /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
-        #[arg(long, value_parser = ["tool", "agent", "all"])]
-        scope: Option<String>,
+        #[arg(long, value_parser = scope_arg())]
+        scope: Option<Scope>,
         dir: PathBuf,
         #[arg(long)]
         store: Option<PathBuf>,

@@ -114,6 +114,7 @@ fn run() -> anyhow::Result<ExitCode> {
             dry_run,
             scope,
             force,
+            session,
             json,
             paths,
             socket,
@@ -123,6 +124,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 dry_run,
                 scope,
                 force,
+                session,
                 paths,
             };
             return history::rewind(req, json, &socket);
@@ -130,23 +132,40 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Undo {
             dry_run,
             force,
+            session,
             json,
             socket,
-        } => return history::undo_or_redo(history::Way::Undo, dry_run, force, json, &socket),
+        } => {
+            let how = history::StackArgs {
+                dry_run,
+                force,
+                session,
+            };
+            return history::undo_or_redo(history::Way::Undo, how, json, &socket);
+        }
         Command::Redo {
             dry_run,
             force,
+            session,
             json,
             socket,
-        } => return history::undo_or_redo(history::Way::Redo, dry_run, force, json, &socket),
+        } => {
+            let how = history::StackArgs {
+                dry_run,
+                force,
+                session,
+            };
+            return history::undo_or_redo(history::Way::Redo, how, json, &socket);
+        }
         Command::Diff {
             uuid,
             rest,
             stat,
             fork,
             scope,
+            session,
             socket,
-        } => travel::diff(uuid, rest, stat, fork.as_deref(), &scope, &socket)?,
+        } => travel::diff(uuid, rest, stat, fork.as_deref(), scope, session, &socket)?,
         Command::Show {
             uuid,
             path,

@@ -167,14 +167,10 @@ impl Actors {
     /// descendants `shell`, anyone else `external`. A change to the file of an open tool span
     /// (or to that file's `<target>.tmp.<pid>.<ms>`) is `tool` whenever the process is the agent
     /// or one of its descendants — or no agent is registered — which covers SDKs whose hooks
-    /// run in the host process rather than in the CLI.
+    /// run in the host process rather than in the CLI. A span of another session than the
+    /// process's own is not its: an agent of session A writing a file session B's tool is also
+    /// writing is A's change (and a conflict for either's rewind), not B's.
     fn classify(&mut self, pid: u32, path: Option<&Path>) -> Who {
-        let span_for_path = path.and_then(|p| self.span_for(p));
-        let any_span = if self.spans.len() == 1 {
-            self.spans.keys().next().cloned()
-        } else {
-            None
-        };
         let session_of =
             |spans: &HashMap<String, Span>, id: &str| spans.get(id).and_then(|s| s.session.clone());
         let no_agents = self.agents.is_empty();
@@ -202,6 +198,15 @@ impl Actors {
                 (actor, comm, session)
             }
         };
+        let span_for_path = path.and_then(|p| self.span_for(p, session.as_deref()));
+        let any_span = if self.spans.len() == 1 {
+            self.spans
+                .iter()
+                .find(|(_, s)| fits(s, session.as_deref()))
+                .map(|(id, _)| id.clone())
+        } else {
+            None
+        };
         if let Some(id) = span_for_path.clone() {
             if no_agents || actor != Actor::External {
                 let session = session_of(&self.spans, &id).or(session);
@@ -226,9 +231,13 @@ impl Actors {
         }
     }
 
-    /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is.
-    fn span_for(&self, p: &Path) -> Option<String> {
+    /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is,
+    /// of the writing process's `session` (or of no session said, on either side).
+    fn span_for(&self, p: &Path, session: Option<&str>) -> Option<String> {
         self.spans.iter().find_map(|(id, s)| {
+            if !fits(s, session) {
+                return None;
+            }
             let f = s.file.as_deref()?;
             let hit = p == f
                 || (is_tool_temp(p)
@@ -279,6 +288,15 @@ impl Actors {
             }
         }
         (Actor::External, comm, None)
+    }
+}
+
+/// Whether span `s` can be the work of a process of `session`: either has no session said, or
+/// they are the same.
+fn fits(s: &Span, session: Option<&str>) -> bool {
+    match (s.session.as_deref(), session) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
     }
 }
 

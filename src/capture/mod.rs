@@ -159,26 +159,23 @@ impl Recorder {
         self.root.as_fd()
     }
 
-    /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint, and the
-    /// current session is live. Captures go on meanwhile: the pass takes the capture lock only
-    /// to remove blob files, a batch at a time (no change waits for the whole pass).
+    /// Runs a retention pass (see [`crate::store::gc`]): never the current checkpoint; the
+    /// current session and `live` (the other sessions still at work) stay rewindable. Captures
+    /// go on meanwhile: the pass takes the capture lock only to remove blob files, a batch at
+    /// a time (no change waits for the whole pass).
     ///
     /// # Errors
     /// Store errors.
-    /// `hold_from`: no checkpoint from this one on is dropped (other live sessions').
-    pub fn gc(&self, policy: &Policy, full: bool, hold_from: Option<i64>) -> io::Result<Report> {
+    pub fn gc(&self, policy: &Policy, full: bool, live: &[String]) -> io::Result<Report> {
         let (seq, session) = {
             let s = self.state.locked();
             (s.seq, s.session.clone())
         };
-        let keep_from = hold_from.map_or(seq, |h| h.min(seq));
-        Ok(self.store.gc(
-            policy,
-            keep_from,
-            session.as_deref(),
-            full,
-            Some(&self.capture),
-        )?)
+        let mut sessions: Vec<&str> = live.iter().map(String::as_str).collect();
+        sessions.extend(session.as_deref());
+        Ok(self
+            .store
+            .gc(policy, seq, &sessions, full, Some(&self.capture))?)
     }
 
     /// Removes the blob files among `hashes` that no capture names (see

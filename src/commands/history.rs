@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use rewindfs::cli::SocketArgs;
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{Log, RedoRewind, RewindFiles, Status, UndoRewind};
+use rewindfs::store::Scope;
 
 use super::print::{print_log, print_rewind, print_stack, print_status};
-use super::{connect, parse_scope, print_json_or, workspace_rel, workspace_rel_glob};
+use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
 
 /// `rewindfs log --json`: one change per line. The whole log (a limit at or above its size)
 /// streams in pages, so no reply holds all of it; a window of the newest is one request.
@@ -90,9 +91,18 @@ pub(crate) fn status(json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
 pub(crate) struct RewindArgs {
     pub uuid: String,
     pub dry_run: bool,
-    pub scope: String,
+    pub scope: Scope,
     pub force: bool,
+    pub session: Option<String>,
     pub paths: Vec<String>,
+}
+
+/// What `rewindfs undo` and `rewindfs redo` were told.
+pub(crate) struct StackArgs {
+    pub dry_run: bool,
+    pub force: bool,
+    /// That session's own stack.
+    pub session: Option<String>,
 }
 
 /// `rewindfs rewind`: fails (exit 1) when the rewind cannot be done.
@@ -106,10 +116,10 @@ pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::
     let r = client.call(&RewindFiles {
         user_message_id: a.uuid,
         dry_run: a.dry_run,
-        scope: parse_scope(&a.scope)?,
+        scope: a.scope,
         force: a.force,
         paths,
-        session_id: None,
+        session_id: a.session,
     })?;
     let ws = client.call(&Status {})?.workspace;
     print_json_or(json, &r, |r| print_rewind(r, a.dry_run, &ws))?;
@@ -129,15 +139,27 @@ pub(crate) enum Way {
 /// `rewindfs undo` and `rewindfs redo`: fail (exit 1) when refused.
 pub(crate) fn undo_or_redo(
     way: Way,
-    dry_run: bool,
-    force: bool,
+    how: StackArgs,
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<ExitCode> {
     let mut client = connect(socket)?;
+    let StackArgs {
+        dry_run,
+        force,
+        session,
+    } = how;
     let r = match way {
-        Way::Undo => client.call(&UndoRewind { dry_run, force })?,
-        Way::Redo => client.call(&RedoRewind { dry_run, force })?,
+        Way::Undo => client.call(&UndoRewind {
+            dry_run,
+            force,
+            session_id: session,
+        })?,
+        Way::Redo => client.call(&RedoRewind {
+            dry_run,
+            force,
+            session_id: session,
+        })?,
     };
     let ws = client.call(&Status {})?.workspace;
     print_json_or(json, &r, |r| print_stack(r, dry_run, &ws))?;

@@ -15,7 +15,6 @@ use anyhow::Context;
 use rewindfs::cli::SocketArgs;
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::Status;
-use rewindfs::rewind::Scope;
 use serde::Serialize;
 
 pub(crate) fn connect(s: &SocketArgs) -> anyhow::Result<Client> {
@@ -68,8 +67,4 @@ pub(crate) fn print_json_or<R: Serialize>(
         lines(r);
     }
     Ok(())
-}
-
-pub(crate) fn parse_scope(s: &str) -> anyhow::Result<Scope> {
-    Scope::parse(s).with_context(|| format!("scope {s:?}: use tool, agent or all"))
 }

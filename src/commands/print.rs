@@ -288,9 +288,13 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
     };
     print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws);
     if !r.conflicts.is_empty() {
-        println!("conflicts (also changed by other actors):");
+        println!("conflicts (also changed by other actors or sessions):");
         for f in &r.conflicts {
-            println!("  {}", shown(f, ws));
+            let rel = shown(f, ws);
+            match r.conflicts_by.get(rel.as_ref()).filter(|w| !w.is_empty()) {
+                Some(who) => println!("  {rel}  (by {})", who.join(", ")),
+                None => println!("  {rel}"),
+            }
         }
     }
     if r.skipped_links > 0 {

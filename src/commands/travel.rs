@@ -15,7 +15,7 @@ use rewindfs::rewind::Scope;
 use rewindfs::store::{Kind, Origin, OriginKind};
 
 use super::print::{print_ls, print_stat};
-use super::{connect, parse_scope, print_json_or, workspace_rel, workspace_rel_glob};
+use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
 
 /// Imports a bundle: into the daemon of `store` if one serves it, else directly into it; with
 /// no store, into the daemon of the current mount (or --socket).
@@ -120,6 +120,7 @@ pub(crate) fn diff_fork(
         fork_dir: Some(dir.to_string_lossy().into_owned()),
         path,
         scope: Scope::All,
+        session_id: None,
     })?;
     Ok((r, dir))
 }
@@ -233,7 +234,8 @@ pub(crate) fn diff(
     rest: Vec<String>,
     stat: bool,
     fork: Option<&Path>,
-    scope: &str,
+    scope: Scope,
+    session: Option<String>,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
     // The reply's paths are absolute: under the fork for --fork, else the workspace.
@@ -252,7 +254,8 @@ pub(crate) fn diff(
                 to_message_id: to,
                 fork_dir: None,
                 path,
-                scope: parse_scope(scope)?,
+                scope,
+                session_id: session,
             })?;
             (r, client.call(&Status {})?.workspace)
         }

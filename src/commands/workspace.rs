@@ -157,7 +157,7 @@ pub(crate) fn hook(wait_ms: u64, socket: &SocketArgs) {
 pub(crate) fn exec(
     dir: PathBuf,
     store: Option<PathBuf>,
-    scope: Option<String>,
+    scope: Option<rewindfs::store::Scope>,
     command: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
@@ -179,7 +179,7 @@ pub(crate) fn exec(
             .args(&command)
             .env("REWINDFS_SOCKET", &sock)
             .env("REWINDFS_EXEC_GATE", &gate)
-            .envs(scope.iter().map(|s| ("REWINDFS_SCOPE", s.as_str())))
+            .envs(scope.map(|s| ("REWINDFS_SCOPE", s.as_str())))
             .spawn()
             .with_context(|| format!("running {}", command[0]))?;
         Client::connect(&sock)?.call(&RegisterAgent {

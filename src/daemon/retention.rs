@@ -64,11 +64,7 @@ pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Re
         Some(c) => (c.seq, c.session_id),
         None => return Ok(Some(Report::default())),
     };
-    Ok(Some(store.gc(
-        policy,
-        keep_from,
-        session.as_deref(),
-        true,
-        None,
-    )?))
+    // No daemon knows which sessions are at work: the last one is taken to be.
+    let sessions: Vec<&str> = session.as_deref().into_iter().collect();
+    Ok(Some(store.gc(policy, keep_from, &sessions, true, None)?))
 }

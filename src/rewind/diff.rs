@@ -18,6 +18,7 @@ use crate::store::Kind;
 impl Engine {
     /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change
     /// (`path`: only that path or glob), with the list of those paths and their line counts.
+    /// `session`: the checkpoint must be that session's.
     ///
     /// # Errors
     /// As [`Engine::rewind`]'s.
@@ -26,6 +27,7 @@ impl Engine {
         user_message_id: &str,
         path: Option<&str>,
         scope: Scope,
+        session: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
         let req = Request {
             user_message_id: user_message_id.to_string(),
@@ -33,7 +35,7 @@ impl Engine {
             scope,
             force: true,
             paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
-            session_id: None,
+            session_id: session.map(str::to_string),
         };
         let _one = self.apply.locked();
         let (_, cp, filter) = self.checked(&req)?;

@@ -284,6 +284,12 @@ pub struct Outcome {
     pub deletions: u64,
     /// Paths changed by the agent and by someone else since the checkpoint, sorted.
     pub conflicts: Vec<String>,
+    /// Who else changed each of `conflicts` since the checkpoint (workspace-relative path →
+    /// `session <id>` for another session's actors, `external` for anyone else).
+    pub conflicts_by: std::collections::BTreeMap<String, Vec<String>>,
+    /// Some of `conflicts` are another session's changes: a `tool` rewind refuses over them
+    /// unless forced (over an external edit alone it goes ahead, as the SDK does).
+    pub(super) other_sessions: bool,
     /// Paths the `tool` scope leaves alone, as the SDK does (a symlink, not a regular file, hard
     /// linked, beneath a symlink or a non-directory); a dry run counts those it would.
     pub skipped_links: u64,
@@ -522,18 +528,13 @@ impl Engine {
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
         let _one = self.apply.locked();
-        // Every live session stays rewindable to its first message: nothing from the first
-        // checkpoint of the earliest one on is dropped (the recorder keeps the current
-        // session's history from its own first checkpoint, as with one session).
-        let mut hold_from = None;
-        let current = self.recorder.current().2;
-        for s in self.live_sessions() {
-            if s.live && Some(&s.session_id) != current.as_ref() {
-                if let Some(first) = self.store.first_checkpoint_of(&s.session_id)? {
-                    hold_from = Some(hold_from.map_or(first, |h: i64| h.min(first)));
-                }
-            }
-        }
-        Ok(self.recorder.gc(policy, full, hold_from)?)
+        // Every live session stays rewindable to its first message (store/gc.rs says how).
+        let live: Vec<String> = self
+            .live_sessions()
+            .into_iter()
+            .filter(|s| s.live)
+            .map(|s| s.session_id)
+            .collect();
+        Ok(self.recorder.gc(policy, full, &live)?)
     }
 }

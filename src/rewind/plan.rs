@@ -60,11 +60,22 @@ impl Engine {
             can_rewind: true,
             ..Default::default()
         };
+        // Who changed what since, when several sessions did (scope `all` restores everyone's).
+        let sessions = match (req.scope, session) {
+            (Scope::Tool | Scope::Agent, Some(s)) => {
+                // Who changed what is in the change log: all of it, up to now.
+                self.recorder.flush_log();
+                Sessions::since(&self.store, c, s)?
+            }
+            _ => Sessions::default(),
+        };
         match req.scope {
-            Scope::Tool => self.plan_tool(c, session, &hist, filter, req.dry_run, &mut out)?,
+            Scope::Tool => {
+                self.plan_tool(c, session, &hist, &sessions, filter, req.dry_run, &mut out)?
+            }
             Scope::Agent | Scope::All => {
                 let wanted =
-                    self.wanted_by_actors(c, session, req.scope, &hist, filter, &mut out)?;
+                    self.wanted_by_actors(req.scope, &hist, &sessions, filter, &mut out)?;
                 self.keep_differing(wanted, &req.user_message_id, &mut out)?;
                 out.files_changed.sort();
             }
@@ -74,28 +85,38 @@ impl Engine {
         Ok(out)
     }
 
+    /// Notes `p` as a conflict of this rewind: `external` (an external actor changed it, by
+    /// `bits`) and the other sessions that changed it since the checkpoint.
+    pub(super) fn conflict(out: &mut Outcome, p: &[u8], bits: u8, sessions: &Sessions) {
+        let name = String::from_utf8_lossy(p).into_owned();
+        let mut who: Vec<String> = sessions
+            .others(p)
+            .into_iter()
+            .map(|s| format!("session {s}"))
+            .collect();
+        if !who.is_empty() {
+            out.other_sessions = true;
+        }
+        if bits & Actor::External.bit() != 0 {
+            who.push("external".to_string());
+        }
+        out.conflicts.push(name.clone());
+        out.conflicts_by.insert(name, who);
+    }
+
     /// Scopes `agent` and `all`: every path an actor inside the scope changed since the
     /// checkpoint, by each of its names, to its state at the checkpoint's start. For `agent`,
     /// a path changed both inside the scope and by someone outside it is a conflict.
     fn wanted_by_actors(
         &self,
-        c: i64,
-        session: Option<&str>,
         scope: Scope,
         hist: &History,
+        sessions: &Sessions,
         filter: &Filter,
         out: &mut Outcome,
     ) -> Result<Wanted, RewindError> {
         let inside = super::inside(scope);
         let candidates = self.candidates(hist, inside);
-        let sessions = match (scope, session) {
-            (Scope::Agent, Some(s)) => {
-                // Who changed what is in the change log: all of it, up to now.
-                self.recorder.flush_log();
-                Sessions::since(&self.store, c, s)?
-            }
-            _ => Sessions::default(),
-        };
         let mut wanted = Wanted::new();
         for p in candidates {
             if p.is_empty() || !filter.matches(&p) || !sessions.includes(&p) {
@@ -107,7 +128,7 @@ impl Engine {
             let bits = hist.actors(&p);
             let someone_else = bits & Actor::External.bit() != 0 || sessions.others_changed(&p);
             if scope == Scope::Agent && bits & inside != 0 && someone_else {
-                out.conflicts.push(String::from_utf8_lossy(&p).into_owned());
+                Self::conflict(out, &p, bits, sessions);
             }
             wanted.insert(p, target);
         }
@@ -248,23 +269,44 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
 }
 
 /// Scope `agent` refuses to rewind over changes someone else also made (design.md §2) unless
-/// `force` is given: the outcome says so, and a real rewind fails with its words.
+/// `force` is given; scope `tool` over another session's changes (design.md §3), though not over
+/// an external edit alone (the SDK's behaviour). The outcome says so, naming who, and a real
+/// rewind fails with its words.
 fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
-    if req.scope == Scope::Agent && !out.conflicts.is_empty() && !req.force {
+    let refuses = match req.scope {
+        Scope::Agent => !out.conflicts.is_empty(),
+        Scope::Tool => out.other_sessions,
+        Scope::All => false,
+    };
+    if refuses && !req.force {
         out.can_rewind = false;
         const SHOWN: usize = 10;
         let more = match out.conflicts.len().saturating_sub(SHOWN) {
             0 => String::new(),
             n => format!(" and {n} more (`conflicts` lists them)"),
         };
+        let named: Vec<String> = out.conflicts[..out.conflicts.len().min(SHOWN)]
+            .iter()
+            .map(
+                |p| match out.conflicts_by.get(p).filter(|w| !w.is_empty()) {
+                    Some(who) => format!("{p} (by {})", who.join(", ")),
+                    None => p.clone(),
+                },
+            )
+            .collect();
+        let whose = match (req.scope, &req.session_id) {
+            (Scope::Tool, _) => "this session's tools",
+            (_, Some(_)) => "this session's agent",
+            _ => "the agent",
+        };
         out.error = Some(format!(
-            "{} path(s) were also changed by someone other than the agent since message {}: \
+            "{} path(s) were also changed by someone other than {whose} since message {}: \
              {}{more}; nothing was rewound. To rewind them anyway, losing those changes, \
              repeat with --force (on the socket, \"force\": true); to keep them, rewind only \
              the other paths",
             out.conflicts.len(),
             req.user_message_id,
-            out.conflicts[..out.conflicts.len().min(SHOWN)].join(", ")
+            named.join(", ")
         ));
     }
 }
@@ -402,43 +444,82 @@ fn walk(root: BorrowedFd<'_>, rel: &Path, out: &mut Vec<Vec<u8>>) {
 }
 
 /// Which session changed what since a checkpoint, when several did (design.md §3, "Many
-/// sessions, one tree"): an `agent` rewind of a session restores only what its own actors
-/// changed, and a path another session also changed is a conflict. With one session at work
-/// (the common case) this changes nothing.
+/// sessions, one tree"): a rewind of a session restores only what its own actors changed, and
+/// a path another session also changed is a conflict. With one session at work (the common
+/// case) this changes nothing.
+///
+/// A path beneath a directory someone renamed was changed by that rename as well: the change
+/// log names the directory, not what is beneath it, so the sessions of a rename count for every
+/// path beneath either of its names.
 #[derive(Debug, Default)]
-struct Sessions {
+pub(super) struct Sessions {
     /// The session rewinding.
     me: Option<String>,
     /// Each path changed since the checkpoint, with the sessions that changed it; empty when
     /// no other session changed anything.
     by_path: HashMap<Vec<u8>, HashSet<Option<String>>>,
+    /// Both names of each rename since the checkpoint, with the sessions that made it; empty
+    /// when no other session changed anything.
+    renamed: HashMap<Vec<u8>, HashSet<Option<String>>>,
 }
 
 impl Sessions {
     fn since(store: &crate::store::Store, c: i64, me: &str) -> Result<Sessions, RewindError> {
-        let by_path = store.sessions_since(c)?;
+        let (by_path, renamed) = store.sessions_since(c)?;
         let others = by_path
             .values()
             .any(|s| s.iter().any(|x| x.as_deref().is_some_and(|x| x != me)));
+        if !others {
+            return Ok(Sessions {
+                me: Some(me.to_string()),
+                ..Sessions::default()
+            });
+        }
         Ok(Sessions {
             me: Some(me.to_string()),
-            by_path: if others { by_path } else { HashMap::new() },
+            by_path,
+            renamed,
         })
     }
 
-    /// Whether the rewinding session restores `p`: it changed it (a path the change log does
-    /// not name, beneath a renamed directory, follows its rename).
-    fn includes(&self, p: &[u8]) -> bool {
-        match self.by_path.get(p) {
-            None => true,
-            Some(s) => s.contains(&self.me),
+    /// The sessions that changed `p` since the checkpoint: by its own name, or by renaming a
+    /// directory above it (empty: the change log does not say, or one session was at work).
+    fn changers(&self, p: &[u8]) -> HashSet<Option<String>> {
+        let mut out = self.by_path.get(p).cloned().unwrap_or_default();
+        if !self.renamed.is_empty() {
+            for (i, b) in p.iter().enumerate() {
+                if *b == b'/' {
+                    if let Some(s) = self.renamed.get(&p[..i]) {
+                        out.extend(s.iter().cloned());
+                    }
+                }
+            }
         }
+        out
+    }
+
+    /// Whether the rewinding session restores `p`: it changed it, by its name or by renaming a
+    /// directory above it (a path the change log does not name at all is restored, as with one
+    /// session).
+    pub(super) fn includes(&self, p: &[u8]) -> bool {
+        let by = self.changers(p);
+        by.is_empty() || by.contains(&self.me)
     }
 
     /// Whether another session changed `p` too.
-    fn others_changed(&self, p: &[u8]) -> bool {
-        self.by_path
-            .get(p)
-            .is_some_and(|s| s.iter().any(|x| x.is_some() && *x != self.me))
+    pub(super) fn others_changed(&self, p: &[u8]) -> bool {
+        !self.others(p).is_empty()
+    }
+
+    /// The other sessions that changed `p` since the checkpoint, sorted.
+    fn others(&self, p: &[u8]) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .changers(p)
+            .into_iter()
+            .flatten()
+            .filter(|s| Some(s) != self.me.as_ref())
+            .collect();
+        v.sort();
+        v
     }
 }

@@ -72,14 +72,14 @@ pub struct Counts {
 }
 
 impl Engine {
-    /// A user message begins: its uuid becomes the current checkpoint (a no-op if it already
-    /// is). Returns the checkpoint's sequence number.
+    /// A user message begins: its uuid becomes the current checkpoint of its session (a no-op
+    /// if it already is, even after another session began one since). Returns the checkpoint's
+    /// sequence number.
     ///
     /// # Errors
     /// [`BeginError::AlreadyBegan`] for a uuid that began earlier; store and I/O errors.
     pub fn begin_message(&self, session_id: &str, uuid: &str) -> Result<i64, BeginError> {
-        let (seq, current, _) = self.recorder.current();
-        if current == uuid {
+        if let Some(seq) = self.current_of(session_id, uuid) {
             return Ok(seq);
         }
         if self.store.checkpoint_began(uuid)? {
@@ -106,7 +106,13 @@ impl Engine {
     /// one; store and I/O errors.
     pub fn begin_prompt(&self, session_id: &str, prompt: &Prompt) -> Result<i64, BeginError> {
         if let Some(c) = self.store.checkpoint_of_prompt(&prompt.prompt_id)? {
-            if c.seq == self.recorder.current().0 {
+            let current = self.recorder.current().0 == c.seq
+                || self
+                    .recorder
+                    .sessions()
+                    .iter()
+                    .any(|(s, now)| s == session_id && now.seq == c.seq);
+            if current {
                 return Ok(c.seq);
             }
             return Err(BeginError::AlreadyBegan(prompt.prompt_id.clone()));
@@ -127,6 +133,19 @@ impl Engine {
                 uuid: prompt.prompt_id.clone(),
                 source,
             })
+    }
+
+    /// The seq of `uuid` if it is the current checkpoint of the mount or of `session_id`.
+    fn current_of(&self, session_id: &str, uuid: &str) -> Option<i64> {
+        let (seq, current, _) = self.recorder.current();
+        if current == uuid {
+            return Some(seq);
+        }
+        self.recorder
+            .sessions()
+            .into_iter()
+            .find(|(s, now)| s == session_id && now.uuid == uuid)
+            .map(|(_, now)| now.seq)
     }
 
     /// The checkpoint begun under `prompt_id` is message `uuid`'s (the transcript showed it):

@@ -47,13 +47,15 @@ impl Direction {
 }
 
 /// An undo or redo request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct StackRequest {
     pub direction: Direction,
     /// Plan and report only; change nothing.
     pub dry_run: bool,
     /// Overwrite what others changed since (otherwise refused).
     pub force: bool,
+    /// Only the rewinds to this session's checkpoints: its own stack (`None`: every rewind).
+    pub session_id: Option<String>,
 }
 
 /// What an undo or redo did (or, dry, would do).
@@ -97,6 +99,16 @@ impl Engine {
     pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
         let _one = self.apply.locked();
         let stack = self.store.stack()?;
+        let stack = match &req.session_id {
+            Some(s) => stack.of_session(s, |uuid| {
+                self.store
+                    .checkpoint(uuid)
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.session_id)
+            }),
+            None => stack,
+        };
         let step = match req.direction {
             Direction::Undo => stack.next_undo(),
             Direction::Redo => stack.next_redo(),
@@ -132,13 +144,13 @@ impl Engine {
         let filter = Filter::exactly(touched);
         self.kernel.flush();
         if req.dry_run {
-            let planned = self.revert_plan(&reverts, &filter, req, &mut done);
+            let planned = self.revert_plan(&reverts, &filter, &req, &mut done);
             self.discard();
             done.outcome = planned?;
             return Ok(done);
         }
         let watch = self.recorder.watch();
-        let planned = self.revert_plan(&reverts, &filter, req, &mut done);
+        let planned = self.revert_plan(&reverts, &filter, &req, &mut done);
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
             Ok(out) => {
@@ -182,7 +194,7 @@ impl Engine {
         &self,
         reverts: &RewindRow,
         filter: &Filter,
-        req: StackRequest,
+        req: &StackRequest,
         done: &mut StackOutcome,
     ) -> Result<Outcome, RewindError> {
         // The checkpoint named is the reverted row's own (what an error about its content

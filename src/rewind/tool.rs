@@ -45,6 +45,7 @@ use super::apply::{There, look};
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::History;
+use super::plan::Sessions;
 use super::{Engine, Outcome, RewindError, Target};
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, Tracked};
 use crate::sys;
@@ -63,15 +64,19 @@ impl Engine {
     /// `skipped_links` and `conflicts`, and its `files_changed` with their line counts — the
     /// dry run's list (`dry_run`), or the targets (a real rewind, settled once applied).
     /// `session` is the checkpoint's, whose tracked files are restored (none: the current
-    /// session's).
+    /// session's). A tracked file another session also changed since is a conflict that
+    /// refuses the rewind unless forced (`sessions`); one an external actor changed is only
+    /// reported, as the SDK would restore it.
     ///
     /// # Errors
     /// Store and file-system errors, and a target's blob that cannot be read.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn plan_tool(
         &self,
         c: i64,
         session: Option<&str>,
         hist: &History,
+        sessions: &Sessions,
         filter: &Filter,
         dry_run: bool,
         out: &mut Outcome,
@@ -95,8 +100,11 @@ impl Engine {
             let target = self
                 .tool_target(c, hist, &t)?
                 .filter(|p| matches!(p.kind, Kind::File | Kind::Absent));
-            if target.is_some() && hist.actors(&t.path) & Actor::External.bit() != 0 {
-                out.conflicts.push(name.clone());
+            let bits = hist.actors(&t.path);
+            if target.is_some()
+                && (bits & Actor::External.bit() != 0 || sessions.others_changed(&t.path))
+            {
+                Self::conflict(out, &t.path, bits, sessions);
             }
             let content = match &target {
                 Some(p) if p.kind == Kind::File => Some(self.content_of(p)?),

@@ -14,8 +14,12 @@
 use rusqlite::params;
 
 use super::journal::Record;
-use super::{LogEntry, Result, Store};
+use super::{LogEntry, Op, Result, Store};
 use crate::locks::Locked;
+
+/// Paths, each with the sessions that changed it (`None`: an actor of no session).
+pub type SessionsByPath =
+    std::collections::HashMap<Vec<u8>, std::collections::HashSet<Option<String>>>;
 
 impl Store {
     /// Journals a change-log entry (its `seq` is given here), unless it is a write that the
@@ -75,34 +79,41 @@ impl Store {
 
 impl Store {
     /// Who changed what since checkpoint `seq` began: each path (and a rename's other name)
-    /// with the sessions whose actors changed it (`None`: an actor of no session). Rewinds'
-    /// own changes, which belong to no session, are left out: a session's rewind over them
-    /// restores them as before rewinds were logged.
-    pub fn sessions_since(
-        &self,
-        seq: i64,
-    ) -> Result<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Option<String>>>> {
+    /// with the sessions whose actors changed it (`None`: an actor of no session), and apart,
+    /// both names of each rename or exchange with the sessions that made it (what is beneath a
+    /// renamed directory changed with it). Rewinds' own changes, which belong to no session,
+    /// are left out: a session's rewind over them restores them as before rewinds were logged.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn sessions_since(&self, seq: i64) -> Result<(SessionsByPath, SessionsByPath)> {
         self.with(|c| {
             let mut st = c.prepare_cached(
-                "SELECT path, path2, session FROM changes WHERE checkpoint >= ?1 AND actor != 'rewind'",
+                "SELECT path, path2, session, op FROM changes WHERE checkpoint >= ?1 AND actor != 'rewind'",
             )?;
-            let mut out: std::collections::HashMap<_, std::collections::HashSet<_>> =
-                Default::default();
+            let mut by_path = SessionsByPath::default();
+            let mut renamed = SessionsByPath::default();
             let rows = st.query_map([seq], |r| {
                 Ok((
                     r.get::<_, Vec<u8>>(0)?,
                     r.get::<_, Option<Vec<u8>>>(1)?,
                     r.get::<_, Option<String>>(2)?,
+                    r.get::<_, String>(3)?,
                 ))
             })?;
             for row in rows {
-                let (p, p2, s) = row?;
+                let (p, p2, s, op) = row?;
+                let moved = matches!(Op::parse(&op), Op::Rename | Op::Exchange);
                 if let Some(p2) = p2 {
-                    out.entry(p2).or_default().insert(s.clone());
+                    if moved {
+                        renamed.entry(p2.clone()).or_default().insert(s.clone());
+                        renamed.entry(p.clone()).or_default().insert(s.clone());
+                    }
+                    by_path.entry(p2).or_default().insert(s.clone());
                 }
-                out.entry(p).or_default().insert(s);
+                by_path.entry(p).or_default().insert(s);
             }
-            Ok(out)
+            Ok((by_path, renamed))
         })
     }
 }

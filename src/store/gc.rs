@@ -6,12 +6,15 @@
 //!   rewind to any checkpoint still kept sees every capture it needs (those at or after it);
 //! - a dropped checkpoint keeps its row, marked `dropped_at`/`dropped_why`, so a rewind to it
 //!   can say why it is gone; its captures, moves and change-log entries are deleted;
-//! - the live session (the current one) stays rewindable to its first message: that
-//!   checkpoint is never dropped, and dropping a later one keeps what a rewind to the first
-//!   reads — the first capture of each path since the session began (and since each directory
-//!   rename), the renames, and the actors of what it deletes; the capture before a tool's
-//!   first change of a path in the session (`tracked`) stays too;
-//! - a partial capture (range pre-image) kept for the live session keeps the capture after it
+//! - every live session (the current one, and each other session still at work in the
+//!   workspace: design.md §3, "Many sessions, one tree") stays rewindable to its first message:
+//!   its first and its current checkpoint are never dropped, and dropping a checkpoint after
+//!   its first keeps what a rewind to the first reads — the first capture of each path since
+//!   the session began (and since each directory rename), the renames, and the actors of what
+//!   it deletes; the capture before a tool's first change of a path in the session (`tracked`)
+//!   stays too. What is kept for one live session is kept while any needs it: a pass sweeps
+//!   only what no live session needs any more;
+//! - a partial capture (range pre-image) kept for a live session keeps the capture after it
 //!   too: that is where its unsaved bytes come from;
 //! - a blob is deleted only when no capture or capture range refers to it any more; its row goes in the same
 //!   transaction as the captures, its file after the commit (a crash in between leaves a
@@ -114,9 +117,9 @@ impl Store {
     }
 
     /// Drops the oldest checkpoints before `keep_from` until `policy` holds (see the module
-    /// docs). `session` is the live session: its first checkpoint stays rewindable. `full`
-    /// also sweeps blob files no row names (a directory walk), which a pass that dropped
-    /// something always does.
+    /// docs). `sessions` are the live sessions: each stays rewindable to its first checkpoint
+    /// and its current one. `full` also sweeps blob files no row names (a directory walk),
+    /// which a pass that dropped something always does.
     ///
     /// # Errors
     /// SQLite and I/O errors; what was committed before an error stays done.
@@ -124,7 +127,7 @@ impl Store {
         &self,
         policy: &Policy,
         keep_from: i64,
-        session: Option<&str>,
+        sessions: &[&str],
         full: bool,
         capture: Capture<'_>,
     ) -> Result<Report> {
@@ -133,21 +136,14 @@ impl Store {
             bytes_before: before,
             ..Report::default()
         };
-        let (unfinished, first): (i64, Option<i64>) = self.with(|c| {
-            Ok((
-                c.query_row(
-                    "SELECT count(*) FROM rewinds WHERE state = 'applying'",
-                    [],
-                    |r| r.get(0),
-                )?,
-                c.query_row(
-                    "SELECT min(seq) FROM checkpoints WHERE session_id = ?1",
-                    [session],
-                    |r| r.get(0),
-                )?,
-            ))
+        let unfinished: i64 = self.with(|c| {
+            c.query_row(
+                "SELECT count(*) FROM rewinds WHERE state = 'applying'",
+                [],
+                |r| r.get(0),
+            )
         })?;
-        let live = Live { session, first };
+        let live = Live::load(self, sessions)?;
         let now = now_ms();
         let mut size = before;
         if unfinished == 0 {
@@ -155,8 +151,10 @@ impl Store {
                 let next: Option<(i64, i64)> = self.with(|c| {
                     c.query_row(
                         "SELECT seq, began_at FROM checkpoints
-                         WHERE dropped_at IS NULL AND seq < ?1 AND seq IS NOT ?2 ORDER BY seq LIMIT 1",
-                        params![keep_from, first],
+                         WHERE dropped_at IS NULL AND seq < ?1
+                         AND seq NOT IN (SELECT first FROM temp.gc_live UNION SELECT current FROM temp.gc_live)
+                         ORDER BY seq LIMIT 1",
+                        params![keep_from],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .optional()
@@ -181,7 +179,7 @@ impl Store {
                 size = size.saturating_sub(freed.2);
             }
         }
-        // What dropped checkpoints kept for a session that is no longer the live one.
+        // What dropped checkpoints kept for sessions that are no longer live.
         let freed = self.sweep(&live, capture)?;
         report.add(&freed);
         if full || report.checkpoints_dropped > 0 {
@@ -204,10 +202,11 @@ impl Store {
         &self,
         seq: i64,
         why: &str,
-        live: &Live<'_>,
+        live: &Live,
         capture: Capture<'_>,
     ) -> Result<Freed> {
-        let in_session = live.first.is_some_and(|f| seq > f);
+        // Inside the history of a live session that began before it.
+        let in_session = live.earliest.is_some_and(|f| seq > f);
         let freed = self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             exec(
@@ -223,17 +222,17 @@ impl Store {
                 [seq],
             )?;
             if in_session {
-                // The live session's first checkpoint stays rewindable: its history keeps the
+                // A live session's first checkpoint stays rewindable: its history keeps the
                 // directory renames, the first capture of each path (after each rename), and
-                // the actors of what is deleted, merged into the capture kept before it.
+                // the actors of what is deleted, merged into the capture kept before it (the
+                // latest one: inside every live session's history that has one).
                 let dropped: Vec<(i64, Vec<u8>, i64)> = {
                     let mut st = tx.prepare_cached(&format!(
                         "SELECT c.id, c.path, c.actors FROM captures c
                          WHERE c.checkpoint = ?1 AND c.purpose = 'checkpoint' AND NOT ({KEEP})"
                     ))?;
-                    let rows = st.query_map(params![seq, live.session, live.first], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })?;
+                    let rows =
+                        st.query_map(params![seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
                     rows.collect::<rusqlite::Result<_>>()?
                 };
                 for (id, path, actors) in dropped {
@@ -242,13 +241,13 @@ impl Store {
                         "UPDATE captures SET actors = actors | ?3 WHERE id = (
                              SELECT max(e.id) FROM captures e WHERE e.path = ?2 AND e.id < ?1
                              AND e.checkpoint >= ?4 AND e.purpose = 'checkpoint')",
-                        params![id, path, actors, live.first],
+                        params![id, path, actors, live.earliest],
                     )?;
                 }
             } else {
                 exec(&tx, "DELETE FROM moves WHERE checkpoint = ?1", [seq])?;
             }
-            let r = delete_captures(&tx, "c.checkpoint = ?1", seq, live)?;
+            let r = delete_captures(&tx, "c.checkpoint = ?1", Some(seq))?;
             tx.commit()?;
             Ok(r)
         })?;
@@ -256,16 +255,14 @@ impl Store {
         Ok(freed)
     }
 
-    /// Deletes what dropped checkpoints before the live session kept for an earlier one.
-    fn sweep(&self, live: &Live<'_>, capture: Capture<'_>) -> Result<Freed> {
+    /// Deletes what dropped checkpoints before the earliest live session kept for sessions no
+    /// longer live.
+    fn sweep(&self, live: &Live, capture: Capture<'_>) -> Result<Freed> {
         let freed = self.with(|c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let before = "(SELECT seq FROM checkpoints WHERE dropped_at IS NOT NULL AND seq < coalesce(?3, 9223372036854775807))";
-            exec(&tx,
-                &format!("DELETE FROM moves WHERE checkpoint IN {}", before.replace("?3", "?1")),
-                [live.first],
-            )?;
-            let r = delete_captures(&tx, &format!("c.checkpoint IN {before} AND ?1 = ?1"), 0, live)?;
+            let before = "(SELECT seq FROM checkpoints WHERE dropped_at IS NOT NULL AND seq < coalesce(?1, 9223372036854775807))";
+            exec(&tx, &format!("DELETE FROM moves WHERE checkpoint IN {before}"), [live.earliest])?;
+            let r = delete_captures(&tx, &format!("c.checkpoint IN {before}"), live.earliest)?;
             tx.commit()?;
             Ok(r)
         })?;
@@ -411,10 +408,33 @@ impl Store {
     }
 }
 
-/// The live session and its first checkpoint.
-struct Live<'a> {
-    session: Option<&'a str>,
-    first: Option<i64>,
+/// The live sessions, each with its first and current checkpoint, as the pass's connection
+/// sees them in `temp.gc_live` (what [`KEEP`] and the dropping loop read).
+struct Live {
+    /// The first checkpoint of the earliest live session.
+    earliest: Option<i64>,
+}
+
+impl Live {
+    /// Fills `temp.gc_live` with `sessions` and their first and current checkpoints (a session
+    /// with none is left out).
+    fn load(store: &Store, sessions: &[&str]) -> Result<Live> {
+        store.with(|c| {
+            c.execute_batch(
+                "CREATE TEMP TABLE IF NOT EXISTS gc_live (session TEXT PRIMARY KEY, first INTEGER NOT NULL, current INTEGER NOT NULL);
+                 DELETE FROM temp.gc_live;",
+            )?;
+            let mut st = c.prepare_cached(
+                "INSERT OR IGNORE INTO temp.gc_live (session, first, current)
+                 SELECT ?1, min(seq), max(seq) FROM checkpoints WHERE session_id = ?1 HAVING count(*) > 0",
+            )?;
+            for s in sessions {
+                st.execute([s])?;
+            }
+            let earliest = c.query_row("SELECT min(first) FROM temp.gc_live", [], |r| r.get(0))?;
+            Ok(Live { earliest })
+        })
+    }
 }
 
 /// Captures deleted, blob hashes deleted, bytes freed.
@@ -427,21 +447,22 @@ impl Report {
     }
 }
 
-/// A capture `c` that stays when its checkpoint is dropped (parameters: ?2 the live session,
-/// ?3 its first checkpoint): the state before a tool's first change of a path in the live
-/// session, or — in the live session — the first capture of its path since the session began
-/// or since the last directory rename (what a rewind to the session's start reads).
-const KEEP: &str = "EXISTS (SELECT 1 FROM tracked t WHERE t.capture = c.id AND t.session_id = ?2)
-    OR (?3 IS NOT NULL AND c.checkpoint > ?3 AND c.purpose = 'checkpoint' AND NOT EXISTS (
+/// A capture `c` that stays when its checkpoint is dropped, for any live session `l` (a row of
+/// `temp.gc_live`): the state before a tool's first change of a path in `l`, or — in `l`'s
+/// history — the first capture of its path since `l` began or since the last directory rename
+/// (what a rewind to `l`'s start reads), or the capture after a partial one kept for `l`.
+const KEEP: &str = "EXISTS (SELECT 1 FROM temp.gc_live l WHERE
+    EXISTS (SELECT 1 FROM tracked t WHERE t.capture = c.id AND t.session_id = l.session)
+    OR (c.checkpoint > l.first AND c.purpose = 'checkpoint' AND NOT EXISTS (
         SELECT 1 FROM captures e WHERE e.path = c.path AND e.purpose = 'checkpoint'
-        AND e.checkpoint >= ?3 AND e.id < c.id
-        AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.checkpoint >= ?3
+        AND e.checkpoint >= l.first AND e.id < c.id
+        AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.checkpoint >= l.first
                         AND m.after_capture >= e.id AND m.after_capture < c.id)))
-    OR (?3 IS NOT NULL AND c.checkpoint > ?3 AND c.purpose = 'checkpoint' AND EXISTS (
+    OR (c.checkpoint > l.first AND c.purpose = 'checkpoint' AND EXISTS (
         SELECT 1 FROM captures e WHERE e.id = (
             SELECT max(x.id) FROM captures x WHERE x.path = c.path AND x.purpose = 'checkpoint'
             AND x.id < c.id)
-        AND e.partial = 1 AND e.checkpoint >= ?3))";
+        AND e.partial = 1 AND e.checkpoint >= l.first)))";
 
 /// Runs one statement through the connection's statement cache: gc runs the same few for
 /// every checkpoint it drops, and parsing them each time was a third of its time.
@@ -458,10 +479,9 @@ fn exec(
 fn delete_captures(
     tx: &rusqlite::Transaction<'_>,
     cond: &str,
-    arg: i64,
-    live: &Live<'_>,
+    arg: Option<i64>,
 ) -> rusqlite::Result<Freed> {
-    let p = params![arg, live.session, live.first];
+    let p = params![arg];
     let mut blobs: HashSet<String> = HashSet::new();
     {
         let mut st = tx.prepare_cached(&format!(

@@ -194,6 +194,31 @@ impl Stack {
         self.redoable().into_iter().next()
     }
 
+    /// The stack of one session: the rewinds to its checkpoints (`session_of` says which
+    /// session a checkpoint uuid belongs to), with their undos and redos. A new rewind of
+    /// another session clears nothing this session can redo.
+    pub fn of_session(&self, session: &str, session_of: impl Fn(&str) -> Option<String>) -> Stack {
+        let mine: std::collections::HashSet<&str> = self
+            .rows
+            .iter()
+            .filter(|r| Self::is_rewind(r) && session_of(&r.target).as_deref() == Some(session))
+            .map(|r| r.id.as_str())
+            .collect();
+        Stack::new(
+            self.rows
+                .iter()
+                .filter(|r| {
+                    if Self::is_rewind(r) {
+                        mine.contains(r.id.as_str())
+                    } else {
+                        mine.contains(r.target.as_str())
+                    }
+                })
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// How many rewinds `undo` can undo, one after another.
     pub fn undo_depth(&self) -> usize {
         self.undoable().count()

@@ -179,6 +179,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
             fork_dir: None,
             path: None,
             scope: Scope::All,
+            session_id: None,
         })
         .unwrap();
     // Absolute paths under the workspace, as every reply names them.
@@ -212,6 +213,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
             fork_dir: None,
             path: Some("a.txt".into()),
             scope: Scope::All,
+            session_id: None,
         })
         .unwrap();
     assert_eq!(a.files(&serde_json::to_value(&d).unwrap()), ["a.txt"]);
@@ -501,6 +503,7 @@ fn check_show(steps: Vec<crate::model::Step>, pick: usize) -> Result<(), TestCas
             fork_dir: None,
             path: None,
             scope: Scope::All,
+            session_id: None,
         })
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let kind = |l: Option<&String>| l.and_then(|l| l.split(' ').nth(1)).map(str::to_string);

@@ -31,6 +31,9 @@ pub struct Diff {
     pub path: Option<String>,
     #[serde(default = "all_scope")]
     pub scope: Scope,
+    /// If given, the checkpoint must belong to this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 fn all_scope() -> Scope {
@@ -108,9 +111,12 @@ impl Diff {
             ));
         }
         let out = match &self.to_message_id {
-            None => d
-                .engine
-                .diff(&self.user_message_id, self.path.as_deref(), self.scope)?,
+            None => d.engine.diff(
+                &self.user_message_id,
+                self.path.as_deref(),
+                self.scope,
+                self.session_id.as_deref(),
+            )?,
             Some(_) if self.scope != Scope::All => {
                 return Err(ControlError::Invalid(
                     "a diff between two checkpoints compares whole trees: scope must be \"all\""

@@ -19,6 +19,10 @@ pub struct RedoRewind {
     /// Overwrite the paths others changed since the undo (otherwise refused).
     #[serde(default)]
     pub force: bool,
+    /// Redo the rewind to one of this session's checkpoints undone last (its own stack; absent:
+    /// of every rewind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// The reply to `redo_rewind`.
@@ -31,6 +35,12 @@ impl Command for RedoRewind {
 
 impl RedoRewind {
     pub(super) fn apply(self, d: &Daemon) -> Result<RedoReply, ControlError> {
-        StackReply::run(d, Direction::Redo, self.dry_run, self.force)
+        StackReply::run(
+            d,
+            Direction::Redo,
+            self.dry_run,
+            self.force,
+            self.session_id,
+        )
     }
 }

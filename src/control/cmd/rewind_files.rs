@@ -27,6 +27,11 @@ pub struct RewindReply {
     pub deletions: u64,
     #[serde(default)]
     pub conflicts: Vec<String>,
+    /// Who else changed each of `conflicts` since the checkpoint (workspace-relative path →
+    /// `session <id>` for another session's actors, `external` for anyone else; absent: no
+    /// conflict).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub conflicts_by: std::collections::BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub skipped_links: u64,
     /// Absolute paths a real rewind left as someone else made them while it ran: changed by
@@ -88,6 +93,7 @@ impl RewindReply {
             insertions: o.insertions,
             deletions: o.deletions,
             conflicts: absolute(workspace, o.conflicts),
+            conflicts_by: o.conflicts_by,
             skipped_links: o.skipped_links,
             changed_meanwhile: absolute(workspace, o.changed_meanwhile),
             partially_restored: absolute(workspace, o.partially_restored),

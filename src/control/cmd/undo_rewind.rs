@@ -20,6 +20,10 @@ pub struct UndoRewind {
     /// Overwrite the paths others changed since the rewind (otherwise refused).
     #[serde(default)]
     pub force: bool,
+    /// Undo the newest rewind to one of this session's checkpoints (its own stack; absent:
+    /// the newest of every rewind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// What an undo or redo changed (or, in a dry run, would change).
@@ -120,11 +124,13 @@ impl StackReply {
         direction: Direction,
         dry_run: bool,
         force: bool,
+        session_id: Option<String>,
     ) -> Result<StackReply, ControlError> {
         let req = StackRequest {
             direction,
             dry_run,
             force,
+            session_id,
         };
         match d.engine.undo_redo(req) {
             Ok(o) => Ok(StackReply::of(o, direction, d)),
@@ -141,6 +147,12 @@ impl Command for UndoRewind {
 
 impl UndoRewind {
     pub(super) fn apply(self, d: &Daemon) -> Result<UndoReply, ControlError> {
-        StackReply::run(d, Direction::Undo, self.dry_run, self.force)
+        StackReply::run(
+            d,
+            Direction::Undo,
+            self.dry_run,
+            self.force,
+            self.session_id,
+        )
     }
 }

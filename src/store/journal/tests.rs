@@ -1,0 +1,226 @@
+//! Tests of `journal`.
+
+use super::*;
+
+fn samples() -> Vec<Record> {
+    vec![
+        Record::Capture {
+            id: 7,
+            checkpoint: 3,
+            path: b"src/a\xff.rs".to_vec(),
+            tool: false,
+            pre: PreImage {
+                kind: Kind::File,
+                blob: Some(BlobRef::hash("ab".repeat(32))),
+                mode: 0o100644,
+                uid: 1000,
+                gid: 1000,
+                size: 12,
+                target: None,
+                partial: true,
+                xattrs: Some(Xattrs::new(vec![
+                    (b"user.a".to_vec(), b"1".to_vec()),
+                    (b"user.empty".to_vec(), Vec::new()),
+                ])),
+            },
+            actor: Actor::Shell,
+            op: "write".into(),
+            at: 1_700_000_000_000,
+        },
+        Record::Capture {
+            id: 8,
+            checkpoint: 3,
+            path: b"l".to_vec(),
+            tool: true,
+            pre: PreImage {
+                target: Some(b"../x".to_vec()),
+                kind: Kind::Symlink,
+                ..PreImage::absent()
+            },
+            actor: Actor::Tool,
+            op: "unlink".into(),
+            at: 1,
+        },
+        Record::Actors {
+            checkpoint: 3,
+            path: b"x".to_vec(),
+            bits: 6,
+        },
+        Record::Range {
+            capture: 7,
+            range: Range {
+                offset: 4096,
+                length: 8192,
+                content: RangeContent::Blob(BlobRef::hash("cd".repeat(32))),
+            },
+        },
+        Record::Range {
+            capture: 7,
+            range: Range {
+                offset: 0,
+                length: 3,
+                content: RangeContent::Inline(b"old".to_vec()),
+            },
+        },
+        Record::Track {
+            session: "s".into(),
+            path: b"a".to_vec(),
+            checkpoint: 3,
+            capture: 8,
+        },
+        Record::Move {
+            seq: 2,
+            checkpoint: 3,
+            src: b"d".to_vec(),
+            dst: b"e/f".to_vec(),
+            exchange: true,
+            after_capture: 8,
+            actor: Actor::External,
+            at: 9,
+        },
+        Record::Log(LogEntry {
+            seq: 41,
+            at: 1_700_000_000_001,
+            checkpoint: 3,
+            op: super::super::Op::Rename,
+            path: b"a\xff".to_vec(),
+            path2: Some(b"b".to_vec()),
+            actor: Actor::Tool,
+            pid: 4242,
+            process: "claude".into(),
+            tool_use_id: Some("toolu_1".into()),
+            session: Some("s1".into()),
+        }),
+        Record::Log(LogEntry {
+            seq: 42,
+            at: 2,
+            checkpoint: 3,
+            op: super::super::Op::Write,
+            path: b"c".to_vec(),
+            path2: None,
+            actor: Actor::Shell,
+            pid: 1,
+            process: String::new(),
+            tool_use_id: None,
+            session: None,
+        }),
+    ]
+}
+
+#[test]
+fn records_round_trip_and_a_torn_tail_is_ignored() {
+    let mut bytes = Vec::new();
+    for r in samples() {
+        bytes.extend_from_slice(&r.encode());
+    }
+    let whole = bytes.len();
+    let c = parse(&bytes);
+    assert_eq!(c.records, samples());
+    assert_eq!(c.torn_bytes, 0);
+    // Every cut inside the last frame drops exactly that record.
+    let last = samples().last().unwrap().encode().len();
+    for cut in (whole - last + 1)..whole {
+        let c = parse(&bytes[..cut]);
+        assert_eq!(c.records.len(), samples().len() - 1, "cut at {cut}");
+        assert_eq!(c.torn_bytes, cut - (whole - last));
+    }
+    // A flipped byte stops parsing at that frame.
+    let mut bad = bytes.clone();
+    bad[20] ^= 1;
+    assert!(parse(&bad).records.is_empty());
+}
+
+fn actors(n: u8) -> Record {
+    Record::Actors {
+        checkpoint: 1,
+        path: vec![b'a' + n],
+        bits: n,
+    }
+}
+
+/// Appends go on while a batch is applied; a crash then leaves both files, and they replay
+/// oldest first.
+#[test]
+fn appends_during_an_apply_go_to_the_other_file_and_replay_after_the_batch() {
+    let d = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(d.path(), false).unwrap();
+    j.append(actors(1)).unwrap();
+    j.append(actors(2)).unwrap();
+    let batch = j.take_batch().unwrap().unwrap();
+    assert_eq!(*batch, vec![actors(1), actors(2)]);
+    j.append(actors(3)).unwrap();
+    // Crash before the batch is known applied: everything, in order.
+    assert_eq!(
+        read(d.path()).unwrap().records,
+        vec![actors(1), actors(2), actors(3)]
+    );
+    // The batch applied: its file is emptied; the later record stays.
+    j.batch_done(true).unwrap();
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(3)]);
+    // The next batch moves appends back to the first file, under a newer epoch.
+    let b = j.take_batch().unwrap().unwrap();
+    assert_eq!(*b, vec![actors(3)]);
+    j.append(actors(4)).unwrap();
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(3), actors(4)]);
+    j.batch_done(true).unwrap();
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(4)]);
+    assert!(j.take_batch().unwrap().is_some());
+    j.batch_done(true).unwrap();
+    assert!(j.take_batch().unwrap().is_none());
+    assert!(read(d.path()).unwrap().records.is_empty());
+}
+
+/// A batch that did not reach the database is handed out again, and nothing moves files
+/// meanwhile.
+#[test]
+fn a_failed_batch_is_taken_again() {
+    let d = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(d.path(), false).unwrap();
+    j.append(actors(1)).unwrap();
+    let b = j.take_batch().unwrap().unwrap();
+    j.append(actors(2)).unwrap();
+    j.batch_done(false).unwrap();
+    assert!(j.has_in_flight());
+    assert_eq!(j.take_batch().unwrap().unwrap(), b);
+    j.batch_done(true).unwrap();
+    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(2)]);
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(2)]);
+}
+
+/// A journal written by an older rewindfs (one file, no epoch record) replays before
+/// anything else.
+#[test]
+fn a_journal_without_an_epoch_replays_first() {
+    let d = tempfile::tempdir().unwrap();
+    let mut older = Vec::new();
+    older.extend_from_slice(&actors(1).encode());
+    let mut newer = Record::Epoch(5).encode();
+    newer.extend_from_slice(&actors(2).encode());
+    std::fs::write(d.path().join(FILES[1]), &newer).unwrap();
+    std::fs::write(d.path().join(FILES[0]), &older).unwrap();
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(1), actors(2)]);
+}
+
+/// The other file cannot be started (a full disk): the batch is applied from the file
+/// appends go to, which keeps its records until a later batch can move on.
+#[test]
+fn a_batch_is_applied_in_place_when_the_other_file_cannot_start() {
+    let d = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(d.path(), false).unwrap();
+    let real = std::mem::replace(
+        &mut j.files[1],
+        OpenOptions::new().write(true).open("/dev/full").unwrap(),
+    );
+    j.append(actors(1)).unwrap();
+    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(1)]);
+    j.append(actors(2)).unwrap();
+    j.batch_done(true).unwrap();
+    // Nothing was lost: the applied record only replays after a crash.
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(1), actors(2)]);
+    // The disk has room again: the next batch moves on and empties the old file.
+    j.files[1] = real;
+    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(2)]);
+    j.append(actors(3)).unwrap();
+    j.batch_done(true).unwrap();
+    assert_eq!(read(d.path()).unwrap().records, vec![actors(3)]);
+}
