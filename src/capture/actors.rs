@@ -152,7 +152,7 @@ impl Recorder {
     /// without a session works for the session that began a message last.
     pub(super) fn classify(&self, pid: u32, path: Option<&Path>) -> Who {
         if self.is_rewinder(pid) {
-            return Self::rewind_actor();
+            return self.rewind_actor();
         }
         let mut who = self.actors.locked().classify(pid, path);
         if who.session.is_none() && who.actor != Actor::External {

@@ -72,6 +72,8 @@ impl Changed {
 /// ends (see the module doc).
 pub struct Watch<'a> {
     rec: &'a Recorder,
+    /// The session the rewind is of (its checkpoint's): its changes are that session's work.
+    session: Option<String>,
 }
 
 impl Watch<'_> {
@@ -93,6 +95,7 @@ impl Watch<'_> {
     /// Makes the single-threaded process `pid` the rewind's: its requests through the mount
     /// are the rewind's own (see the module doc) until the guard is dropped.
     pub fn apply_here_for(&self, pid: u32) -> Rewinder<'_> {
+        *self.rec.rewinder_session.locked() = self.session.clone();
         self.rec.rewinder.store(pid, Ordering::Release);
         Rewinder { rec: self.rec }
     }
@@ -107,6 +110,7 @@ pub struct Rewinder<'a> {
 impl Drop for Rewinder<'_> {
     fn drop(&mut self) {
         self.rec.rewinder.store(0, Ordering::Release);
+        *self.rec.rewinder_session.locked() = None;
     }
 }
 
@@ -123,10 +127,20 @@ impl Recorder {
     /// through the mount from the process [`Watch::apply_here_for`] names (see the module doc).
     /// Waits, at the gate, for the changes in flight to finish.
     pub fn watch(&self) -> Watch<'_> {
+        self.watch_for(None)
+    }
+
+    /// [`Recorder::watch`], for a rewind of `session`'s checkpoint (or an undo or redo of such
+    /// a rewind): what it changes is recorded as that session's work, so another session's
+    /// rewind leaves it alone (design.md §3).
+    pub fn watch_for(&self, session: Option<&str>) -> Watch<'_> {
         let _all = self.gate.exclusive();
         *self.meanwhile.locked() = Some(Changed::default());
         self.watching.store(true, Ordering::Release);
-        Watch { rec: self }
+        Watch {
+            rec: self,
+            session: session.map(str::to_string),
+        }
     }
 
     /// Whether a request from `pid` is the rewind's own.
@@ -175,13 +189,13 @@ impl Recorder {
         Ok(())
     }
 
-    /// Who the rewind's own requests are.
-    pub(super) fn rewind_actor() -> super::actors::Who {
+    /// Who the rewind's own requests are: rewindfs, for the session the rewind is of.
+    pub(super) fn rewind_actor(&self) -> super::actors::Who {
         super::actors::Who {
             actor: Actor::Rewind,
             comm: "rewindfs".into(),
             span: None,
-            session: None,
+            session: self.rewinder_session.locked().clone(),
         }
     }
 }

@@ -117,6 +117,8 @@ pub struct Recorder {
     /// The process applying a rewind through the mount (its pid, which is its one thread's id;
     /// 0: none): its requests are the rewind's, which never wait at the gate.
     rewinder: std::sync::atomic::AtomicU32,
+    /// The session that process's rewind is of (`None`: of no session), set with `rewinder`.
+    rewinder_session: Mutex<Option<String>>,
     /// Whether a rewind is watching for changes by others (`meanwhile` is `Some`).
     watching: std::sync::atomic::AtomicBool,
     /// What others changed since the watching rewind began (see `meanwhile.rs`).
@@ -146,6 +148,7 @@ impl Recorder {
             boundary: Mutex::new(()),
             gate: RwLock::new(()),
             rewinder: std::sync::atomic::AtomicU32::new(0),
+            rewinder_session: Mutex::new(None),
             watching: std::sync::atomic::AtomicBool::new(false),
             meanwhile: Mutex::new(None),
             actors: Mutex::new(Actors::default()),
@@ -212,7 +215,7 @@ impl Observer for Recorder {
             // The rewind's own change, through the mount: never held at the gate, refused if
             // someone else changed the path since the rewind began (see `meanwhile.rs`).
             self.check_own(change)?;
-            let who = Self::rewind_actor();
+            let who = self.rewind_actor();
             match change.op {
                 Op::Rename | Op::Exchange => self.before_move(change, &who)?,
                 _ => self.before_change(change, &who)?,

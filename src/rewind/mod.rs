@@ -433,7 +433,7 @@ impl Engine {
         let t0 = std::time::Instant::now();
         self.kernel.flush();
         // From here on, what anyone else changes is noted, and never overwritten.
-        let watch = self.recorder.watch();
+        let watch = self.recorder.watch_for(cp.session_id.as_deref());
         let t1 = t0.elapsed();
         let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
         let t2 = t0.elapsed();

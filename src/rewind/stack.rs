@@ -149,7 +149,12 @@ impl Engine {
             done.outcome = planned?;
             return Ok(done);
         }
-        let watch = self.recorder.watch();
+        // The undo or redo is the work of the session the rewind was of.
+        let session = self
+            .store
+            .checkpoint(&rewind.target)?
+            .and_then(|c| c.session_id);
+        let watch = self.recorder.watch_for(session.as_deref());
         let planned = self.revert_plan(&reverts, &filter, &req, &mut done);
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,

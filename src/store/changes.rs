@@ -81,15 +81,17 @@ impl Store {
     /// Who changed what since checkpoint `seq` began: each path (and a rename's other name)
     /// with the sessions whose actors changed it (`None`: an actor of no session), and apart,
     /// both names of each rename or exchange with the sessions that made it (what is beneath a
-    /// renamed directory changed with it). Rewinds' own changes, which belong to no session,
-    /// are left out: a session's rewind over them restores them as before rewinds were logged.
+    /// renamed directory changed with it). A rewind's own changes are the work of the session
+    /// whose checkpoint it went back to; those of no session's rewind (an older store's, or a
+    /// rewind to the mount's own checkpoint) are left out: a session's rewind over them
+    /// restores them as before rewinds were logged.
     ///
     /// # Errors
     /// SQLite errors.
     pub fn sessions_since(&self, seq: i64) -> Result<(SessionsByPath, SessionsByPath)> {
         self.with(|c| {
             let mut st = c.prepare_cached(
-                "SELECT path, path2, session, op FROM changes WHERE checkpoint >= ?1 AND actor != 'rewind'",
+                "SELECT path, path2, session, op FROM changes WHERE checkpoint >= ?1 AND (actor != 'rewind' OR session IS NOT NULL)",
             )?;
             let mut by_path = SessionsByPath::default();
             let mut renamed = SessionsByPath::default();

@@ -224,6 +224,225 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
     );
 }
 
+fn rewind_tool(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<Value, String> {
+    c.request(
+        "rewind_files",
+        json!({"user_message_id": uuid, "scope": "tool", "dry_run": dry, "force": force}),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Another session's directory rename is its work: a rewind of the first session leaves it
+/// (neither name comes back or goes), and what the first session then wrote beneath the new
+/// name is a conflict naming the session that renamed it.
+#[test]
+fn a_directory_another_session_renamed_is_left_renamed() {
+    require_fuse();
+    let m = Mounted::with(|d| {
+        std::fs::create_dir(d.join("d")).unwrap();
+        std::fs::write(d.join("d/f"), "f\n").unwrap();
+    });
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let a1 = a.turn(&mut c);
+    a.run("echo a > a.txt");
+    let _b1 = b.turn(&mut c);
+    b.run("mv d e");
+    let dry = rewind(&mut c, &a1, true, false).unwrap();
+    assert_eq!(files(&m, &dry), vec!["a.txt"], "{dry}");
+    assert_eq!(dry["conflicts"], json!([]), "{dry}");
+    rewind(&mut c, &a1, false, false).unwrap();
+    assert_eq!(read(&m, "a.txt"), None);
+    assert_eq!(read(&m, "e/f").as_deref(), Some("f\n"), "B's rename stays");
+    assert!(!m.p("d").exists(), "B's rename stays");
+    c.request("undo_rewind", json!({})).unwrap();
+
+    // A writes beneath the name B gave the directory: restoring it would undo B's rename.
+    a.run("echo g > e/g");
+    let dry = rewind(&mut c, &a1, true, false).unwrap();
+    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry["conflicts"], json!([m.p("e/g")]), "{dry}");
+    assert_eq!(
+        dry["conflictsBy"],
+        json!({"e/g": ["session s-b"]}),
+        "who else changed it: {dry}"
+    );
+    let e = rewind(&mut c, &a1, false, false).unwrap_err();
+    assert!(
+        e.contains("e/g (by session s-b)") && e.contains("--force"),
+        "{e}"
+    );
+    assert_eq!(
+        read(&m, "e/g").as_deref(),
+        Some("g\n"),
+        "refused: nothing changed"
+    );
+}
+
+/// The SDK's tool scope, with two sessions at work: a file one session's tool wrote that the
+/// other session then changed too is a conflict naming that session, refused unless forced; a
+/// file only the first session touched is restored as the SDK would.
+#[test]
+fn a_tool_rewind_over_another_sessions_change_is_refused_until_forced() {
+    require_fuse();
+    let m = Mounted::with(|d| {
+        std::fs::write(d.join("shared.txt"), "v0\n").unwrap();
+        std::fs::write(d.join("own.txt"), "own0\n").unwrap();
+    });
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let a1 = a.turn(&mut c);
+    // The agent's own writes are its tool's: both files become tracked in session s-a.
+    a.run("echo a >> shared.txt && echo own1 > own.txt");
+    let _b1 = b.turn(&mut c);
+    b.run("echo b >> shared.txt");
+    let dry = rewind_tool(&mut c, &a1, true, false).unwrap();
+    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry["conflicts"], json!([m.p("shared.txt")]), "{dry}");
+    assert_eq!(
+        dry["conflictsBy"],
+        json!({"shared.txt": ["session s-b"]}),
+        "{dry}"
+    );
+    let e = rewind_tool(&mut c, &a1, false, false).unwrap_err();
+    assert!(
+        e.starts_with("Failed to rewind: ") && e.contains("shared.txt (by session s-b)"),
+        "{e}"
+    );
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\na\nb\n"));
+    assert_eq!(
+        read(&m, "own.txt").as_deref(),
+        Some("own1\n"),
+        "refused: nothing changed"
+    );
+    let r = rewind_tool(&mut c, &a1, false, true).unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
+    assert_eq!(read(&m, "own.txt").as_deref(), Some("own0\n"));
+}
+
+/// Each session has its own stack of rewinds: `undo` of a session undoes its newest rewind,
+/// not the newer one of another session; `undo` without one undoes the newest of all.
+#[test]
+fn each_session_undoes_its_own_rewinds() {
+    require_fuse();
+    let m = Mounted::new();
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let a1 = a.turn(&mut c);
+    a.run("echo a > a.txt");
+    let b1 = b.turn(&mut c);
+    b.run("echo b > b.txt");
+    rewind(&mut c, &a1, false, false).unwrap();
+    rewind(&mut c, &b1, false, false).unwrap();
+    assert_eq!((read(&m, "a.txt"), read(&m, "b.txt")), (None, None));
+    let r = c
+        .request("undo_rewind", json!({"session_id": "s-a"}))
+        .unwrap();
+    assert_eq!(r["rewoundTo"], json!(a1), "{r}");
+    assert_eq!(read(&m, "a.txt").as_deref(), Some("a\n"));
+    assert_eq!(read(&m, "b.txt"), None, "B's rewind stays");
+    // Nothing more of A's to undo; B's stack is untouched.
+    let e = c
+        .request("undo_rewind", json!({"session_id": "s-a"}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no rewind to undo"), "{e}");
+    let r = c
+        .request("redo_rewind", json!({"session_id": "s-b", "dry_run": true}))
+        .unwrap();
+    assert_eq!(r["canRewind"], json!(false), "B undid nothing: {r}");
+    let r = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(r["rewoundTo"], json!(b1), "{r}");
+    assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"));
+    // A's undone rewind is A's to redo.
+    let r = c
+        .request("redo_rewind", json!({"session_id": "s-a"}))
+        .unwrap();
+    assert_eq!(r["rewoundTo"], json!(a1), "{r}");
+    assert_eq!(read(&m, "a.txt"), None);
+    assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"));
+}
+
+/// A session's message begun again after another session began one is still its current
+/// message: a no-op, not "already began".
+#[test]
+fn a_sessions_current_message_begun_again_is_a_no_op() {
+    require_fuse();
+    let m = Mounted::new();
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let a = SessionAgent::start(&m, &mut c, "s-a");
+    let b = SessionAgent::start(&m, &mut c, "s-b");
+    let a1 = a.turn(&mut c);
+    let _b1 = b.turn(&mut c);
+    c.request(
+        "begin_message",
+        json!({"session_id": "s-a", "user_message_id": a1}),
+    )
+    .unwrap();
+    let a2 = a.turn(&mut c);
+    let e = c
+        .request(
+            "begin_message",
+            json!({"session_id": "s-a", "user_message_id": a1}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("already began"),
+        "an earlier message is refused: {e}"
+    );
+    assert_ne!(a1, a2);
+}
+
+/// Retention with two sessions at work: what gc kept of one session's dropped checkpoints (so
+/// its first message stays rewindable exactly) stays when another session begins a message
+/// and gc runs again.
+#[test]
+fn gc_keeps_what_each_live_session_needs() {
+    require_fuse();
+    let m = Mounted::with(|d| std::fs::write(d.join("k.txt"), "k0\n").unwrap());
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let at_a1 = crate::support::tree(&m.dir);
+    let a1 = a.turn(&mut c);
+    a.run("echo k1 > k.txt && head -c 200000 /dev/urandom > big.bin");
+    let _a2 = a.turn(&mut c);
+    a.run("echo k2 > k.txt && head -c 200000 /dev/urandom > big.bin && echo n > n.txt");
+    let _a3 = a.turn(&mut c);
+    a.run("rm big.bin && echo k3 > k.txt");
+    let _a4 = a.turn(&mut c);
+    let gc = json!({"max_store_bytes": 1, "max_age_seconds": 0});
+    let r = c.request("gc", gc.clone()).unwrap();
+    // The mount's checkpoint, a2 and a3: a1 is s-a's first, a4 its current.
+    assert_eq!(r["checkpointsDropped"], json!(3), "{r}");
+    let _b1 = b.turn(&mut c);
+    b.run("echo b > b.txt");
+    let r = c.request("gc", gc).unwrap();
+    assert_eq!(r["checkpointsDropped"], json!(0), "{r}");
+    let dry = rewind(&mut c, &a1, true, false).unwrap();
+    // big.bin came and went; n.txt's creation was recorded in a dropped checkpoint.
+    assert_eq!(files(&m, &dry), vec!["k.txt", "n.txt"], "{dry}");
+    rewind(&mut c, &a1, false, false).unwrap();
+    let mut want = at_a1;
+    want.push(
+        crate::support::tree(&m.dir)
+            .into_iter()
+            .find(|l| l.starts_with("b.txt "))
+            .unwrap(),
+    );
+    want.sort();
+    assert_eq!(
+        crate::support::tree(&m.dir),
+        want,
+        "s-a's first message, exactly, with s-b's work left"
+    );
+}
+
 mod model {
     //! Model-based: random turns and writes of two or three sessions' agents (their own
     //! writes and their shells') and of an external writer, interleaved; then an agent-scope
