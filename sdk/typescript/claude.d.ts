@@ -56,6 +56,8 @@ export interface AgentOptionsLike {
   hooks?: { [event: string]: Array<{ matcher?: string; hooks: Array<(...args: any[]) => Promise<unknown>> }> | undefined };
   spawnClaudeCodeProcess?: (options: CliSpawnOptions) => any;
   stderr?: (data: string) => void;
+  /** Made absolute by withRewindfs (the host's cwd when unset). */
+  cwd?: string;
 }
 
 export interface RegisterCliOptions {
@@ -82,7 +84,7 @@ export function fileOf(toolInput: unknown): string | undefined;
  * PostToolUseFailure, and any span still open (a tool refused after PreToolUse) closed at the
  * next PreToolUse, at UserPromptSubmit and at Stop/StopFailure. Never blocks the agent.
  */
-export function toolSpanHooks(rw: RewindfsClient): Record<SpanHookEvent, SpanHookMatcher[]>;
+export function toolSpanHooks(rw: RewindfsClient, opts?: { sessionId?: string }): Record<SpanHookEvent, SpanHookMatcher[]>;
 
 /**
  * A copy of `options` whose `spawnClaudeCodeProcess` registers the spawned CLI's pid as the

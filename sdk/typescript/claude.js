@@ -14,6 +14,7 @@
 //   agent before the CLI can read its first line of input (its stdin is held until the daemon
 //   has answered), so its own writes are `tool` and its children's `shell` from the start.
 import { spawn as nodeSpawn } from "node:child_process";
+import nodePath from "node:path";
 import { randomUUID } from "node:crypto";
 import { PassThrough } from "node:stream";
 
@@ -43,13 +44,16 @@ export function fileOf(toolInput) {
  * PreToolUse (the CLI runs tools that write one at a time), at UserPromptSubmit and at
  * Stop/StopFailure, so that later shell writes to its file are not taken for the tool's.
  * The callbacks never block the agent: a daemon error becomes a process warning.
+ * `sessionId`: the session the spans are of (the id given to sendPrompt; the hooks' own
+ * session_id is the CLI's). Without it a span belongs to whichever session began a message
+ * last, which is right only while one session works in the workspace.
  */
-export function toolSpanHooks(rw) {
+export function toolSpanHooks(rw, { sessionId } = {}) {
   const open = new Map(); // tool_use_id -> tool_name, spans opened and not yet closed
   let warned = false;
   const report = async (phase, toolName, id, file) => {
     try {
-      await rw.toolUse(phase, toolName, id, file);
+      await rw.toolUse(phase, toolName, id, file, sessionId);
     } catch (e) {
       if (!warned) warn(`rewindfs: tool span not reported (${e?.message ?? e}); the tool runs anyway`);
       warned = true;
@@ -139,6 +143,25 @@ function heldUntil(child, ready) {
 }
 
 /**
+ * Warns when the daemon sees the CLI `pid` underneath its mount (its cwd is the directory the
+ * mount covers: nothing it changes is recorded). A status that cannot be read says nothing.
+ */
+async function warnIfUnderneath(rw, pid) {
+  let st;
+  try {
+    st = await rw.status();
+  } catch {
+    return;
+  }
+  const under = (st?.unprotectedProcesses ?? []).find((p) => p.pid === pid);
+  if (under) {
+    warn(
+      `rewindfs: the Claude Code CLI (pid ${pid}) works in ${under.path}, the directory underneath the mount at ${st.workspace}: nothing it changes is recorded; give the options an absolute cwd inside the mount (withRewindfs does)`,
+    );
+  }
+}
+
+/**
  * Returns a copy of `options` whose `spawnClaudeCodeProcess` registers the spawned CLI's pid
  * with the daemon as the agent (its own writes are `tool`, its children's `shell`). The CLI's
  * stdin is held until the daemon has answered, so not even the SDK's initialize request, let
@@ -163,7 +186,10 @@ export function registerCli(options, rw, { onRegistered, sessionId } = {}) {
       timer.unref?.();
     });
     const ready = Promise.race([rw.registerAgent(pid, sessionId), timeout])
-      .then(() => onRegistered?.(pid))
+      .then(() => {
+        onRegistered?.(pid);
+        return warnIfUnderneath(rw, pid);
+      })
       .catch((e) => warn(`rewindfs: the CLI (pid ${pid}) was not registered as the agent: ${e?.message ?? e}`))
       .finally(() => clearTimeout(timer));
     return heldUntil(child, ready);
@@ -173,15 +199,19 @@ export function registerCli(options, rw, { onRegistered, sessionId } = {}) {
 
 /**
  * Returns a copy of the SDK's `options` with rewindfs's tool-span hooks added (hooks already
- * there are kept and run too) and the CLI registered as the agent when it is spawned (see
- * registerCli; `{ registerCli: false }` leaves `spawnClaudeCodeProcess` alone).
+ * there are kept and run too; their spans are `sessionId`'s) and the CLI registered as the
+ * agent, of `sessionId`, when it is spawned (see registerCli; `{ registerCli: false }` leaves
+ * `spawnClaudeCodeProcess` alone). Its `cwd` becomes an absolute path (the host's cwd when
+ * none is set): a path is looked up afresh when the CLI starts, and so reaches the mount even
+ * when the host process was started inside the directory before it was mounted (its own cwd
+ * is then the directory underneath, where nothing is recorded).
  */
 export function withRewindfs(options, rw, { registerCli: register = true, onRegistered, sessionId } = {}) {
   const base = options ?? {};
   const hooks = {};
   for (const [event, matchers] of Object.entries(base.hooks ?? {})) hooks[event] = [...(matchers ?? [])];
-  for (const [event, matchers] of Object.entries(toolSpanHooks(rw))) (hooks[event] ??= []).push(...matchers);
-  const out = { ...base, hooks };
+  for (const [event, matchers] of Object.entries(toolSpanHooks(rw, { sessionId }))) (hooks[event] ??= []).push(...matchers);
+  const out = { ...base, hooks, cwd: nodePath.resolve(base.cwd ?? process.cwd()) };
   return register ? registerCli(out, rw, { onRegistered, sessionId }) : out;
 }
 

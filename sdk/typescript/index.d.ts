@@ -8,6 +8,10 @@ export interface StackResult {
   /** Absolute paths someone other than rewindfs changed since (a forced one overwrote them). */
   conflicts: string[];
   conflictsBy?: Record<string, Array<"tool" | "shell" | "external">>;
+  /** Absolute paths left as another process changed them while it ran. */
+  changedMeanwhile?: string[];
+  /** Absolute paths begun and then left, partly restored, because another process changed them. */
+  partiallyRestored?: string[];
   rewoundTo?: string;
   scope?: Scope;
   id?: string;
@@ -25,6 +29,14 @@ export interface RewindFilesResult {
   skippedLinks: number;
   conflicts: string[];
   rewindId?: string;
+  /** Who else changed each conflict (workspace-relative path → `session <id>` or `external`). */
+  conflictsBy?: Record<string, string[]>;
+  /** Paths changed since the checkpoint that the scope left out, and the command that includes them. */
+  omitted?: { count: number; byActor: Record<string, number>; scope: Scope; command: string };
+  /** Absolute paths a real rewind left as another process changed them while it ran. */
+  changedMeanwhile?: string[];
+  /** Absolute paths it began to restore, then left partly restored (another process changed them). */
+  partiallyRestored?: string[];
 }
 
 export type Scope = "tool" | "agent" | "all";
@@ -65,12 +77,12 @@ export class RewindfsClient {
   registerAgent(pid: number, sessionId?: string): Promise<Record<string, never>>;
   rewindFiles(
     userMessageId: string,
-    opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[] },
+    opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[]; sessionId?: string },
   ): Promise<RewindFilesResult>;
-  /** Undoes the newest rewind not yet undone (a stack); refused over changes made since unless `force`. */
-  undoRewind(opts?: { dryRun?: boolean; force?: boolean }): Promise<StackResult & { undone?: string }>;
-  /** Re-applies the rewind undone last; refused over changes made since the undo unless `force`. */
-  redoRewind(opts?: { dryRun?: boolean; force?: boolean }): Promise<StackResult & { redone?: string }>;
+  /** Undoes the newest rewind not yet undone (a stack; `sessionId`: that session's own); refused over changes made since unless `force`. */
+  undoRewind(opts?: { dryRun?: boolean; force?: boolean; sessionId?: string }): Promise<StackResult & { undone?: string }>;
+  /** Re-applies the rewind undone last (`sessionId`: of that session's); refused over changes made since the undo unless `force`. */
+  redoRewind(opts?: { dryRun?: boolean; force?: boolean; sessionId?: string }): Promise<StackResult & { redone?: string }>;
   listCheckpoints(sessionId?: string): Promise<Checkpoint[]>;
   diff(userMessageId: string, path?: string, scope?: Scope): Promise<string>;
   log(path?: string, limit?: number): Promise<LogEntry[]>;

@@ -46,8 +46,10 @@ function toResult(v) {
     skippedLinks: v.skippedLinks ?? 0,
     conflicts: v.conflicts ?? [],
   };
-  if (v.error !== undefined) r.error = v.error;
-  if (v.rewindId !== undefined) r.rewindId = v.rewindId;
+  // rewindfs's additions, as the daemon gives them (absent: none).
+  for (const k of ["error", "rewindId", "conflictsBy", "omitted", "changedMeanwhile", "partiallyRestored"]) {
+    if (v[k] !== undefined) r[k] = v[k];
+  }
   return r;
 }
 
@@ -114,15 +116,22 @@ export class RewindfsClient {
   registerAgent(pid, sessionId) {
     return this.request("register_agent", { pid, session_id: sessionId });
   }
-  async rewindFiles(userMessageId, { dryRun = false, scope = "tool", force = false, paths } = {}) {
-    const v = await this.request("rewind_files", { user_message_id: userMessageId, dry_run: dryRun, scope, force, paths });
+  async rewindFiles(userMessageId, { dryRun = false, scope = "tool", force = false, paths, sessionId } = {}) {
+    const v = await this.request("rewind_files", {
+      user_message_id: userMessageId,
+      dry_run: dryRun,
+      scope,
+      force,
+      paths,
+      session_id: sessionId,
+    });
     return toResult(v);
   }
-  undoRewind({ dryRun = false, force = false } = {}) {
-    return this.request("undo_rewind", { dry_run: dryRun, force });
+  undoRewind({ dryRun = false, force = false, sessionId } = {}) {
+    return this.request("undo_rewind", { dry_run: dryRun, force, session_id: sessionId });
   }
-  redoRewind({ dryRun = false, force = false } = {}) {
-    return this.request("redo_rewind", { dry_run: dryRun, force });
+  redoRewind({ dryRun = false, force = false, sessionId } = {}) {
+    return this.request("redo_rewind", { dry_run: dryRun, force, session_id: sessionId });
   }
   async listCheckpoints(sessionId) {
     return (await this.request("list_checkpoints", { session_id: sessionId })).checkpoints;

@@ -262,12 +262,12 @@ class PyDriver:
             if not adapter:
                 return o
             from rewindfs.claude import with_rewindfs
-            return with_rewindfs(o, rw)
+            return with_rewindfs(o, rw, session_id=self.rw_session)
 
         async def after_connect(client: Any) -> None:
             if adapter:
                 from rewindfs.claude import register_cli
-                self.pids.append(await register_cli(client, rw))
+                self.pids.append(await register_cli(client, rw, self.rw_session))
 
         self.pids: list[Optional[int]] = []
         self.stderr: list[str] = []

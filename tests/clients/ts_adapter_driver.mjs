@@ -56,7 +56,14 @@ function start(resume) {
     },
     ...(resume ? { resume } : {}),
   };
-  q = query({ prompt: prompts, options: withRewindfs(options, rw, { onRegistered: (pid) => registered.push(pid) }) });
+  q = query({
+    prompt: prompts,
+    options: withRewindfs(options, rw, {
+      onRegistered: (pid) => registered.push(pid),
+      // The session sendPrompt begins its checkpoints in: spans and the CLI are that session's.
+      sessionId: cfg.rewindfs_session,
+    }),
+  });
 }
 
 async function stop() {

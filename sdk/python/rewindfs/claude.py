@@ -9,9 +9,9 @@ only when these functions run::
     from rewindfs.claude import register_cli, send_prompt, with_rewindfs
 
     rw = await AsyncRewindfsClient.connect()          # the mount containing the cwd
-    options = with_rewindfs(ClaudeAgentOptions(cwd="."), rw)
+    options = with_rewindfs(ClaudeAgentOptions(cwd="."), rw, session_id="my-session")
     async with ClaudeSDKClient(options) as client:
-        await register_cli(client, rw)                 # the CLI's own writes are `tool`
+        await register_cli(client, rw, "my-session")   # the CLI's own writes are `tool`
         turn = await send_prompt(client, rw, "my-session", "Refactor utils.py")
         async for msg in client.receive_response():
             ...
@@ -20,10 +20,20 @@ only when these functions run::
 Race-freedom: :func:`send_prompt` chooses the user message's uuid itself and begins its
 checkpoint *before* the prompt is sent (a ``uuid`` on a user message sent over stream-json
 input becomes that message's uuid), so no tool call can run ahead of its checkpoint.
+
+Several sessions in one workspace: give each the same ``session_id`` in :func:`with_rewindfs`,
+:func:`register_cli` and :func:`send_prompt`; its tool spans, its CLI process and its
+checkpoints then belong to it, and a rewind of its checkpoints restores only its own work.
+
+Never underneath the mount: :func:`with_rewindfs` gives the CLI the workspace's absolute path
+as its cwd (a relative one, ``"."`` included, would be the host process's cwd, which may be the
+directory the mount covers if the host was started inside it first), and :func:`register_cli`
+refuses a CLI that the daemon still sees underneath its mount.
 """
 
 from __future__ import annotations
 
+import os
 import uuid as _uuid
 from dataclasses import replace
 from typing import Any, Optional
@@ -43,24 +53,28 @@ def _file_of(tool_input: Any) -> Optional[str]:
     return None
 
 
-def span_hooks(rw: AsyncRewindfsClient) -> dict[str, Any]:
+def span_hooks(rw: AsyncRewindfsClient, session_id: Optional[str] = None) -> dict[str, Any]:
     """SDK hook callbacks that report tool spans to the daemon, keyed by hook event.
 
     A span opens at PreToolUse and closes at PostToolUse or PostToolUseFailure. A tool that the
     CLI refuses after PreToolUse (an Edit of a symlink) gets neither: its span is closed at the
     next PreToolUse (the CLI runs tools that write one at a time), at UserPromptSubmit and at
     Stop, so that later shell writes to its file are not taken for the tool's. The callbacks
-    never block the agent: a daemon error is swallowed (the tool still runs)."""
+    never block the agent: a daemon error is swallowed (the tool still runs).
+
+    ``session_id``: the session the spans are of (the one given :func:`send_prompt`; the hooks'
+    own ``session_id`` is the CLI's, not that one). Without it, a span belongs to whichever
+    session began a message last, which is right only while one session works in the
+    workspace."""
     open_spans: dict[str, str] = {}  # tool_use_id -> tool_name, opened and not yet closed
 
     def id_of(input_data: dict[str, Any], tool_use_id: Optional[str]) -> str:
         return tool_use_id or str(input_data.get("tool_use_id", "")) or f"hook-{input_data.get('tool_name', '')}"
 
     async def report(phase: str, tool_name: str, span_id: str, file_path: Optional[str]) -> None:
-        # No session_id: the hooks carry the CLI's session id, while checkpoints carry the one
-        # the host gives send_prompt; a span without one belongs to the session of the message.
+        # The host's session id, not the hooks' own (the CLI's), which checkpoints do not carry.
         try:
-            await rw.tool_use(phase, tool_name, span_id, file_path)
+            await rw.tool_use(phase, tool_name, span_id, file_path, session_id)
         except (RewindfsError, OSError):
             pass
 
@@ -86,28 +100,42 @@ def span_hooks(rw: AsyncRewindfsClient) -> dict[str, Any]:
         await close_all()
         return {}
 
-    return {"PreToolUse": pre, "PostToolUse": post, "PostToolUseFailure": post, "UserPromptSubmit": end, "Stop": end}
+    return {
+        "PreToolUse": pre,
+        "PostToolUse": post,
+        "PostToolUseFailure": post,
+        "UserPromptSubmit": end,
+        "Stop": end,
+        "StopFailure": end,
+    }
 
 
-def tool_span_hooks(rw: AsyncRewindfsClient) -> tuple[Any, Any]:
+def tool_span_hooks(rw: AsyncRewindfsClient, session_id: Optional[str] = None) -> tuple[Any, Any]:
     """The PreToolUse and PostToolUse callbacks of :func:`span_hooks` (which also has those for
     PostToolUseFailure, UserPromptSubmit and Stop that close spans a tool left open)."""
-    hooks = span_hooks(rw)
+    hooks = span_hooks(rw, session_id)
     return hooks["PreToolUse"], hooks["PostToolUse"]
 
 
-def with_rewindfs(options: Any, rw: AsyncRewindfsClient) -> Any:
+def with_rewindfs(options: Any, rw: AsyncRewindfsClient, session_id: Optional[str] = None) -> Any:
     """Returns a copy of ``ClaudeAgentOptions`` with rewindfs's tool-span hooks added (existing
-    hooks are kept): PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit and Stop."""
+    hooks are kept): PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, Stop and
+    StopFailure; their spans are ``session_id``'s (see :func:`span_hooks`). Its ``cwd`` becomes
+    an absolute path (the host's cwd when none is set), so that the CLI starts inside the mount
+    even when the host process was started inside the directory before it was mounted."""
     from claude_agent_sdk import HookMatcher  # lazy: optional dependency
 
     hooks: dict[str, list[Any]] = {k: list(v) for k, v in (getattr(options, "hooks", None) or {}).items()}
-    for event, callback in span_hooks(rw).items():
+    for event, callback in span_hooks(rw, session_id).items():
         hooks.setdefault(event, []).append(HookMatcher(matcher=None, hooks=[callback]))
+    # A path, looked up afresh when the CLI starts, reaches the mount; the host's own cwd (what
+    # "." or no cwd means) is the directory underneath if the host entered it before the mount.
+    cwd = os.path.abspath(os.fspath(getattr(options, "cwd", None) or os.getcwd()))
     try:
-        return replace(options, hooks=hooks)
+        return replace(options, hooks=hooks, cwd=cwd)
     except TypeError:
         options.hooks = hooks
+        options.cwd = cwd
         return options
 
 
@@ -132,6 +160,15 @@ async def register_cli(client: Any, rw: AsyncRewindfsClient, session_id: Optiona
     pid = cli_pid(client)
     if pid is not None:
         await rw.register_agent(pid, session_id)
+        status = await rw.status()
+        for p in status.get("unprotectedProcesses", []):
+            if p.get("pid") == pid:
+                raise RewindfsError(
+                    f"the Claude Code CLI (pid {pid}) works in {p.get('path')}, the directory underneath "
+                    f"the rewindfs mount at {status.get('workspace')}: nothing it changes would be recorded. "
+                    f"Give ClaudeAgentOptions an absolute cwd inside the mount (with_rewindfs does), "
+                    f"or start the host from outside the directory"
+                )
     return pid
 
 

@@ -48,6 +48,15 @@ class RewindFilesResult:
     skippedLinks: int = 0
     conflicts: list[str] = field(default_factory=list)
     rewindId: Optional[str] = None
+    #: Who else changed each conflict (workspace-relative path -> ``session <id>`` / ``external``).
+    conflictsBy: dict[str, list[str]] = field(default_factory=dict)
+    #: Paths changed since the checkpoint that the scope left out: ``{count, byActor, scope,
+    #: command}`` (``None``: none). A tool-scope rewind after shell work says so here.
+    omitted: Optional[dict[str, Any]] = None
+    #: Paths a real rewind left as another process changed them while it ran.
+    changedMeanwhile: list[str] = field(default_factory=list)
+    #: Paths it began to restore and then left, partly restored, because another process changed them.
+    partiallyRestored: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> "RewindFilesResult":
@@ -60,6 +69,10 @@ class RewindFilesResult:
             skippedLinks=int(v.get("skippedLinks", 0)),
             conflicts=list(v.get("conflicts", [])),
             rewindId=v.get("rewindId"),
+            conflictsBy={str(k): list(w) for k, w in (v.get("conflictsBy") or {}).items()},
+            omitted=v.get("omitted"),
+            changedMeanwhile=list(v.get("changedMeanwhile", [])),
+            partiallyRestored=list(v.get("partiallyRestored", [])),
         )
 
 
@@ -136,13 +149,14 @@ def _payload(line: bytes, request_id: str) -> dict[str, Any]:
     raise RewindfsError(f"unexpected response: {line!r}")
 
 
-def _rewind_fields(user_message_id: str, dry_run: bool, scope: str, force: bool, paths: Optional[Sequence[str]]) -> dict[str, Any]:
+def _rewind_fields(user_message_id: str, dry_run: bool, scope: str, force: bool, paths: Optional[Sequence[str]], session_id: Optional[str] = None) -> dict[str, Any]:
     return {
         "user_message_id": user_message_id,
         "dry_run": dry_run,
         "scope": scope,
         "force": force,
         "paths": list(paths) if paths is not None else None,
+        "session_id": session_id,
     }
 
 
@@ -197,16 +211,19 @@ class RewindfsClient:
         scope: str = "tool",
         force: bool = False,
         paths: Optional[Sequence[str]] = None,
+        session_id: Optional[str] = None,
     ) -> RewindFilesResult:
-        return RewindFilesResult.from_json(self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths)))
+        return RewindFilesResult.from_json(self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id)))
 
-    def undo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        """Undoes the newest rewind not yet undone (a stack); refused over changes made since unless `force`."""
-        return self.request("undo_rewind", dry_run=dry_run, force=force)
+    def undo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
+        """Undoes the newest rewind not yet undone (a stack; of ``session_id``'s rewinds when
+        given); refused over changes made since unless `force`."""
+        return self.request("undo_rewind", dry_run=dry_run, force=force, session_id=session_id)
 
-    def redo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        """Re-applies the rewind undone last; refused over changes made since the undo unless `force`."""
-        return self.request("redo_rewind", dry_run=dry_run, force=force)
+    def redo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
+        """Re-applies the rewind undone last (of ``session_id``'s when given); refused over
+        changes made since the undo unless `force`."""
+        return self.request("redo_rewind", dry_run=dry_run, force=force, session_id=session_id)
 
     def list_checkpoints(self, session_id: Optional[str] = None) -> list[dict[str, Any]]:
         return list(self.request("list_checkpoints", session_id=session_id)["checkpoints"])
@@ -281,15 +298,16 @@ class AsyncRewindfsClient:
         scope: str = "tool",
         force: bool = False,
         paths: Optional[Sequence[str]] = None,
+        session_id: Optional[str] = None,
     ) -> RewindFilesResult:
-        v = await self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths))
+        v = await self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id))
         return RewindFilesResult.from_json(v)
 
-    async def undo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        return await self.request("undo_rewind", dry_run=dry_run, force=force)
+    async def undo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
+        return await self.request("undo_rewind", dry_run=dry_run, force=force, session_id=session_id)
 
-    async def redo_rewind(self, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        return await self.request("redo_rewind", dry_run=dry_run, force=force)
+    async def redo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
+        return await self.request("redo_rewind", dry_run=dry_run, force=force, session_id=session_id)
 
     async def list_checkpoints(self, session_id: Optional[str] = None) -> list[dict[str, Any]]:
         return list((await self.request("list_checkpoints", session_id=session_id))["checkpoints"])

@@ -100,8 +100,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    async def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path=None) -> dict:
+    async def tool_use(self, phase: str, tool_name: str, tool_use_id: str, file_path=None, session_id=None) -> dict:
         self.calls.append((phase, tool_name, tool_use_id, file_path))
+        self.sessions = getattr(self, "sessions", []) + [session_id]
         return {}
 
 
@@ -127,5 +128,19 @@ def test_spans_close_at_post_tool_use_failure_and_when_a_refused_tool_left_one_o
             await h["PreToolUse"]({"tool_name": "Edit", "tool_input": {"file_path": "/p/link"}}, "e1", None)
             await h[closer]({"tool_name": "Bash", "tool_input": {"command": "echo >> link"}}, "b1", None)
             assert rw.calls[:2] == [("pre", "Edit", "e1", "/p/link"), ("post", "Edit", "e1", None)], closer
+
+    asyncio.run(main())
+
+
+def test_spans_carry_the_hosts_session_when_given() -> None:
+    from rewindfs.claude import span_hooks
+
+    async def main() -> None:
+        for session in (None, "host-a"):
+            rw = _Recorder()
+            h = span_hooks(rw, session)  # type: ignore[arg-type]
+            await h["PreToolUse"]({"tool_name": "Write", "tool_input": {"file_path": "/p/a"}}, "t1", None)
+            await h["PostToolUse"]({"tool_name": "Write", "tool_input": {"file_path": "/p/a"}}, "t1", None)
+            assert rw.sessions == [session, session]
 
     asyncio.run(main())
