@@ -87,7 +87,7 @@ npm_packs() {
   rm -rf "$stage" "$out/rewindfs-$v.tgz" "$out/rewindfs-linux-x64-$v.tgz"
   mkdir -p "$stage/rewindfs/bin" "$stage/rewindfs-linux-x64"
   # The client, as its package.json "files" lists them, with the repository's LICENSE.
-  cp sdk/typescript/{package.json,index.js,index.d.ts,binary.js,install.js,README.md} LICENSE "$stage/rewindfs/"
+  cp sdk/typescript/{package.json,index.js,index.d.ts,claude.js,claude.d.ts,binary.js,install.js,README.md} LICENSE "$stage/rewindfs/"
   cp sdk/typescript/bin/rewindfs.js "$stage/rewindfs/bin/"
   cp npm/rewindfs-linux-x64/{package.json,README.md} LICENSE "$stage/rewindfs-linux-x64/"
   install -m 0755 "$bin" "$stage/rewindfs-linux-x64/rewindfs"

@@ -187,6 +187,10 @@ if (cd "$d" && npm init -y >/dev/null && npm install "${npm_flags[@]}" "$npm_pla
     fail "npm: node_modules/.bin/rewindfs is not the binary: $(file -L "$d/node_modules/.bin/rewindfs")"
   (cd "$d" && node -e 'const r = require("rewindfs"); if (typeof r.RewindfsClient !== "function") process.exit(1)') &&
     ok "npm: require(\"rewindfs\")" || fail "npm: require(\"rewindfs\")"
+  # The Agent SDK adapter ships too (package.json exports "./claude"), with its declarations.
+  (cd "$d" && node -e 'import("rewindfs/claude").then((m) => { for (const f of ["withRewindfs", "registerCli", "sendPrompt", "toolSpanHooks"]) if (typeof m[f] !== "function") process.exit(1) }, () => process.exit(1))' &&
+    [ -f node_modules/rewindfs/claude.d.ts ]) &&
+    ok "npm: import(\"rewindfs/claude\") and its claude.d.ts" || fail "npm: import(\"rewindfs/claude\"): the adapter is not in the package"
   # A module of the project (its imports resolve from where it is), run inside the workspace.
   cat >"$d/check.mjs" <<'JS'
 import { RewindfsClient, binaryPath } from "rewindfs";

@@ -231,10 +231,13 @@ if $node_ok; then
   (cd sdk/typescript && node --test test/)
 fi
 # The real clients: their recordings still hold (test_sdk_scenarios.py), and rewindfs gives the
-# SDK's answers and trees by every integration path (test_rewindfs_real.py).
+# SDK's answers and trees by every integration path (test_rewindfs_real.py), two CLI sessions
+# share a tree (test_two_sessions.py), the adapters' types fit the SDK's (test_ts_types.py). The
+# plugin's test runs below, once, with its own prerequisites.
 if [ -n "$clients_python" ]; then
   REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_COMPARE_PATHS="$clients_paths" \
-    timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider tests/clients
+    timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider \
+    --ignore=tests/clients/test_plugin.py tests/clients
 fi
 
 if [ -n "$plugin_python" ]; then

@@ -57,10 +57,12 @@ if [ "${REWINDFS_CLIENTS_SKIP_TS:-0}" != 1 ]; then
     npmdir="$DIR/npm"
     mkdir -p "$npmdir"
     node_modules="$npmdir/node_modules"
-    want="{\"name\":\"rewindfs-clients\",\"private\":true,\"dependencies\":{\"@anthropic-ai/claude-agent-sdk\":\"$CLAUDE_AGENT_SDK_TS\"}}"
+    want="{\"name\":\"rewindfs-clients\",\"private\":true,\"dependencies\":{\"@anthropic-ai/claude-agent-sdk\":\"$CLAUDE_AGENT_SDK_TS\",\"typescript\":\"$TYPESCRIPT\",\"@types/node\":\"$TYPES_NODE\"}}"
     have_ts="$(node -p "require('$node_modules/@anthropic-ai/claude-agent-sdk/package.json').version" 2>/dev/null || true)"
-    if [ "$have_ts" != "$CLAUDE_AGENT_SDK_TS" ]; then
-        log "installing @anthropic-ai/claude-agent-sdk@$CLAUDE_AGENT_SDK_TS into $npmdir"
+    have_tsc="$(node -p "require('$node_modules/typescript/package.json').version" 2>/dev/null || true)"
+    have_types="$(node -p "require('$node_modules/@types/node/package.json').version" 2>/dev/null || true)"
+    if [ "$have_ts" != "$CLAUDE_AGENT_SDK_TS" ] || [ "$have_tsc" != "$TYPESCRIPT" ] || [ "$have_types" != "$TYPES_NODE" ]; then
+        log "installing @anthropic-ai/claude-agent-sdk@$CLAUDE_AGENT_SDK_TS, typescript@$TYPESCRIPT and @types/node@$TYPES_NODE into $npmdir"
         printf '%s\n' "$want" > "$npmdir/package.json"
         (cd "$npmdir" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
     fi

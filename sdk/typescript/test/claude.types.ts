@@ -1,6 +1,6 @@
-// Type check (not run): the adapter's types fit @anthropic-ai/claude-agent-sdk's own.
+// Type check, not run: the adapter's types fit @anthropic-ai/claude-agent-sdk's own.
+// tests/clients/test_ts_types.py compiles it with the pinned SDK and typescript (versions.env):
 //   tsc --noEmit --strict --module nodenext --moduleResolution nodenext test/claude.types.ts
-// with the SDK (and @types/node) resolvable from here.
 import { query, type Options } from "@anthropic-ai/claude-agent-sdk";
 
 import { RewindfsClient } from "../index.js";
@@ -9,7 +9,7 @@ import { PromptStream, receiveResponse, registerCli, sendPrompt, withRewindfs } 
 export async function example(): Promise<void> {
   const rw = await RewindfsClient.connect();
   const base: Options = { cwd: ".", enableFileCheckpointing: true, hooks: { PreToolUse: [{ hooks: [async () => ({})] }] } };
-  const options: Options = withRewindfs(base, rw, { onRegistered: (pid: number) => void pid });
+  const options: Options = withRewindfs(base, rw, { onRegistered: (pid: number) => void pid, sessionId: "my-session" });
   const alsoOptions: Options = registerCli(base, rw);
   void alsoOptions;
   const prompts = new PromptStream();
@@ -18,7 +18,10 @@ export async function example(): Promise<void> {
   for await (const m of receiveResponse(q)) {
     if (m.type === "result") console.log(m.subtype);
   }
-  const preview = await rw.rewindFiles(turn, { dryRun: true });
+  const preview = await rw.rewindFiles(turn, { dryRun: true, sessionId: "my-session" });
+  const left: number | undefined = preview.omitted?.count;
+  void left;
+  await rw.undoRewind({ sessionId: "my-session", dryRun: true });
   const sdkPreview = await q.rewindFiles(turn, { dryRun: true });
   console.log(preview.filesChanged, sdkPreview.filesChanged);
   prompts.end();
