@@ -32,6 +32,9 @@ fn row_checkpoint(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
     })
 }
 
+/// How many of a session's prompts still without a message uuid its hooks look up (the newest).
+pub const UNBOUND_OF_A_SESSION: i64 = 32;
+
 impl Store {
     /// Begins a checkpoint; returns its sequence number.
     pub fn begin_checkpoint(
@@ -188,15 +191,19 @@ impl Store {
         })
     }
 
-    /// The checkpoints whose message uuid is not known yet (of one session if given): their
-    /// prompt_ids and transcripts, oldest first.
+    /// The checkpoints whose message uuid is not known yet: their prompt_ids and transcripts,
+    /// oldest first. Of one session, only its [`UNBOUND_OF_A_SESSION`] newest: every hook of
+    /// the session looks these up in its transcript, and a prompt that never gets a uuid there
+    /// (one another hook blocked) must not cost each later hook a search forever. Without a
+    /// session (a rewind naming a uuid the daemon has not heard of), all of them.
     pub fn unbound_prompts(&self, session: Option<&str>) -> Result<Vec<(i64, Prompt)>> {
         self.conn_only(|c| {
             let mut st = c.prepare_cached(
                 "SELECT seq, prompt_id, prompt, transcript FROM checkpoints
-                 WHERE bound = 0 AND prompt_id IS NOT NULL AND (?1 IS NULL OR session_id = ?1) ORDER BY seq",
+                 WHERE bound = 0 AND prompt_id IS NOT NULL AND (?1 IS NULL OR session_id = ?1)
+                 ORDER BY seq DESC LIMIT CASE WHEN ?1 IS NULL THEN -1 ELSE ?2 END",
             )?;
-            let rows = st.query_map([session], |r| {
+            let rows = st.query_map(params![session, UNBOUND_OF_A_SESSION], |r| {
                 Ok((
                     r.get(0)?,
                     Prompt {
@@ -206,7 +213,9 @@ impl Store {
                     },
                 ))
             })?;
-            rows.collect()
+            let mut v: Vec<(i64, Prompt)> = rows.collect::<rusqlite::Result<_>>()?;
+            v.reverse();
+            Ok(v)
         })
     }
 
@@ -269,5 +278,34 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session's hooks look up only its newest unbound prompts; a rewind looks up all.
+    #[test]
+    fn a_sessions_hooks_look_up_only_its_newest_unbound_prompts() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let n = UNBOUND_OF_A_SESSION + 8;
+        for i in 0..n {
+            let p = Prompt {
+                prompt_id: format!("p{i}"),
+                text: None,
+                transcript: None,
+            };
+            s.begin_checkpoint_for(&p.prompt_id, Some("s"), CheckpointKind::Message, Some(&p))
+                .unwrap();
+        }
+        let ids =
+            |v: Vec<(i64, Prompt)>| v.into_iter().map(|(_, p)| p.prompt_id).collect::<Vec<_>>();
+        let mine = ids(s.unbound_prompts(Some("s")).unwrap());
+        let want: Vec<String> = (8..n).map(|i| format!("p{i}")).collect();
+        assert_eq!(mine, want, "the newest, oldest first");
+        assert_eq!(s.unbound_prompts(None).unwrap().len() as i64, n);
+        assert!(s.unbound_prompts(Some("other")).unwrap().is_empty());
     }
 }
