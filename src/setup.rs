@@ -1,7 +1,9 @@
 //! `rewindfs setup claude`: writes the hooks of `rewindfs hook` into a Claude Code settings
 //! file (a project's `.claude/settings.json`, or the user's `~/.claude/settings.json`), and
-//! takes them out again with `--remove`. Idempotent: hooks already there are not added twice,
-//! and everything else in the file is kept as it was.
+//! takes them out again with `--remove`. Idempotent: hooks already there are not added twice, a
+//! file that needs no change is not written, and everything else in the file is kept as it was,
+//! in its order. The hook's command names the binary by its absolute path, quoted for the shell
+//! the CLI runs it with when the path needs it.
 
 use std::path::{Path, PathBuf};
 
@@ -37,11 +39,52 @@ pub enum SetupError {
     NotSettings { path: String, why: String },
 }
 
-/// Whether a hook command is one of ours: `<…/rewindfs> hook`.
+/// The hook command for the binary at `exe`: `<exe> hook`, the path single-quoted for the shell
+/// when it holds anything but letters, digits and `/._-+,:@%=` (a space, say).
+pub fn command_for(exe: &Path) -> String {
+    let p = exe.to_string_lossy();
+    let plain = !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        format!("{p} hook")
+    } else {
+        format!("'{}' hook", p.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether a hook command is one of ours: `<…/rewindfs> hook`, the path plain or single-quoted
+/// (as [`command_for`] writes it).
 fn is_ours(command: &str) -> bool {
-    let mut words = command.split_whitespace();
-    let exe = words.next().unwrap_or("");
-    Path::new(exe).file_name().is_some_and(|n| n == "rewindfs")
+    let command = command.trim();
+    let (exe, rest) = match command.strip_prefix('\'') {
+        // 'a'\''b' hook: the quoted path, with any quote in it written as '\''.
+        Some(q) => {
+            let mut exe = String::new();
+            let mut rest = q;
+            loop {
+                let Some(end) = rest.find('\'') else {
+                    return false;
+                };
+                exe.push_str(&rest[..end]);
+                rest = &rest[end + 1..];
+                match rest.strip_prefix("\\''") {
+                    Some(more) => {
+                        exe.push('\'');
+                        rest = more;
+                    }
+                    None => break,
+                }
+            }
+            (exe, rest)
+        }
+        None => {
+            let end = command.find(char::is_whitespace).unwrap_or(command.len());
+            (command[..end].to_string(), &command[end..])
+        }
+    };
+    let mut words = rest.split_whitespace();
+    Path::new(&exe).file_name().is_some_and(|n| n == "rewindfs")
         && words.next() == Some("hook")
         && words.next().is_none()
 }
@@ -127,7 +170,9 @@ pub fn install(path: &Path, command: &str) -> Result<Outcome, SetupError> {
         list.push(group);
         changed += 1;
     }
-    write(path, &settings)?;
+    if changed > 0 {
+        write(path, &settings)?;
+    }
     Ok(Outcome {
         path: path.to_path_buf(),
         changed,
@@ -200,6 +245,61 @@ mod tests {
         assert!(
             e.contains("settings.json") && e.contains("not a JSON object"),
             "{e}"
+        );
+    }
+
+    /// A binary path with a space (or a quote) is quoted for the shell, and found again as
+    /// ours; a settings file that needs nothing is not written; keys keep their order.
+    #[test]
+    fn a_path_with_spaces_is_quoted_and_nothing_is_rewritten_needlessly() {
+        assert_eq!(
+            command_for(Path::new("/usr/bin/rewindfs")),
+            "/usr/bin/rewindfs hook"
+        );
+        let spaced = command_for(Path::new("/opt/my tools/it's/rewindfs"));
+        assert_eq!(spaced, r"'/opt/my tools/it'\''s/rewindfs' hook");
+        // What the CLI's shell runs: the quoted path is one word, the same path.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s|' {}", spaced))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/opt/my tools/it's/rewindfs|hook|"
+        );
+        for (cmd, ours) in [
+            (spaced.as_str(), true),
+            ("/usr/bin/rewindfs hook", true),
+            ("'/a b/rewindfs' hook", true),
+            ("'/a b/rewindfs' hook --x", false),
+            ("'/a b/other' hook", false),
+            ("'/unterminated hook", false),
+            ("audit.sh", false),
+        ] {
+            assert_eq!(is_ours(cmd), ours, "{cmd}");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("settings.json");
+        std::fs::write(&p, r#"{"zeta": 1, "alpha": {"b": 2, "a": 1}}"#).unwrap();
+        assert_eq!(install(&p, &spaced).unwrap().changed, EVENTS.len());
+        let text = std::fs::read_to_string(&p).unwrap();
+        let z = text.find("\"zeta\"").unwrap();
+        assert!(
+            z < text.find("\"alpha\"").unwrap(),
+            "keys stay in order: {text}"
+        );
+        assert!(
+            text.find("\"b\"").unwrap() < text.find("\"a\"").unwrap(),
+            "{text}"
+        );
+        let before = std::fs::metadata(&p).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(install(&p, &spaced).unwrap().changed, 0, "found as ours");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().modified().unwrap(),
+            before,
+            "not written again"
         );
     }
 }

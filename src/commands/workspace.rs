@@ -59,7 +59,7 @@ pub(crate) fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyho
         return Ok(());
     }
     let exe = std::env::current_exe().context("finding the rewindfs binary")?;
-    let command = format!("{} hook", exe.display());
+    let command = rewindfs::setup::command_for(&exe);
     let o = rewindfs::setup::install(&path, &command)?;
     if o.changed == 0 {
         println!("{}: the rewindfs hooks are there already", o.path.display());
