@@ -24,9 +24,15 @@ pub(crate) fn log_json_lines(client: &mut Client, req: Log) -> anyhow::Result<()
     })?;
     let mut out = std::io::stdout().lock();
     if req.limit < first.total || req.newest_first {
-        for e in client.call(&req)?.entries {
-            serde_json::to_writer(&mut out, &e)?;
+        let r = client.call(&req)?;
+        for e in &r.entries {
+            serde_json::to_writer(&mut out, e)?;
             out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        // Said on stderr, so the lines on stdout stay JSON.
+        if r.truncated {
+            eprintln!("{}", truncated_notice(r.entries.len(), r.total));
         }
         return Ok(());
     }
@@ -67,14 +73,16 @@ pub(crate) fn log(
     let r = client.call(&req)?;
     print_log(&r);
     if r.truncated {
-        eprintln!(
-            "rewindfs: showing the newest {} of {} change(s); `--limit {}` shows them all, `--since UUID` those since a checkpoint",
-            r.entries.len(),
-            r.total,
-            r.total
-        );
+        eprintln!("{}", truncated_notice(r.entries.len(), r.total));
     }
     Ok(())
+}
+
+/// What `log` says when it shows only the newest of the entries.
+fn truncated_notice(shown: usize, total: i64) -> String {
+    format!(
+        "rewindfs: showing the newest {shown} of {total} change(s); `--limit {total}` shows them all, `--since UUID` those since a checkpoint"
+    )
 }
 
 /// `rewindfs status`.
