@@ -99,6 +99,7 @@ npm_packs() {
 
 case "${1:-}" in
   version) version ;;
+  maturin) maturin_bin ;;
   wheel)
     [ $# -ge 3 ] || die "usage: scripts/package.sh wheel OUTDIR EXPECTED_BINARY [maturin build options...]"
     shift
@@ -108,5 +109,5 @@ case "${1:-}" in
     [ $# -eq 3 ] || die "usage: scripts/package.sh npm OUTDIR BINARY"
     npm_packs "$2" "$3"
     ;;
-  *) die "usage: scripts/package.sh version | wheel OUTDIR EXPECTED_BINARY [maturin options...] | npm OUTDIR BINARY" ;;
+  *) die "usage: scripts/package.sh version | maturin | wheel OUTDIR EXPECTED_BINARY [maturin options...] | npm OUTDIR BINARY" ;;
 esac

@@ -61,6 +61,12 @@ else
       "this kernel has no FUSE over io_uring: it needs Linux >= 6.14 with CONFIG_FUSE_IO_URING"
     test_args+=(--skip io_uring)
   fi
+  # The timeouts test lowers the kernel's FUSE request timeout (Linux >= 6.14).
+  if [ ! -e /proc/sys/fs/fuse/max_request_timeout ]; then
+    skip "the FUSE request timeout test (timeouts::)" \
+      "this kernel has no FUSE request timeout (/proc/sys/fs/fuse/max_request_timeout): it needs Linux >= 6.14"
+    test_args+=(--skip timeouts::)
+  fi
   # The non-root test drops to uid 65534 and mounts through the setuid fusermount3.
   nonroot=""
   if ! have fusermount3; then
@@ -189,6 +195,9 @@ else
     skip "the packaging test (scripts/test-artefacts.sh)" "python3 has no venv: $(install_cmd python3-venv)"
   elif ! have file; then
     skip "the packaging test (scripts/test-artefacts.sh)" "file is not installed: $(install_cmd file)"
+  elif ! maturin_err=$(bash scripts/package.sh maturin 2>&1 >/dev/null); then
+    skip "the packaging test (scripts/test-artefacts.sh)" \
+      "maturin could not be installed into target/pkgenv: $(echo "$maturin_err" | tail -n 1) (PyPI must be reachable once)"
   else
     artefacts=true
   fi
