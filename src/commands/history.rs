@@ -121,21 +121,43 @@ pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::
         .iter()
         .map(|p| workspace_rel_glob(&mut client, p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let r = client.call(&RewindFiles {
-        user_message_id: a.uuid,
-        dry_run: a.dry_run,
-        scope: a.scope,
-        force: a.force,
-        paths,
-        session_id: a.session,
-    })?;
+    let uuid = a.uuid.clone();
+    let mut r = client
+        .call(&RewindFiles {
+            user_message_id: a.uuid,
+            dry_run: a.dry_run,
+            scope: a.scope,
+            force: a.force,
+            paths,
+            session_id: a.session,
+        })
+        .map_err(|e| anyhow::anyhow!(explain_unknown(e.to_string(), &uuid, json)))?;
     let ws = client.call(&Status {})?.workspace;
+    if !json {
+        r.error = r.error.map(|e| explain_unknown(e, &uuid, false));
+    }
     print_json_or(json, &r, |r| print_rewind(r, a.dry_run, &ws))?;
     Ok(if r.can_rewind {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The SDK's "No file checkpoint found for this message." says neither which message nor what
+/// to do: for people (not `--json`, which keeps the socket's words), name the uuid and how to
+/// find the ones that can be rewound to.
+fn explain_unknown(message: String, uuid: &str, json: bool) -> String {
+    if json || !message.contains("No file checkpoint found for this message.") {
+        return message;
+    }
+    let why = if message.contains("removed by gc") {
+        ""
+    } else {
+        " no message of this workspace began with that uuid (or its prompt's uuid is not in the \
+         CLI's transcript yet);"
+    };
+    format!("{message} ({uuid}:{why} `rewindfs list` shows the checkpoints you can rewind to)")
 }
 
 /// Which way along the stack of rewinds.

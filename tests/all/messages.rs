@@ -49,6 +49,26 @@ fn refusals_name_what_and_why_and_say_what_to_do() {
     assert!(!e.contains("pass force"), "{e}");
     assert_eq!(a.read("f.txt").as_deref(), Some("agent\nuser\n"));
 
+    // A uuid no message began with: the SDK's words, then which uuid and what to do (the
+    // dry run too); `--json` keeps the socket's words as they are.
+    let unknown = "11111111-1111-4111-8111-111111111111";
+    for dry in [false, true] {
+        let mut args = vec!["rewind", unknown, "--socket", sock];
+        if dry {
+            args.push("--dry-run");
+        }
+        let e = stderr_of(&args);
+        assert!(
+            e.contains("No file checkpoint found for this message.")
+                && e.contains(unknown)
+                && e.contains("rewindfs list"),
+            "{e}"
+        );
+    }
+    let out = rewindfs(&["rewind", unknown, "--dry-run", "--json", "--socket", sock]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"], "No file checkpoint found for this message.");
+
     // A daemon that is not there.
     let e = stderr_of(&["status", "--socket", "/nonexistent/control.sock"]);
     assert!(
