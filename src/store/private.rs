@@ -6,8 +6,8 @@
 //!   [`DIR_MODE`] (0700), files [`FILE_MODE`] (0600), blob files [`BLOB_MODE`] (0400: content
 //!   addressed, never written in place). SQLite gives `-wal` and `-shm` the database's mode.
 //! - [`secure`], at mount (and before `gc --store`): the store directory must belong to the
-//!   user who mounts (root may use anyone's); every entry of the store directory and of
-//!   `blobs/` must belong to that user or to the store's owner; modes looser than the above
+//!   user who mounts (root too); every entry of the store directory and of `blobs/` must
+//!   belong to that user; modes looser than the above
 //!   are tightened, and the caller logs what was.
 //!
 //! Blob files themselves are not walked at mount (a store holds millions): they are reachable
@@ -99,9 +99,9 @@ pub fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
 /// there 0600 (blob files 0400 are left as they are: they have no bits to take away). Returns
 /// the paths whose modes were tightened (none without `tighten`: then nothing is changed).
 ///
-/// The store directory must be owned by the effective uid, unless that is root (root may use
-/// any store, and makes it private all the same); every entry checked must be owned by the
-/// effective uid or by the store directory's owner.
+/// The store directory, and every entry checked, must be owned by the effective uid — root's
+/// too: a store another user owns could hold rows and blobs (hashed right) that user wrote, and
+/// root's rewind would write them into the project with root's rights (a setuid file, say).
 ///
 /// # Errors
 /// [`StoreError::NotYours`] naming the path, its owner and what to do; I/O errors.
@@ -114,7 +114,7 @@ pub fn secure(dir: &Path, tighten: bool) -> Result<Vec<PathBuf>> {
             dir.display()
         ))));
     }
-    if st.uid() != me && me != 0 {
+    if st.uid() != me {
         return Err(StoreError::NotYours {
             path: dir.display().to_string(),
             owner: user(st.uid()),
@@ -124,7 +124,6 @@ pub fn secure(dir: &Path, tighten: bool) -> Result<Vec<PathBuf>> {
                 .to_string(),
         });
     }
-    let owner = st.uid();
     let mut tightened = Vec::new();
     if tighten {
         tighten_to(dir, st.mode(), DIR_MODE, &mut tightened)?;
@@ -144,7 +143,7 @@ pub fn secure(dir: &Path, tighten: bool) -> Result<Vec<PathBuf>> {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // went meanwhile
                 Err(e) => return Err(sys::ctx(e, format!("stat {}", path.display())).into()),
             };
-            if md.uid() != me && md.uid() != owner {
+            if md.uid() != me {
                 return Err(StoreError::NotYours {
                     path: path.display().to_string(),
                     owner: user(md.uid()),

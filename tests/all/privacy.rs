@@ -465,15 +465,30 @@ fn a_store_of_another_user_is_refused_for_a_user_who_is_not_root() {
     }
 }
 
-/// Root may use anyone's store, and makes it private all the same.
+/// Not even root uses a store another user owns: its rows and blobs are that user's to write,
+/// and root's rewind would write them into the project with root's rights. Refused, naming the
+/// owner and what to do, with nothing mounted and the store left as it was.
 #[test]
-fn root_may_use_another_users_store_and_makes_it_private() {
+fn root_refuses_a_store_another_user_owns() {
     require_fuse();
     let mut m = Mounted::new();
     m.umount();
     std::os::unix::fs::chown(&m.store, Some(NOBODY), Some(NOBODY)).unwrap();
     fs::set_permissions(&m.store, fs::Permissions::from_mode(0o755)).unwrap();
-    m.mount(&[]);
+    let out = Command::new(crate::support::BIN)
+        .args(["mount", m.dir.to_str().unwrap(), "--store", m.store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for s in [m.store.to_str().unwrap(), "owned by", "65534", "--store"] {
+        assert!(err.contains(s), "the refusal says {s:?}: {err}");
+    }
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&format!(" {} ", m.dir.display())),
+        "nothing is mounted: {mounts}"
+    );
     let md = fs::metadata(&m.store).unwrap();
-    assert_eq!((md.uid(), md.mode() & 0o777), (NOBODY, 0o700));
+    assert_eq!((md.uid(), md.mode() & 0o777), (NOBODY, 0o755), "left as it was");
 }
