@@ -107,7 +107,12 @@ impl Engine {
                 Self::conflict(out, &t.path, bits, sessions);
             }
             let content = match &target {
-                Some(p) if p.kind == Kind::File => Some(self.content_of(p)?),
+                Some(p) if p.kind == Kind::File => Some(self.content_of(p).map_err(|e| {
+                    // Which path, which checkpoint and (in `e`) which blob: nothing changed.
+                    let cp = self.store.checkpoint_by_seq(c).ok().flatten();
+                    let cp = cp.map_or_else(|| format!("#{c}"), |k| k.uuid);
+                    super::unusable(&t.path, &cp, e)
+                })?),
                 _ => None,
             };
             // The dry run's view: text against text, nothing else.
@@ -193,7 +198,7 @@ impl Engine {
     }
 
     /// A file target's content, read from its blob (an empty file has none).
-    fn content_of(&self, p: &PreImage) -> Result<Vec<u8>, RewindError> {
+    fn content_of(&self, p: &PreImage) -> io::Result<Vec<u8>> {
         Ok(match &p.blob {
             Some(b) => self.store.blobs.read_verified(b)?,
             None => Vec::new(),

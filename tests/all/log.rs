@@ -88,7 +88,10 @@ fn the_log_shows_a_write_beside_and_rename_over_as_the_change_to_the_file() {
     // A JSON window says on stderr what it leaves out; stdout stays JSON lines.
     let (two, note) = log(&a, &["--json", "--raw", "--limit", "2"]);
     assert_eq!(two.lines().count(), 2, "{two}");
-    assert!(two.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    assert!(
+        two.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    );
     assert!(
         note.contains(&format!("the newest 2 of {total} change(s)")),
         "{note}"

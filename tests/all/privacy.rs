@@ -211,6 +211,34 @@ fn assert_names(e: &str, path: &str, cp: &str, hash: &str, why: &str) {
     }
 }
 
+/// The default `tool` scope checks its blobs too, and its refusal names the path, the
+/// checkpoint and the blob: a tracked file whose saved content was changed is not written.
+#[test]
+fn a_tool_rewind_refuses_a_tampered_blob_naming_the_path_and_checkpoint() {
+    require_fuse();
+    let mut a = crate::agent::Agent::new(|d| fs::write(d.join("f.txt"), "original f\n").unwrap());
+    let t1 = a.turn();
+    a.tool_write("f.txt", b"written by the tool\n");
+    // The replaced file was adopted whole; a look at the history gives it its hash.
+    let ok = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(ok["canRewind"], json!(true), "{ok}");
+    let (hash, blob) = blob_of(&a.m, b"original f\n");
+    let before = tree(&a.m.dir);
+    tamper(&blob, b"EVIL nobody\n");
+    let dry = a.rewind(&t1, "tool", true).unwrap();
+    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_names(
+        dry["error"].as_str().unwrap(),
+        "f.txt",
+        &t1,
+        &hash,
+        "corrupt",
+    );
+    let e = a.rewind(&t1, "tool", false).unwrap_err();
+    assert_names(&e, "f.txt", &t1, &hash, "corrupt");
+    assert_eq!(tree(&a.m.dir), before, "nothing in the workspace changed");
+}
+
 #[test]
 fn a_tampered_or_missing_blob_is_refused_by_dry_run_diff_rewind_and_undo_and_nothing_changes() {
     require_fuse();
@@ -476,7 +504,12 @@ fn root_refuses_a_store_another_user_owns() {
     std::os::unix::fs::chown(&m.store, Some(NOBODY), Some(NOBODY)).unwrap();
     fs::set_permissions(&m.store, fs::Permissions::from_mode(0o755)).unwrap();
     let out = Command::new(crate::support::BIN)
-        .args(["mount", m.dir.to_str().unwrap(), "--store", m.store.to_str().unwrap()])
+        .args([
+            "mount",
+            m.dir.to_str().unwrap(),
+            "--store",
+            m.store.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -490,5 +523,9 @@ fn root_refuses_a_store_another_user_owns() {
         "nothing is mounted: {mounts}"
     );
     let md = fs::metadata(&m.store).unwrap();
-    assert_eq!((md.uid(), md.mode() & 0o777), (NOBODY, 0o755), "left as it was");
+    assert_eq!(
+        (md.uid(), md.mode() & 0o777),
+        (NOBODY, 0o755),
+        "left as it was"
+    );
 }
