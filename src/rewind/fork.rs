@@ -61,6 +61,29 @@ pub struct ForkReport {
     pub skipped: Vec<String>,
 }
 
+/// Threads a fork writes files on (see [`Engine::fork_files`]): reads in flight, not CPUs.
+const FORK_WORKERS: usize = 8;
+
+/// What one fork thread wrote.
+#[derive(Debug, Default)]
+struct ForkCounts {
+    files: u64,
+    bytes: u64,
+    files_from_store: u64,
+    bytes_from_store: u64,
+}
+
+impl ForkCounts {
+    fn add(&mut self, bytes: u64, from_store: bool) {
+        self.files += 1;
+        self.bytes += bytes;
+        if from_store {
+            self.files_from_store += 1;
+            self.bytes_from_store += bytes;
+        }
+    }
+}
+
 /// A directory whose mode (and owner, and attributes) is set once everything beneath it is
 /// written.
 struct DirMode {
@@ -104,7 +127,9 @@ impl Engine {
             gid: root.gid,
             xattrs: self.xattrs_then(&root),
         }];
-        self.fork_dir(&past, &root, out.as_fd(), &mut report, &mut dirs)?;
+        let mut files = Vec::new();
+        self.fork_dir(&past, &root, out.as_fd(), &mut report, &mut dirs, &mut files)?;
+        self.fork_files(&past, out.as_fd(), &files, &mut report)?;
         let as_root = sys::geteuid() == 0;
         for d in dirs.iter().rev() {
             if as_root {
@@ -131,7 +156,8 @@ impl Engine {
         Ok(report)
     }
 
-    /// Writes the entries of `dir` (at the checkpoint) beneath `out`, depth first.
+    /// Writes the entries of `dir` (at the checkpoint) beneath `out`, depth first, but for
+    /// its files, which go on `files` to be written once every directory is there.
     fn fork_dir(
         &self,
         past: &Past,
@@ -139,6 +165,7 @@ impl Engine {
         out: BorrowedFd<'_>,
         report: &mut ForkReport,
         dirs: &mut Vec<DirMode>,
+        files: &mut Vec<Entry>,
     ) -> Result<(), RewindError> {
         let as_root = sys::geteuid() == 0;
         for e in self.children(past, dir)? {
@@ -155,34 +182,9 @@ impl Engine {
                         gid: e.gid,
                         xattrs: self.xattrs_then(&e),
                     });
-                    self.fork_dir(past, &e, out, report, dirs)?;
+                    self.fork_dir(past, &e, out, report, dirs, files)?;
                 }
-                Kind::File => {
-                    let fd = sys::openat(
-                        out,
-                        &rel,
-                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
-                        0o600,
-                    )
-                    .map_err(what)?;
-                    let n = self.write_content(past, &e, fd.as_fd()).map_err(|err| {
-                        // Not left behind as if it were the past: its bytes may be a damaged
-                        // blob's (found out only once it was all copied).
-                        let _ = sys::unlinkat(out, &rel, false);
-                        RewindError::Refused(format!("fork: writing {}: {err}", rel.display()))
-                    })?;
-                    if !e.unchanged() {
-                        report.files_from_store += 1;
-                        report.bytes_from_store += n;
-                    }
-                    report.files += 1;
-                    report.bytes += n;
-                    if as_root {
-                        let _ = sys::fchown(fd.as_fd(), e.uid, e.gid);
-                    }
-                    attrs::restore(fd.as_fd(), &rel, self.xattrs_then(&e).as_ref());
-                    sys::fchmod(fd.as_fd(), e.mode & 0o7777).map_err(what)?;
-                }
+                Kind::File => files.push(e),
                 Kind::Symlink => {
                     let target = e.target.clone().unwrap_or_default();
                     sys::symlinkat(Path::new(OsStr::from_bytes(&target)), out, &rel)
@@ -205,6 +207,87 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Writes the file entries `files` beneath `out` (their directories are there), on
+    /// [`FORK_WORKERS`] threads: most of a fork's time is waiting for the disk to read one
+    /// small file after another, which several reads in flight hide. The first error stops
+    /// the others and fails the fork.
+    fn fork_files(
+        &self,
+        past: &Past,
+        out: BorrowedFd<'_>,
+        files: &[Entry],
+        report: &mut ForkReport,
+    ) -> Result<(), RewindError> {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let first_error: std::sync::Mutex<Option<RewindError>> = std::sync::Mutex::new(None);
+        let workers = FORK_WORKERS.min(files.len().max(1));
+        let counts: Vec<ForkCounts> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut c = ForkCounts::default();
+                        while !stop.load(Ordering::Relaxed) {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(e) = files.get(i) else { break };
+                            match self.fork_file(past, e, out) {
+                                Ok(n) => c.add(n, !e.unchanged()),
+                                Err(err) => {
+                                    stop.store(true, Ordering::Relaxed);
+                                    first_error.locked().get_or_insert(err);
+                                    break;
+                                }
+                            }
+                        }
+                        c
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        if let Some(e) = first_error.locked().take() {
+            return Err(e);
+        }
+        for c in counts {
+            report.files += c.files;
+            report.bytes += c.bytes;
+            report.files_from_store += c.files_from_store;
+            report.bytes_from_store += c.bytes_from_store;
+        }
+        Ok(())
+    }
+
+    /// Writes one file entry beneath `out`: created exclusively, its content, then owner (as
+    /// root), extended attributes and mode. Returns the bytes written; a file whose content
+    /// failed is removed again.
+    fn fork_file(&self, past: &Past, e: &Entry, out: BorrowedFd<'_>) -> Result<u64, RewindError> {
+        let rel = e.rel().to_path_buf();
+        let what = |err: io::Error| sys::ctx(err, format!("fork: writing {}", rel.display()));
+        let fd = sys::openat(
+            out,
+            &rel,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
+            0o600,
+        )
+        .map_err(what)?;
+        let n = self.write_content(past, e, fd.as_fd()).map_err(|err| {
+            // Not left behind as if it were the past: its bytes may be a damaged blob's (found
+            // out only once it was all copied).
+            let _ = sys::unlinkat(out, &rel, false);
+            RewindError::Refused(format!("fork: writing {}: {err}", rel.display()))
+        })?;
+        if sys::geteuid() == 0 {
+            let _ = sys::fchown(fd.as_fd(), e.uid, e.gid);
+        }
+        attrs::restore(fd.as_fd(), &rel, self.xattrs_then(e).as_ref());
+        sys::fchmod(fd.as_fd(), e.mode & 0o7777).map_err(what)?;
+        Ok(n)
     }
 
     /// Writes a file entry's content into `fd` (new and empty), from where it is: a reflink
