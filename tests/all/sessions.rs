@@ -472,8 +472,12 @@ mod model {
         Append(usize, usize, u8),
         /// Session `s`'s shell removes the file.
         Remove(usize, usize),
+        /// Session `s`'s shell renames one file over another (both names change).
+        Rename(usize, usize, usize),
         /// Someone else writes the file (`external`).
         External(usize, u8),
+        /// Someone else renames one file over another.
+        ExternalRename(usize, usize),
     }
 
     fn step(sessions: usize) -> impl Strategy<Value = Step> {
@@ -483,8 +487,10 @@ mod model {
             2 => s.clone().prop_map(Step::Turn),
             4 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Write(s, p, b)),
             2 => (s.clone(), p.clone(), any::<u8>()).prop_map(|(s, p, b)| Step::Append(s, p, b)),
-            1 => (s, p.clone()).prop_map(|(s, p)| Step::Remove(s, p)),
-            1 => (p, any::<u8>()).prop_map(|(p, b)| Step::External(p, b)),
+            1 => (s.clone(), p.clone()).prop_map(|(s, p)| Step::Remove(s, p)),
+            1 => (s, p.clone(), p.clone()).prop_map(|(s, a, b)| Step::Rename(s, a, b)),
+            1 => (p.clone(), any::<u8>()).prop_map(|(p, b)| Step::External(p, b)),
+            1 => (p.clone(), p).prop_map(|(a, b)| Step::ExternalRename(a, b)),
         ]
     }
 
@@ -524,7 +530,7 @@ mod model {
         // Every session begins a first message.
         let steps: Vec<Step> = (0..n).map(Step::Turn).chain(steps).collect();
         for s in &steps {
-            let (who, path) = match s {
+            let (who, paths): (Who, Vec<&'static str>) = match s {
                 Step::Turn(i) => {
                     let at_start = tree_map(&m);
                     let uuid = agents[*i].turn(&mut c);
@@ -538,27 +544,43 @@ mod model {
                 }
                 Step::Write(i, p, b) => {
                     agents[*i].run(&format!("echo 'tool {i} {b}' > {}", PATHS[*p]));
-                    (Who::Session(*i), PATHS[*p])
+                    (Who::Session(*i), vec![PATHS[*p]])
                 }
                 Step::Append(i, p, b) => {
                     agents[*i].run(&format!("sh -c \"echo 'shell {i} {b}' >> {}\"", PATHS[*p]));
-                    (Who::Session(*i), PATHS[*p])
+                    (Who::Session(*i), vec![PATHS[*p]])
                 }
                 Step::Remove(i, p) => {
                     if !m.p(PATHS[*p]).exists() {
                         continue;
                     }
                     agents[*i].run(&format!("rm -f {}", PATHS[*p]));
-                    (Who::Session(*i), PATHS[*p])
+                    (Who::Session(*i), vec![PATHS[*p]])
+                }
+                Step::Rename(i, a, b) => {
+                    if a == b || !m.p(PATHS[*a]).exists() {
+                        continue;
+                    }
+                    agents[*i].run(&format!("mv {} {}", PATHS[*a], PATHS[*b]));
+                    (Who::Session(*i), vec![PATHS[*a], PATHS[*b]])
                 }
                 Step::External(p, b) => {
                     // This test process is no session's agent: an external writer.
                     std::fs::write(m.p(PATHS[*p]), format!("external {b}\n")).unwrap();
-                    (Who::External, PATHS[*p])
+                    (Who::External, vec![PATHS[*p]])
+                }
+                Step::ExternalRename(a, b) => {
+                    if a == b || !m.p(PATHS[*a]).exists() {
+                        continue;
+                    }
+                    std::fs::rename(m.p(PATHS[*a]), m.p(PATHS[*b])).unwrap();
+                    (Who::External, vec![PATHS[*a], PATHS[*b]])
                 }
             };
             for cp in &mut cps {
-                cp.changed.entry(path).or_default().insert(who);
+                for path in &paths {
+                    cp.changed.entry(path).or_default().insert(who);
+                }
             }
         }
         let end = tree_map(&m);
@@ -655,6 +677,7 @@ mod model {
                 Step::Write(i, p, b) => Step::Write(i % n, p, b),
                 Step::Append(i, p, b) => Step::Append(i % n, p, b),
                 Step::Remove(i, p) => Step::Remove(i % n, p),
+                Step::Rename(i, a, b) => Step::Rename(i % n, a, b),
                 e => e,
             }).collect();
             check(n, steps, pick)?;
