@@ -128,7 +128,14 @@ impl Engine {
             xattrs: self.xattrs_then(&root),
         }];
         let mut files = Vec::new();
-        self.fork_dir(&past, &root, out.as_fd(), &mut report, &mut dirs, &mut files)?;
+        self.fork_dir(
+            &past,
+            &root,
+            out.as_fd(),
+            &mut report,
+            &mut dirs,
+            &mut files,
+        )?;
         self.fork_files(&past, out.as_fd(), &files, &mut report)?;
         let as_root = sys::geteuid() == 0;
         for d in dirs.iter().rev() {

@@ -392,3 +392,63 @@ fn an_import_leaves_rewinds_to_the_stores_own_earlier_checkpoints_alone() {
     );
     assert!(!b.m.p("x.txt").exists() && !b.m.p("moved").exists());
 }
+
+/// `export --since` carries the checkpoints from that one on, and no earlier one: imported
+/// elsewhere (a copy of the tree as it was exported), they show and rewind as at home, and
+/// the earlier one is not there.
+#[test]
+fn an_export_since_a_checkpoint_carries_that_one_and_later_ones_only() {
+    require_fuse();
+    let mut a = Agent::new(|d| std::fs::write(d.join("f.txt"), "v0\n").unwrap());
+    let t1 = a.turn();
+    a.bash("echo v1 > f.txt && echo one > one.txt");
+    let t2 = a.turn();
+    let at_t2 = tree(&a.m.dir);
+    a.bash("echo v2 > f.txt && rm one.txt && mkdir d && echo two > d/two.txt");
+    let t3 = a.turn();
+    let at_t3 = tree(&a.m.dir);
+    a.bash("echo v3 > f.txt");
+    let file = a.m.tmp.path().join("since.rwb");
+    let e =
+        a.c.call(&Export {
+            path: file.display().to_string(),
+            session_id: None,
+            since: Some(t2.clone()),
+        })
+        .unwrap();
+    assert!(
+        e.checkpoints.contains(&t2) && e.checkpoints.contains(&t3),
+        "{e:?}"
+    );
+    assert!(!e.checkpoints.contains(&t1), "{e:?}");
+    let other = copy_of(&a.m.dir);
+    let mut c = Client::connect(&other.socket()).unwrap();
+    let r = import(&mut c, &file).unwrap();
+    assert_eq!(r.checkpoints as usize, e.checkpoints.len(), "{r:?}");
+    let listed: Vec<String> = c
+        .call(&ListCheckpoints { session_id: None })
+        .unwrap()
+        .checkpoints
+        .into_iter()
+        .map(|c| c.uuid)
+        .collect();
+    assert!(
+        listed.contains(&t2) && listed.contains(&t3) && !listed.contains(&t1),
+        "{listed:?}"
+    );
+    let e = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": t1, "scope": "all", "dry_run": true}),
+        )
+        .unwrap();
+    assert_eq!(e["canRewind"], json!(false), "t1 was not carried: {e}");
+    for (u, want) in [(&t3, &at_t3), (&t2, &at_t2)] {
+        c.request(
+            "rewind_files",
+            json!({"user_message_id": u, "scope": "all"}),
+        )
+        .unwrap();
+        assert_eq!(&tree(&other.dir), want, "rewound to {u} after import");
+    }
+}
