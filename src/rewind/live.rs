@@ -314,6 +314,18 @@ impl Live<'_> {
                 sys::ftruncate(fd, len)?;
                 self.stepped.set(true);
             }
+            // A write takes away the set-user/group-ID bits (the kernel asks the daemon to, for
+            // a writer without CAP_FSETID) and `security.capability`: what planning saw of the
+            // mode and attributes is no longer what is there.
+            let privileged = st.st_mode & 0o6000 != 0 || t.mode & 0o6000 != 0;
+            let capability = t
+                .xattrs
+                .as_ref()
+                .is_some_and(|x| x.get(b"security.capability").is_some());
+            if privileged || capability {
+                let now = sys::fstat(fd)?;
+                return self.set_meta(fd, &now, t, d.xattrs || capability);
+            }
         }
         self.set_meta(fd, st, t, d.xattrs)
     }

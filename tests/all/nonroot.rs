@@ -112,6 +112,18 @@ fn an_ordinary_user_mounts_rewinds_and_unmounts_through_fusermount3() {
             .status
             .success()
     );
+    // A set-user-ID file rewritten in place keeps its bit: the rewind's own write takes it
+    // away (as any write by an unprivileged user does), and the rewind gives it back.
+    u.ok("cd proj && echo v0 > s.sh && chmod 4755 s.sh");
+    u.ok(&format!(
+        "\"$RW\" checkpoint 0b5c9d7e-3f7a-4c1e-9a55-6d2e8f1b3c4a --session s {sock}"
+    ));
+    u.ok("cd proj && echo v1 > s.sh && chmod 4755 s.sh");
+    u.ok(&format!(
+        "\"$RW\" rewind 0b5c9d7e-3f7a-4c1e-9a55-6d2e8f1b3c4a --scope all {sock}"
+    ));
+    assert_eq!(u.ok("cat proj/s.sh"), "v0\n");
+    assert_eq!(u.ok("stat -c %a proj/s.sh").trim(), "4755", "the set-user-ID bit came back");
     u.ok(&format!("\"$RW\" status {sock}"));
     u.ok("\"$RW\" umount proj");
     assert!(!crate::support::is_fuse(&ws), "unmounted");
