@@ -123,7 +123,11 @@ fn an_ordinary_user_mounts_rewinds_and_unmounts_through_fusermount3() {
         "\"$RW\" rewind 0b5c9d7e-3f7a-4c1e-9a55-6d2e8f1b3c4a --scope all {sock}"
     ));
     assert_eq!(u.ok("cat proj/s.sh"), "v0\n");
-    assert_eq!(u.ok("stat -c %a proj/s.sh").trim(), "4755", "the set-user-ID bit came back");
+    assert_eq!(
+        u.ok("stat -c %a proj/s.sh").trim(),
+        "4755",
+        "the set-user-ID bit came back"
+    );
     u.ok(&format!("\"$RW\" status {sock}"));
     u.ok("\"$RW\" umount proj");
     assert!(!crate::support::is_fuse(&ws), "unmounted");
