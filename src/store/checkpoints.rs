@@ -192,7 +192,7 @@ impl Store {
     }
 
     /// The checkpoints whose message uuid is not known yet: their prompt_ids and transcripts,
-    /// oldest first. Of one session, only its [`UNBOUND_OF_A_SESSION`] newest: every hook of
+    /// oldest first. Of one session, only its newest (`UNBOUND_OF_A_SESSION`, 32): every hook of
     /// the session looks these up in its transcript, and a prompt that never gets a uuid there
     /// (one another hook blocked) must not cost each later hook a search forever. Without a
     /// session (a rewind naming a uuid the daemon has not heard of), all of them.

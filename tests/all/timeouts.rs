@@ -32,9 +32,6 @@ impl Sysctl {
     }
 }
 
-/// Whether this run must not skip a test whose prerequisite is missing (as
-/// `support::require_fuse` decides).
-
 impl Drop for Sysctl {
     fn drop(&mut self) {
         let _ = fs::write(&self.path, self.old.trim());
