@@ -7,7 +7,8 @@ export interface StackResult {
   deletions: number;
   /** Absolute paths someone other than rewindfs changed since (a forced one overwrote them). */
   conflicts: string[];
-  conflictsBy?: Record<string, Array<"tool" | "shell" | "external">>;
+  /** Who changed each conflict: an actor, or `rewind` (another session's rewind, undo or redo). */
+  conflictsBy?: Record<string, Array<"tool" | "shell" | "external" | "rewind">>;
   /** Absolute paths left as another process changed them while it ran. */
   changedMeanwhile?: string[];
   /** Absolute paths begun and then left, partly restored, because another process changed them. */

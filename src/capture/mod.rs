@@ -174,11 +174,19 @@ impl Recorder {
             let s = self.state.locked();
             (s.seq, s.session.clone())
         };
-        let mut sessions: Vec<&str> = live.iter().map(String::as_str).collect();
-        sessions.extend(session.as_deref());
-        Ok(self
-            .store
-            .gc(policy, seq, &sessions, full, Some(&self.capture))?)
+        let others: Vec<&str> = live
+            .iter()
+            .map(String::as_str)
+            .filter(|s| Some(*s) != session.as_deref())
+            .collect();
+        Ok(self.store.gc(
+            policy,
+            seq,
+            session.as_deref(),
+            &others,
+            full,
+            Some(&self.capture),
+        )?)
     }
 
     /// Removes the blob files among `hashes` that no capture names (see

@@ -65,6 +65,12 @@ pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Re
         None => return Ok(Some(Report::default())),
     };
     // No daemon knows which sessions are at work: the last one is taken to be.
-    let sessions: Vec<&str> = session.as_deref().into_iter().collect();
-    Ok(Some(store.gc(policy, keep_from, &sessions, true, None)?))
+    Ok(Some(store.gc(
+        policy,
+        keep_from,
+        session.as_deref(),
+        &[],
+        true,
+        None,
+    )?))
 }

@@ -255,7 +255,17 @@ impl Engine {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_default())
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        // A thread that died may have left a file half written: the fork fails.
+                        first_error.locked().get_or_insert(RewindError::Refused(
+                            "fork: a thread writing files stopped on an internal error (see the \
+                             daemon's log); the fork is incomplete"
+                                .into(),
+                        ));
+                        ForkCounts::default()
+                    })
+                })
                 .collect()
         });
         if let Some(e) = first_error.locked().take() {

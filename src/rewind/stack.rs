@@ -22,7 +22,7 @@
 //! - the conflicts are computed against the same present the plan is, and a refusal changes
 //!   nothing: no checkpoint, no row, no path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use super::filter::Filter;
 use super::history::{History, under};
@@ -98,16 +98,16 @@ impl Engine {
     /// outcome instead.
     pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
         let _one = self.apply.locked();
-        let stack = self.store.stack()?;
+        let all = self.store.stack()?;
         let stack = match &req.session_id {
-            Some(s) => stack.of_session(s, |uuid| {
+            Some(s) => all.of_session(s, |uuid| {
                 self.store
                     .checkpoint(uuid)
                     .ok()
                     .flatten()
                     .and_then(|c| c.session_id)
             }),
-            None => stack,
+            None => all.clone(),
         };
         let step = match req.direction {
             Direction::Undo => stack.next_undo(),
@@ -120,6 +120,16 @@ impl Engine {
             });
         };
         let (rewind, reverts) = (rewind.clone(), reverts.clone());
+        // Another session's rewinds, undos and redos since the reverted row (only a session's
+        // own stack can leave them newer): what they changed is someone else's work, as a
+        // process's would be.
+        let mine: HashSet<&str> = stack.rows().iter().map(|r| r.id.as_str()).collect();
+        let foreign: HashSet<i64> = all
+            .rows()
+            .iter()
+            .filter(|r| !mine.contains(r.id.as_str()) && r.checkpoint > reverts.checkpoint)
+            .map(|r| r.checkpoint)
+            .collect();
         let mut done = StackOutcome {
             rewind: rewind.id.clone(),
             rewound_to: rewind.target.clone(),
@@ -144,7 +154,7 @@ impl Engine {
         let filter = Filter::exactly(touched);
         self.kernel.flush();
         if req.dry_run {
-            let planned = self.revert_plan(&reverts, &filter, &req, &mut done);
+            let planned = self.revert_plan(&reverts, &foreign, &filter, &req, &mut done);
             self.discard();
             done.outcome = planned?;
             return Ok(done);
@@ -155,7 +165,7 @@ impl Engine {
             .checkpoint(&rewind.target)?
             .and_then(|c| c.session_id);
         let watch = self.recorder.watch_for(session.as_deref());
-        let planned = self.revert_plan(&reverts, &filter, &req, &mut done);
+        let planned = self.revert_plan(&reverts, &foreign, &filter, &req, &mut done);
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
             Ok(out) => {
@@ -198,6 +208,7 @@ impl Engine {
     fn revert_plan(
         &self,
         reverts: &RewindRow,
+        foreign: &HashSet<i64>,
         filter: &Filter,
         req: &StackRequest,
         done: &mut StackOutcome,
@@ -215,7 +226,7 @@ impl Engine {
         };
         let mut out = self.plan(reverts.checkpoint, None, &plan_req, filter)?;
         let hist = History::load(&self.store, reverts.checkpoint)?;
-        done.conflict_actors = changed_by_others(&hist, &out.targets);
+        done.conflict_actors = changed_by_others(&hist, &out.targets, foreign);
         out.conflicts = done.conflict_actors.keys().cloned().collect();
         if !out.conflicts.is_empty() && !req.force {
             out.can_rewind = false;
@@ -227,9 +238,26 @@ impl Engine {
 
 /// The paths among `targets` (or beneath one the revert removes or replaces) that someone
 /// other than rewindfs changed since `hist` began, each with who: its captures' actors, and
-/// the renames of directories at, above or beneath it.
-fn changed_by_others(hist: &History, targets: &[Target]) -> BTreeMap<String, Vec<&'static str>> {
+/// the renames of directories at, above or beneath it. A capture under one of the `foreign`
+/// checkpoints (another session's rewinds, undos and redos) counts as `rewind`: that session's
+/// work.
+fn changed_by_others(
+    hist: &History,
+    targets: &[Target],
+    foreign: &HashSet<i64>,
+) -> BTreeMap<String, Vec<&'static str>> {
     let others = !Actor::Rewind.bit();
+    // What a path's captures say of who else changed it.
+    let bits_of = |caps: &[crate::store::Capture]| {
+        caps.iter().fold(0, |a, c| {
+            let foreign_rewind = if foreign.contains(&c.checkpoint) {
+                Actor::Rewind.bit()
+            } else {
+                0
+            };
+            a | (c.actors & others) | foreign_rewind
+        })
+    };
     let mut found: BTreeMap<String, u8> = BTreeMap::new();
     let mut note = |p: &[u8], bits: u8| {
         *found
@@ -237,7 +265,7 @@ fn changed_by_others(hist: &History, targets: &[Target]) -> BTreeMap<String, Vec
             .or_default() |= bits;
     };
     for t in targets {
-        let bits = hist.actors(&t.path) & others;
+        let bits = hist.by_path.get(&t.path).map_or(0, |caps| bits_of(caps));
         if bits != 0 {
             note(&t.path, bits);
         }
@@ -245,7 +273,7 @@ fn changed_by_others(hist: &History, targets: &[Target]) -> BTreeMap<String, Vec
         if t.kind() != Kind::Dir {
             for (p, caps) in &hist.by_path {
                 if under(p, &t.path).is_some() {
-                    let bits = caps.iter().fold(0, |a, c| a | c.actors) & others;
+                    let bits = bits_of(caps);
                     if bits != 0 {
                         note(p, bits);
                     }
@@ -264,7 +292,7 @@ fn changed_by_others(hist: &History, targets: &[Target]) -> BTreeMap<String, Vec
     found
         .into_iter()
         .map(|(p, bits)| {
-            let who = [Actor::Tool, Actor::Shell, Actor::External]
+            let who = [Actor::Tool, Actor::Shell, Actor::External, Actor::Rewind]
                 .into_iter()
                 .filter(|a| bits & a.bit() != 0)
                 .map(Actor::as_str)
@@ -285,7 +313,16 @@ fn refusal(
     let shown: Vec<String> = conflicts
         .iter()
         .take(SHOWN)
-        .map(|(p, who)| format!("{p} ({})", who.join(", ")))
+        .map(|(p, who)| {
+            let who: Vec<&str> = who
+                .iter()
+                .map(|w| match *w {
+                    "rewind" => "another session's rewind",
+                    w => w,
+                })
+                .collect();
+            format!("{p} ({})", who.join(", "))
+        })
         .collect();
     let more = match conflicts.len().saturating_sub(SHOWN) {
         0 => String::new(),

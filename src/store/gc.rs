@@ -6,14 +6,18 @@
 //!   rewind to any checkpoint still kept sees every capture it needs (those at or after it);
 //! - a dropped checkpoint keeps its row, marked `dropped_at`/`dropped_why`, so a rewind to it
 //!   can say why it is gone; its captures, moves and change-log entries are deleted;
-//! - every live session (the current one, and each other session still at work in the
-//!   workspace: design.md §3, "Many sessions, one tree") stays rewindable to its first message:
-//!   its first and its current checkpoint are never dropped, and dropping a checkpoint after
-//!   its first keeps what a rewind to the first reads — the first capture of each path since
-//!   the session began (and since each directory rename), the renames, and the actors of what
-//!   it deletes; the capture before a tool's first change of a path in the session (`tracked`)
-//!   stays too. What is kept for one live session is kept while any needs it: a pass sweeps
-//!   only what no live session needs any more;
+//! - the live session (the current one) stays rewindable to its first message: that
+//!   checkpoint is never dropped, and dropping a later one keeps what a rewind to the first
+//!   reads — the first capture of each path since the session began (and since each directory
+//!   rename), the renames, and the actors of what it deletes; the capture before a tool's
+//!   first change of a path in the session (`tracked`) stays too; and the change log's entries
+//!   of other sessions, which say whose work a path is (design.md §3, "Many sessions, one
+//!   tree"), stay until no live session's history reaches back to them;
+//! - every other session still at work keeps its whole history: nothing from its first
+//!   checkpoint on is dropped (captures go to whichever checkpoint began last, so a later
+//!   checkpoint of any session may hold what a rewind to one of its messages reads);
+//! - what was kept for a live session is kept while any live session needs it: a pass sweeps
+//!   only what none needs any more;
 //! - a partial capture (range pre-image) kept for a live session keeps the capture after it
 //!   too: that is where its unsaved bytes come from;
 //! - a blob is deleted only when no capture or capture range refers to it any more; its row goes in the same
@@ -117,9 +121,9 @@ impl Store {
     }
 
     /// Drops the oldest checkpoints before `keep_from` until `policy` holds (see the module
-    /// docs). `sessions` are the live sessions: each stays rewindable to its first checkpoint
-    /// and its current one. `full` also sweeps blob files no row names (a directory walk),
-    /// which a pass that dropped something always does.
+    /// docs). `current` is the session at work now, `others` the other live sessions: each
+    /// stays rewindable to its first checkpoint. `full` also sweeps blob files no row names (a
+    /// directory walk), which a pass that dropped something always does.
     ///
     /// # Errors
     /// SQLite and I/O errors; what was committed before an error stays done.
@@ -127,7 +131,8 @@ impl Store {
         &self,
         policy: &Policy,
         keep_from: i64,
-        sessions: &[&str],
+        current: Option<&str>,
+        others: &[&str],
         full: bool,
         capture: Capture<'_>,
     ) -> Result<Report> {
@@ -143,7 +148,9 @@ impl Store {
                 |r| r.get(0),
             )
         })?;
-        let live = Live::load(self, sessions)?;
+        let live = Live::load(self, current, others)?;
+        // Every other live session keeps its whole history.
+        let keep_from = live.others_first.map_or(keep_from, |f| f.min(keep_from));
         let now = now_ms();
         let mut size = before;
         if unfinished == 0 {
@@ -151,10 +158,9 @@ impl Store {
                 let next: Option<(i64, i64)> = self.with(|c| {
                     c.query_row(
                         "SELECT seq, began_at FROM checkpoints
-                         WHERE dropped_at IS NULL AND seq < ?1
-                         AND seq NOT IN (SELECT first FROM temp.gc_live UNION SELECT current FROM temp.gc_live)
+                         WHERE dropped_at IS NULL AND seq < ?1 AND seq IS NOT ?2
                          ORDER BY seq LIMIT 1",
-                        params![keep_from],
+                        params![keep_from, live.current_first],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .optional()
@@ -214,7 +220,18 @@ impl Store {
                 "UPDATE checkpoints SET dropped_at = ?2, dropped_why = ?3 WHERE seq = ?1",
                 params![seq, now_ms(), why],
             )?;
-            exec(&tx, "DELETE FROM changes WHERE checkpoint = ?1", [seq])?;
+            if in_session {
+                // Other sessions' entries say whose work a path is, for a rewind of the live
+                // session: kept until the sweep (the current session's own, and external ones,
+                // say nothing a rewind needs).
+                exec(
+                    &tx,
+                    "DELETE FROM changes WHERE checkpoint = ?1 AND (session IS NULL OR session IS ?2)",
+                    params![seq, live.current],
+                )?;
+            } else {
+                exec(&tx, "DELETE FROM changes WHERE checkpoint = ?1", [seq])?;
+            }
             // Its rewinds can no longer be undone (their captures are what undo replays).
             exec(
                 &tx,
@@ -262,6 +279,7 @@ impl Store {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let before = "(SELECT seq FROM checkpoints WHERE dropped_at IS NOT NULL AND seq < coalesce(?1, 9223372036854775807))";
             exec(&tx, &format!("DELETE FROM moves WHERE checkpoint IN {before}"), [live.earliest])?;
+            exec(&tx, &format!("DELETE FROM changes WHERE checkpoint IN {before}"), [live.earliest])?;
             let r = delete_captures(&tx, &format!("c.checkpoint IN {before}"), live.earliest)?;
             tx.commit()?;
             Ok(r)
@@ -408,31 +426,56 @@ impl Store {
     }
 }
 
-/// The live sessions, each with its first and current checkpoint, as the pass's connection
-/// sees them in `temp.gc_live` (what [`KEEP`] and the dropping loop read).
+/// The live sessions, each with its first checkpoint, as the pass's connection sees them in
+/// `temp.gc_live` (what [`KEEP`] reads).
 struct Live {
+    /// The session at work now.
+    current: Option<String>,
+    /// Its first checkpoint.
+    current_first: Option<i64>,
+    /// The first checkpoint of the earliest other live session.
+    others_first: Option<i64>,
     /// The first checkpoint of the earliest live session.
     earliest: Option<i64>,
 }
 
 impl Live {
-    /// Fills `temp.gc_live` with `sessions` and their first and current checkpoints (a session
-    /// with none is left out).
-    fn load(store: &Store, sessions: &[&str]) -> Result<Live> {
+    /// Fills `temp.gc_live` with `current` and `others` and their first checkpoints, kept or
+    /// not (a session with none is left out).
+    fn load(store: &Store, current: Option<&str>, others: &[&str]) -> Result<Live> {
         store.with(|c| {
             c.execute_batch(
-                "CREATE TEMP TABLE IF NOT EXISTS gc_live (session TEXT PRIMARY KEY, first INTEGER NOT NULL, current INTEGER NOT NULL);
+                "CREATE TEMP TABLE IF NOT EXISTS gc_live (session TEXT PRIMARY KEY, first INTEGER NOT NULL);
                  DELETE FROM temp.gc_live;",
             )?;
             let mut st = c.prepare_cached(
-                "INSERT OR IGNORE INTO temp.gc_live (session, first, current)
-                 SELECT ?1, min(seq), max(seq) FROM checkpoints WHERE session_id = ?1 HAVING count(*) > 0",
+                "INSERT OR IGNORE INTO temp.gc_live (session, first)
+                 SELECT ?1, min(seq) FROM checkpoints WHERE session_id = ?1 HAVING count(*) > 0",
             )?;
-            for s in sessions {
+            for s in current.iter().chain(others) {
                 st.execute([s])?;
             }
+            let first_of = |s: Option<&str>| -> rusqlite::Result<Option<i64>> {
+                c.query_row(
+                    "SELECT first FROM temp.gc_live WHERE session IS ?1",
+                    [s],
+                    |r| r.get(0),
+                )
+                .optional()
+            };
+            let current_first = first_of(current)?;
+            let others_first = c.query_row(
+                "SELECT min(first) FROM temp.gc_live WHERE session IS NOT ?1",
+                [current],
+                |r| r.get(0),
+            )?;
             let earliest = c.query_row("SELECT min(first) FROM temp.gc_live", [], |r| r.get(0))?;
-            Ok(Live { earliest })
+            Ok(Live {
+                current: current.map(str::to_string),
+                current_first,
+                others_first,
+                earliest,
+            })
         })
     }
 }
@@ -447,10 +490,11 @@ impl Report {
     }
 }
 
-/// A capture `c` that stays when its checkpoint is dropped, for any live session `l` (a row of
-/// `temp.gc_live`): the state before a tool's first change of a path in `l`, or — in `l`'s
-/// history — the first capture of its path since `l` began or since the last directory rename
-/// (what a rewind to `l`'s start reads), or the capture after a partial one kept for `l`.
+/// A capture `c` that stays when its checkpoint is dropped or swept, for any live session `l`
+/// (a row of `temp.gc_live`): the state before a tool's first change of a path in `l`, or — in
+/// `l`'s history — the first capture of its path since `l` began or since the last directory
+/// rename (what a rewind to `l`'s start reads), or the capture after a partial one kept for
+/// `l`.
 const KEEP: &str = "EXISTS (SELECT 1 FROM temp.gc_live l WHERE
     EXISTS (SELECT 1 FROM tracked t WHERE t.capture = c.id AND t.session_id = l.session)
     OR (c.checkpoint > l.first AND c.purpose = 'checkpoint' AND NOT EXISTS (

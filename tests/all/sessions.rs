@@ -367,6 +367,49 @@ fn each_session_undoes_its_own_rewinds() {
     assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"));
 }
 
+/// A session's own undo does not clobber another session's later rewind: the paths that
+/// rewind changed since are conflicts (`rewind`), refused unless forced.
+#[test]
+fn a_sessions_undo_refuses_over_another_sessions_later_rewind() {
+    require_fuse();
+    let m = Mounted::with(|d| std::fs::write(d.join("shared.txt"), "v0\n").unwrap());
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let mut a = SessionAgent::start(&m, &mut c, "s-a");
+    let mut b = SessionAgent::start(&m, &mut c, "s-b");
+    let b1 = b.turn(&mut c);
+    b.run("echo b > shared.txt");
+    let a1 = a.turn(&mut c);
+    a.run("echo a > shared.txt");
+    // A's rewind gives shared.txt back as a1 found it (B's); B's rewind then, as b1 found it.
+    rewind(&mut c, &a1, false, false).unwrap();
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("b\n"));
+    rewind(&mut c, &b1, false, true).unwrap();
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
+    // A's own stack: undoing its rewind would put back "a" over B's rewind.
+    let dry = c
+        .request("undo_rewind", json!({"session_id": "s-a", "dry_run": true}))
+        .unwrap();
+    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(
+        dry["conflictsBy"],
+        json!({"shared.txt": ["rewind"]}),
+        "{dry}"
+    );
+    let e = c
+        .request("undo_rewind", json!({"session_id": "s-a"}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("shared.txt (another session's rewind)"), "{e}");
+    assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"), "refused");
+    c.request("undo_rewind", json!({"session_id": "s-a", "force": true}))
+        .unwrap();
+    assert_eq!(
+        read(&m, "shared.txt").as_deref(),
+        Some("a\n"),
+        "A's undo, forced"
+    );
+}
+
 /// A session's message begun again after another session began one is still its current
 /// message: a no-op, not "already began".
 #[test]

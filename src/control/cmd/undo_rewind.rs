@@ -42,7 +42,8 @@ pub struct StackReply {
     /// overwrote them).
     #[serde(default)]
     pub conflicts: Vec<String>,
-    /// Who changed each of `conflicts` (workspace-relative path → `tool`, `shell`, `external`).
+    /// Who changed each of `conflicts` (workspace-relative path → `tool`, `shell`, `external`,
+    /// or `rewind`: another session's rewind, undo or redo, newer than the one reverted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub conflicts_by: BTreeMap<String, Vec<String>>,
     /// Absolute paths a real undo or redo left as someone else made them while it ran
