@@ -79,12 +79,23 @@ fn is_ours(command: &str) -> bool {
             (exe, rest)
         }
         None => {
+            // Written unquoted by an older rewindfs, a path with spaces in it.
+            if let Some(exe) = command.strip_suffix(" hook") {
+                if Path::new(exe.trim_end())
+                    .file_name()
+                    .is_some_and(|n| n == "rewindfs")
+                {
+                    return true;
+                }
+            }
             let end = command.find(char::is_whitespace).unwrap_or(command.len());
             (command[..end].to_string(), &command[end..])
         }
     };
+    // The word after the path is `hook`, apart from it (`'…/rewindfs'hook` is one word).
     let mut words = rest.split_whitespace();
-    Path::new(&exe).file_name().is_some_and(|n| n == "rewindfs")
+    rest.starts_with(char::is_whitespace)
+        && Path::new(&exe).file_name().is_some_and(|n| n == "rewindfs")
         && words.next() == Some("hook")
         && words.next().is_none()
 }
@@ -275,6 +286,8 @@ mod tests {
             ("'/a b/rewindfs' hook --x", false),
             ("'/a b/other' hook", false),
             ("'/unterminated hook", false),
+            ("'/x/rewindfs'hook", false),
+            ("/opt/my tools/rewindfs hook", true),
             ("audit.sh", false),
         ] {
             assert_eq!(is_ours(cmd), ours, "{cmd}");

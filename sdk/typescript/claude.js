@@ -153,7 +153,9 @@ async function warnIfUnderneath(rw, pid) {
   } catch {
     return;
   }
-  const under = (st?.unprotectedProcesses ?? []).find((p) => p.pid === pid);
+  // Its cwd (or root) underneath: every relative path it uses misses the mount. (An open file
+  // it inherited there, a log the host writes, is not the CLI's work.)
+  const under = (st?.unprotectedProcesses ?? []).find((p) => p.pid === pid && (p.holds === "cwd" || p.holds === "root"));
   if (under) {
     warn(
       `rewindfs: the Claude Code CLI (pid ${pid}) works in ${under.path}, the directory underneath the mount at ${st.workspace}: nothing it changes is recorded; give the options an absolute cwd inside the mount (withRewindfs does)`,
@@ -187,8 +189,13 @@ export function registerCli(options, rw, { onRegistered, sessionId } = {}) {
     });
     const ready = Promise.race([rw.registerAgent(pid, sessionId), timeout])
       .then(() => {
-        onRegistered?.(pid);
-        return warnIfUnderneath(rw, pid);
+        // Not awaited: a warning only, and the CLI's stdin is held meanwhile.
+        void warnIfUnderneath(rw, pid);
+        try {
+          onRegistered?.(pid);
+        } catch (e) {
+          warn(`rewindfs: onRegistered(${pid}) threw: ${e?.message ?? e}`);
+        }
       })
       .catch((e) => warn(`rewindfs: the CLI (pid ${pid}) was not registered as the agent: ${e?.message ?? e}`))
       .finally(() => clearTimeout(timer));

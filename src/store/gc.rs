@@ -440,8 +440,9 @@ struct Live {
 }
 
 impl Live {
-    /// Fills `temp.gc_live` with `current` and `others` and their first checkpoints, kept or
-    /// not (a session with none is left out).
+    /// Fills `temp.gc_live` with `current` and `others` and their first kept checkpoints (one
+    /// whose first was dropped before it came back to work stays rewindable to the earliest it
+    /// still has; a session with none kept is left out).
     fn load(store: &Store, current: Option<&str>, others: &[&str]) -> Result<Live> {
         store.with(|c| {
             c.execute_batch(
@@ -450,7 +451,8 @@ impl Live {
             )?;
             let mut st = c.prepare_cached(
                 "INSERT OR IGNORE INTO temp.gc_live (session, first)
-                 SELECT ?1, min(seq) FROM checkpoints WHERE session_id = ?1 HAVING count(*) > 0",
+                 SELECT ?1, min(seq) FROM checkpoints WHERE session_id = ?1 AND dropped_at IS NULL
+                 HAVING count(*) > 0",
             )?;
             for s in current.iter().chain(others) {
                 st.execute([s])?;

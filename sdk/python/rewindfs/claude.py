@@ -162,7 +162,9 @@ async def register_cli(client: Any, rw: AsyncRewindfsClient, session_id: Optiona
         await rw.register_agent(pid, session_id)
         status = await rw.status()
         for p in status.get("unprotectedProcesses", []):
-            if p.get("pid") == pid:
+            # Its cwd (or root) underneath: every relative path it uses misses the mount. (An
+            # open file it inherited there, a log the host writes, is not the CLI's work.)
+            if p.get("pid") == pid and p.get("holds") in ("cwd", "root"):
                 raise RewindfsError(
                     f"the Claude Code CLI (pid {pid}) works in {p.get('path')}, the directory underneath "
                     f"the rewindfs mount at {status.get('workspace')}: nothing it changes would be recorded. "
