@@ -168,42 +168,11 @@ pub enum Command {
     /// Undo the newest rewind not yet undone (again and again, back to the first). Refuses,
     /// changing nothing, when someone other than rewindfs changed since then a path it would
     /// change (unless --force).
-    Undo {
-        /// Only report what would change, and what others changed since the rewind.
-        #[arg(long)]
-        dry_run: bool,
-        /// Undo even over paths others changed since the rewind (`rewindfs redo` right after
-        /// gives them back).
-        #[arg(long)]
-        force: bool,
-        /// Undo this session's newest rewind not yet undone (each session has its own stack;
-        /// without it: the newest of all).
-        #[arg(long)]
-        session: Option<String>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Undo(StackArgs),
     /// Re-apply the rewind undone last (again and again, in order), until a new rewind clears
     /// what can be redone. Refuses, changing nothing, when someone other than rewindfs changed
     /// since the undo a path it would change (unless --force).
-    Redo {
-        /// Only report what would change, and what others changed since the undo.
-        #[arg(long)]
-        dry_run: bool,
-        /// Redo even over paths others changed since the undo (`rewindfs undo` right after
-        /// gives them back).
-        #[arg(long)]
-        force: bool,
-        /// Redo this session's rewind undone last (without it: of all).
-        #[arg(long)]
-        session: Option<String>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Redo(StackArgs),
     /// Unified diff from the current files to a checkpoint (`diff A [PATH]`), or from the
     /// tree when checkpoint A began to the tree when B began (`diff A B [PATH]`), or from a
     /// fork's origin checkpoint to the fork's current tree (`diff --fork DIR [PATH]`).
@@ -446,4 +415,24 @@ impl From<IoUringArg> for IoUring {
             IoUringArg::Off => IoUring::Off,
         }
     }
+}
+
+/// What `undo` and `redo` take.
+#[derive(Debug, clap::Args)]
+pub struct StackArgs {
+    /// Only report what would change, and what others changed since the rewind (or the undo).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Go ahead even over paths others changed since (the opposite command right after gives
+    /// them back).
+    #[arg(long)]
+    pub force: bool,
+    /// This session's own stack: its newest rewind not yet undone, its rewind undone last
+    /// (without it: of all rewinds).
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
 }

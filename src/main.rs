@@ -129,34 +129,8 @@ fn run() -> anyhow::Result<ExitCode> {
             };
             return history::rewind(req, json, &socket);
         }
-        Command::Undo {
-            dry_run,
-            force,
-            session,
-            json,
-            socket,
-        } => {
-            let how = history::StackArgs {
-                dry_run,
-                force,
-                session,
-            };
-            return history::undo_or_redo(history::Way::Undo, how, json, &socket);
-        }
-        Command::Redo {
-            dry_run,
-            force,
-            session,
-            json,
-            socket,
-        } => {
-            let how = history::StackArgs {
-                dry_run,
-                force,
-                session,
-            };
-            return history::undo_or_redo(history::Way::Redo, how, json, &socket);
-        }
+        Command::Undo(a) => return history::undo_or_redo(history::Way::Undo, a),
+        Command::Redo(a) => return history::undo_or_redo(history::Way::Redo, a),
         Command::Diff {
             uuid,
             rest,

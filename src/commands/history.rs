@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use rewindfs::cli::SocketArgs;
+use rewindfs::cli::{SocketArgs, StackArgs};
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{Log, RedoRewind, RewindFiles, Status, UndoRewind};
 use rewindfs::store::Scope;
@@ -105,14 +105,6 @@ pub(crate) struct RewindArgs {
     pub paths: Vec<String>,
 }
 
-/// What `rewindfs undo` and `rewindfs redo` were told.
-pub(crate) struct StackArgs {
-    pub dry_run: bool,
-    pub force: bool,
-    /// That session's own stack.
-    pub session: Option<String>,
-}
-
 /// `rewindfs rewind`: fails (exit 1) when the rewind cannot be done.
 pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::Result<ExitCode> {
     let mut client = connect(socket)?;
@@ -167,18 +159,15 @@ pub(crate) enum Way {
 }
 
 /// `rewindfs undo` and `rewindfs redo`: fail (exit 1) when refused.
-pub(crate) fn undo_or_redo(
-    way: Way,
-    how: StackArgs,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<ExitCode> {
-    let mut client = connect(socket)?;
+pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
     let StackArgs {
         dry_run,
         force,
         session,
-    } = how;
+        json,
+        socket,
+    } = a;
+    let mut client = connect(&socket)?;
     let r = match way {
         Way::Undo => client.call(&UndoRewind {
             dry_run,

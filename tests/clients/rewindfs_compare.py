@@ -86,6 +86,27 @@ def rewindfs_bin() -> str:
     return os.environ.get("REWINDFS_BIN") or str(REPO / "target" / "debug" / "rewindfs")
 
 
+def require_clients_and_mount() -> None:
+    """Skips the calling test (outside CI) or fails it (``CI=true`` or ``REQUIRE_FUSE=1``),
+    naming what is missing, unless the real SDK, a rewindfs binary and a mountable FUSE are
+    all here."""
+    import importlib.util
+
+    import pytest
+
+    problem = None
+    if importlib.util.find_spec("claude_agent_sdk") is None:
+        problem = "claude-agent-sdk is not importable: run tests/clients/install.sh and use its venv's python"
+    elif not Path(rewindfs_bin()).exists():
+        problem = f"no rewindfs binary at {rewindfs_bin()}: cargo build (or set REWINDFS_BIN)"
+    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
+        problem = "mounting needs root and /dev/fuse"
+    if problem:
+        if os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1":
+            pytest.fail(f"required (CI=true or REQUIRE_FUSE=1): {problem}")
+        pytest.skip(problem)
+
+
 # ---- trees ---------------------------------------------------------------------------------
 
 Entry = tuple  # ("file", mode, bytes) | ("dir", mode) | ("symlink", target) | ("other", kind)

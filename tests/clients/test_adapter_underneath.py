@@ -16,38 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "sdk" / "python"))
 
 
-def _required() -> bool:
-    return os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1"
-
-
 def test_a_host_started_inside_the_project_still_runs_the_cli_inside_the_mount(tmp_path: Path) -> None:
-    from rewindfs_compare import rewindfs_bin
+    from rewindfs_compare import require_clients_and_mount, rewindfs_bin
 
-    problem = None
-    if importlib.util.find_spec("claude_agent_sdk") is None:
-        problem = "claude-agent-sdk is not importable: run tests/clients/install.sh and use its venv's python"
-    elif not Path(rewindfs_bin()).exists():
-        problem = f"no rewindfs binary at {rewindfs_bin()}: cargo build (or set REWINDFS_BIN)"
-    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        problem = "mounting needs root and /dev/fuse"
-    if problem:
-        if _required():
-            pytest.fail(f"required (CI=true or REQUIRE_FUSE=1): {problem}")
-        pytest.skip(problem)
+    require_clients_and_mount()
     from claude_agent_sdk.types import ResultMessage
     from rewindfs import AsyncRewindfsClient
     from rewindfs.claude import register_cli, send_prompt, with_rewindfs

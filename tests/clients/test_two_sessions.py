@@ -11,7 +11,6 @@ files.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,14 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-
-
-def _required() -> bool:
-    return os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1"
 
 
 def _cli() -> Path:
@@ -52,19 +46,9 @@ def _socket_request(store: str, subtype: str, **fields: object) -> dict:
 
 
 def test_two_cli_sessions_in_one_tree_each_rewind_their_own_turns(tmp_path: Path) -> None:
-    from rewindfs_compare import rewindfs_bin
+    from rewindfs_compare import require_clients_and_mount, rewindfs_bin
 
-    problem = None
-    if importlib.util.find_spec("claude_agent_sdk") is None:
-        problem = "claude-agent-sdk is not importable: run tests/clients/install.sh and use its venv's python"
-    elif not Path(rewindfs_bin()).exists():
-        problem = f"no rewindfs binary at {rewindfs_bin()}: cargo build (or set REWINDFS_BIN)"
-    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        problem = "mounting needs root and /dev/fuse"
-    if problem:
-        if _required():
-            pytest.fail(f"required (CI=true or REQUIRE_FUSE=1): {problem}")
-        pytest.skip(problem)
+    require_clients_and_mount()
     from fake_api import FakeAPI
     from run_session import offline_env
 
