@@ -14,7 +14,11 @@
 //!   on one path capture it once (and a capture that finds the checkpoint changed under it is
 //!   taken again for the new one);
 //! - `partial` ⊆ `seen`: the range captures whose bytes are not all saved yet;
-//! - a boundary empties `seen` and `partial`, under the `capture` lock;
+//! - `prepared` is disjoint from `seen`: pre-images read ahead of a live rewind's helper
+//!   (`precapture.rs`), each the path's state at the start of checkpoint `seq`, not recorded
+//!   yet; the first change of such a path records it as its own capture instead of reading
+//!   the path again;
+//! - a boundary empties `seen`, `partial` and `prepared`, under the `capture` lock;
 //! - `tracked[session]` mirrors the store's `tracked` table for the sessions seen so far.
 
 use std::collections::{HashMap, HashSet};
@@ -31,8 +35,8 @@ use super::ranges::Partial;
 use super::snapshot::{snapshot, stat_of};
 use super::{Need, Op, Recorder, path_key};
 use crate::locks::Locked;
-use crate::store::Actor;
 use crate::store::Purpose;
+use crate::store::{Actor, BlobRef, PreImage};
 use crate::store::{CheckpointKind, Prompt};
 
 /// Paths a checkpoint's set must have held for its end to trim the heap.
@@ -53,6 +57,11 @@ pub(super) struct State {
     pub(super) tracked: HashMap<String, HashSet<Vec<u8>>>,
     /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
     pub(super) partial: HashMap<Vec<u8>, Partial>,
+    /// Pre-images read ahead of a rewind's helper, not recorded yet (see the module doc).
+    pub(super) prepared: HashMap<Vec<u8>, PreImage>,
+    /// Blobs of prepared pre-images that no longer stand for their path (a directory above it
+    /// was renamed): removed with the rest once the rewind is done.
+    pub(super) unprepared: Vec<BlobRef>,
     /// Each session's current checkpoint (the last message it began) and when it began.
     /// Captures go to the checkpoint that began last, whoever's it is (that is enough to
     /// reconstruct every checkpoint's start); this is what each session is working in.
@@ -78,6 +87,8 @@ impl State {
             seen: HashMap::new(),
             tracked: HashMap::new(),
             partial: HashMap::new(),
+            prepared: HashMap::new(),
+            unprepared: Vec::new(),
             sessions: HashMap::new(),
         }
     }
@@ -180,6 +191,9 @@ impl Recorder {
         }
         s.seen = HashMap::new();
         s.partial = HashMap::new();
+        let stale = std::mem::take(&mut s.prepared);
+        s.unprepared
+            .extend(stale.into_values().filter_map(|pre| pre.blob));
         Ok(seq)
     }
 
@@ -284,6 +298,10 @@ impl Recorder {
                     continue;
                 }
             }
+            let prepared = self.state.locked().prepared.remove(p);
+            if let Some(pre) = prepared {
+                return self.record_prepared(p, seq, actor, op, pre);
+            }
             let rel = Path::new(OsStr::from_bytes(p));
             // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
             let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
@@ -304,6 +322,36 @@ impl Recorder {
         }
     }
 
+    /// Records `pre`, read ahead for `p` (see the module doc), as the capture of its first
+    /// change in checkpoint `seq`. The caller holds the capture lock and found `p` not seen.
+    fn record_prepared(
+        &self,
+        p: &[u8],
+        seq: i64,
+        actor: Actor,
+        op: Op,
+        pre: PreImage,
+    ) -> io::Result<(i64, Option<i64>)> {
+        match self
+            .store
+            .insert_capture(seq, p, Purpose::Checkpoint, &pre, actor, op)
+        {
+            Ok(id) => {
+                self.state.locked().seen.insert(p.to_vec(), actor.bit());
+                Ok((seq, Some(id)))
+            }
+            Err(e) => {
+                tracing::error!(
+                    "refusing {} of {}: its pre-image could not be recorded: {e}",
+                    op.as_str(),
+                    String::from_utf8_lossy(p)
+                );
+                self.state.locked().prepared.insert(p.to_vec(), pre);
+                Err(e.into())
+            }
+        }
+    }
+
     /// A directory was renamed (or exchanged) from or to `a` and `b`: the paths beneath either
     /// name now hold other files, so they are captured afresh.
     pub(super) fn forget_beneath(&self, a: &[u8], b: &[u8]) {
@@ -312,6 +360,12 @@ impl Recorder {
             |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
         s.seen.retain(|k, _| !under(k, a) && !under(k, b));
         s.partial.retain(|k, _| !under(k, a) && !under(k, b));
+        let (gone, kept) = std::mem::take(&mut s.prepared)
+            .into_iter()
+            .partition::<HashMap<_, _>, _>(|(k, _)| under(k, a) || under(k, b));
+        s.prepared = kept;
+        s.unprepared
+            .extend(gone.into_values().filter_map(|pre| pre.blob));
     }
 
     /// A tool changes `p`: remember the state just before its first tool change in the session.

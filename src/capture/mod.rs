@@ -25,6 +25,7 @@
 //! - `snapshot.rs` — whole pre-images;
 //! - `adopt.rs` — a file losing its last name kept by a link: the recorder's steps;
 //! - `ranges.rs` — range pre-images of large files;
+//! - `precapture.rs` — pre-images taken ahead of a live rewind's helper, beside it;
 //! - `log.rs` — the change log, buffered, and the flusher thread that writes it;
 //! - `meanwhile.rs` — a rewind applying through the mount: its own requests, and the changes
 //!   others make meanwhile, which it must not overwrite.
@@ -51,6 +52,7 @@ mod checkpoint;
 mod log;
 mod meanwhile;
 mod op;
+mod precapture;
 mod ranges;
 mod snapshot;
 

@@ -27,13 +27,14 @@
 //!   capture or another unfinished plan names them.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::apply::{Applied, apply_plan};
+use super::apply::{Applied, apply_plan, depth};
 use super::history::{History, under};
-use super::{Engine, Outcome, RewindError, Target};
+use super::{Differs, Engine, Outcome, RewindError, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
-use crate::store::{Actor, Kind, RewindScope, RewindState};
+use crate::store::{Actor, Apply, Kind, RewindScope, RewindState};
 
 impl Engine {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
@@ -81,7 +82,7 @@ impl Engine {
             std::thread::sleep(d);
         }
         let done = self
-            .apply_through_mount(watch, &targets, &differs, id)
+            .apply_with_precapture(watch, &targets, &differs, id)
             .map_err(|e| match e {
                 RewindError::Failed(m) => {
                     RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
@@ -92,6 +93,44 @@ impl Engine {
         // An undo or redo also moves the rewind it undid or redid on the stack.
         self.store.finish_rewind(&row)?;
         Ok(applied)
+    }
+
+    /// [`Engine::apply_through_mount`], with the pre-images of the files it writes over read
+    /// beside it (`capture/precapture.rs`), in the order the helper writes them: by depth
+    /// (`live.rs`, pass 3), then the tool scope's in-place targets.
+    fn apply_with_precapture(
+        &self,
+        watch: &Watch<'_>,
+        targets: &[&Target],
+        differs: &[Differs],
+        id: &str,
+    ) -> Result<Applied, RewindError> {
+        let mut ahead: Vec<&Target> = targets
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| t.kind == Kind::File && differs.get(*i).is_none_or(|d| d.content))
+            .map(|(_, t)| *t)
+            .collect();
+        ahead.sort_by_key(|t| (t.apply == Apply::InPlace, depth(&t.path)));
+        let paths: Vec<&[u8]> = ahead.iter().map(|t| t.path.as_slice()).collect();
+        let stop = AtomicBool::new(false);
+        let (done, ahead) = std::thread::scope(|s| {
+            let taking = s.spawn(|| self.recorder.precapture(watch, &paths, &stop));
+            let done = self.apply_through_mount(watch, targets, differs, id);
+            stop.store(true, Ordering::Relaxed);
+            (done, taking.join().unwrap_or_default())
+        });
+        let mut unused = ahead.unused;
+        let left = self.recorder.unprepared();
+        tracing::info!(
+            "rewind {id}: {} of {} pre-images read ahead of its helper, {} of them not needed",
+            ahead.taken,
+            paths.len(),
+            left.len()
+        );
+        unused.extend(left);
+        self.scratch.locked().extend(unused);
+        done
     }
 
     /// Finishes rewinds a crash interrupted (called at mount, before serving), and returns

@@ -602,6 +602,72 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
     }
 }
 
+/// A file the rewind has read ahead (`capture/precapture.rs`) and someone else changes before
+/// the helper reaches it: their change records the pre-image read ahead as its own capture, so
+/// the rewind leaves the file to them, undo neither restores it nor counts it as a conflict,
+/// and a rewind to the moment the rewind began gives back what was there then. (Recorded as
+/// the rewind's, the read-ahead pre-image made undo refuse over that file.)
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_file_read_ahead_and_changed_by_someone_else_before_the_rewind_reaches_it_stays_theirs() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let rewind = rewind_in_background(&m, &cp);
+    // The helper pauses in a.txt; b.txt has been read ahead by then.
+    std::thread::sleep(Duration::from_millis(700));
+    fs::write(m.p("b.txt"), "b written while the rewind applied\n").unwrap();
+    let r = rewind.join().unwrap();
+    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(meanwhile(&m, &r), vec!["b.txt"], "{r}");
+    let log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
+    let ahead = log
+        .lines()
+        .find(|l| l.contains("pre-images read ahead of its helper"))
+        .unwrap_or_else(|| panic!("no read-ahead line in the log:\n{log}"));
+    assert!(
+        ahead.contains("2 of 2 pre-images") || ahead.contains("1 of 2 pre-images"),
+        "b.txt was read ahead: {ahead}"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a at the checkpoint\n"
+    );
+    let dry = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
+    assert_eq!(
+        dry["canRewind"],
+        json!(true),
+        "no conflict over b.txt: {dry}"
+    );
+    let u = c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(u["canRewind"], json!(true), "{u}");
+    assert_eq!(
+        fs::read_to_string(m.p("a.txt")).unwrap(),
+        "a since, and longer than at the checkpoint\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("b.txt")).unwrap(),
+        "b written while the rewind applied\n",
+        "undo left b.txt to its writer: {u}"
+    );
+    // The rewind's own checkpoint holds b.txt as it was when the rewind began.
+    let id = r["rewindId"].as_str().unwrap().to_string();
+    let back = rewind_all(&mut c, &id);
+    assert_eq!(back["canRewind"], json!(true), "{back}");
+    for f in ["a", "b"] {
+        assert_eq!(
+            fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
+            format!("{f} since, and longer than at the checkpoint\n"),
+            "{back}"
+        );
+    }
+}
+
 /// A mount whose helper pauses after a file's content and before its cut, and `a.txt`, made
 /// longer since the returned checkpoint: a rewind to it writes the content, then pauses.
 fn longer_since_a_checkpoint() -> (Mounted, String) {
