@@ -67,7 +67,17 @@ struct Job {
     targets: Vec<PlanTarget>,
     /// What planning saw differ at each target: content, extended attributes.
     differs: Vec<(bool, bool)>,
+    /// Each target's content as planning read and verified it, where it is small enough
+    /// (`Outcome::contents`; missing or `None`: read from the blob). The helper checks its hash
+    /// again before it writes it.
+    #[serde(default)]
+    contents: Vec<Inline>,
 }
+
+/// A target's content in the job, as base64.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+struct Inline(#[serde(with = "crate::store::base64::option")] Option<Vec<u8>>);
 
 /// A line from the helper.
 #[derive(Debug, Serialize, Deserialize)]
@@ -98,6 +108,7 @@ impl Engine {
         watch: &Watch<'_>,
         targets: &[&Target],
         differs: &[Differs],
+        contents: &[Option<&[u8]>],
         id: &str,
     ) -> Result<Applied, RewindError> {
         let failed = |what: &str, e: io::Error| {
@@ -123,6 +134,10 @@ impl Engine {
                     let d = differs.get(i).copied().unwrap_or_default();
                     (d.content, d.xattrs)
                 })
+                .collect(),
+            contents: contents
+                .iter()
+                .map(|c| Inline(c.map(<[u8]>::to_vec)))
                 .collect(),
         };
         // This process's own image: after an upgrade, `current_exe()` names a file that is
@@ -309,5 +324,6 @@ fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Resul
         .iter()
         .map(|&(content, xattrs)| Differs { content, xattrs })
         .collect();
-    live::apply(tree, &blobs, &targets, &differs, &job.id)
+    let contents: Vec<Option<&[u8]>> = job.contents.iter().map(|c| c.0.as_deref()).collect();
+    live::apply(tree, &blobs, &targets, &differs, &contents, &job.id)
 }

@@ -8,7 +8,8 @@
 //! modes deepest first), each step through the mount:
 //! - a file that is there, a regular file with one name, is rewritten in place: opened
 //!   `O_WRONLY|O_NOFOLLOW` and written over, then cut to length, if its content differs (the
-//!   blob verified first), then given its owner, extended attributes and mode where they
+//!   content verified first: as planning read it from its blob, hashed again, or the blob
+//!   itself), then given its owner, extended attributes and mode where they
 //!   differ — a mode restored is a chmod and nothing more;
 //! - a file that is not there, or that the rewind may not open for writing, or that has other
 //!   names, a symlink and a special file are written under a temp name beside the path and
@@ -52,7 +53,8 @@ use crate::store::{Apply, Blobs, Kind};
 use crate::sys;
 
 /// Applies `targets` through the mount (`tree`); `differs[i]` says what planning saw differ
-/// at `targets[i]` (all of it when missing). `id` names the rewind (its temp names).
+/// at `targets[i]` (all of it when missing), `contents[i]` is its content as planning read and
+/// verified it (missing: read from its blob). `id` names the rewind (its temp names).
 ///
 /// # Errors
 /// The first failure that is not a path changed meanwhile; the paths before it are done.
@@ -61,6 +63,7 @@ pub(super) fn apply(
     blobs: &Blobs,
     targets: &[&Target],
     differs: &[Differs],
+    contents: &[Option<&[u8]>],
     id: &str,
 ) -> io::Result<Applied> {
     let mut in_place = Vec::new();
@@ -68,7 +71,11 @@ pub(super) fn apply(
     for (i, t) in targets.iter().enumerate() {
         match t.apply {
             Apply::InPlace => in_place.push(*t),
-            Apply::Replace => order.push((*t, differs.get(i).copied().unwrap_or_default())),
+            Apply::Replace => order.push((
+                *t,
+                differs.get(i).copied().unwrap_or_default(),
+                contents.get(i).copied().flatten(),
+            )),
         }
     }
     let mut live = Live {
@@ -82,18 +89,21 @@ pub(super) fn apply(
     };
     if !order.is_empty() {
         // The sorts are stable and each starts from the previous order: keep their sequence.
-        order.sort_by_key(|(t, _)| Reverse(depth(&t.path)));
+        order.sort_by_key(|(t, _, _)| Reverse(depth(&t.path)));
         live.remove_what_goes(&order)?;
-        order.sort_by_key(|(t, _)| depth(&t.path));
+        order.sort_by_key(|(t, _, _)| depth(&t.path));
         live.make_dirs(&order)?;
         live.write_entries(&order)?;
-        order.sort_by_key(|(t, _)| Reverse(depth(&t.path)));
+        order.sort_by_key(|(t, _, _)| Reverse(depth(&t.path)));
         live.set_dir_modes(&order)?;
     }
     let mut applied = live.applied;
     applied.extend(apply_in_place(tree, blobs, &in_place)?);
     Ok(applied)
 }
+
+/// A target, what planning saw differ at it, and its content if planning handed it over.
+type Step<'a> = (&'a Target, Differs, Option<&'a [u8]>);
 
 /// One apply through the mount.
 struct Live<'a> {
@@ -145,8 +155,8 @@ impl Live<'_> {
 
     /// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
     /// changing to or from a directory (a directory with everything beneath it).
-    fn remove_what_goes(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
-        for (t, _) in order {
+    fn remove_what_goes(&mut self, order: &[Step<'_>]) -> io::Result<()> {
+        for (t, _, _) in order {
             let r = self.remove_one(t);
             self.settle(t, true, r)?;
         }
@@ -203,8 +213,8 @@ impl Live<'_> {
 
     /// Pass 2, shallowest first: creates the target directories that are missing, as 0700 so
     /// that pass 3 can write into them; pass 4 gives them their modes.
-    fn make_dirs(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
-        for (t, _) in order.iter().filter(|(t, _)| t.kind == Kind::Dir) {
+    fn make_dirs(&mut self, order: &[Step<'_>]) -> io::Result<()> {
+        for (t, _, _) in order.iter().filter(|(t, _, _)| t.kind == Kind::Dir) {
             if self.skipped(t) {
                 continue;
             }
@@ -243,11 +253,11 @@ impl Live<'_> {
     }
 
     /// Pass 3: each file, symlink and special file, in place or beside and renamed into place.
-    fn write_entries(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
+    fn write_entries(&mut self, order: &[Step<'_>]) -> io::Result<()> {
         let entries = order
             .iter()
-            .filter(|(t, _)| matches!(t.kind, Kind::File | Kind::Symlink | Kind::Other));
-        for (i, (t, d)) in entries.enumerate() {
+            .filter(|(t, _, _)| matches!(t.kind, Kind::File | Kind::Symlink | Kind::Other));
+        for (i, (t, d, content)) in entries.enumerate() {
             if crate::faults::fail_rewind_after() == Some(i) {
                 return Err(io::Error::other(
                     "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
@@ -256,7 +266,9 @@ impl Live<'_> {
             if self.skipped(t) {
                 continue;
             }
-            let r = self.parents(t.rel()).and_then(|()| self.put(t, *d));
+            let r = self
+                .parents(t.rel())
+                .and_then(|()| self.put(t, *d, *content));
             self.settle(t, false, r)?;
         }
         Ok(())
@@ -264,7 +276,7 @@ impl Live<'_> {
 
     /// Gives `t`'s path its state: in place if it is a regular file with one name that can be
     /// opened for writing, else written beside and renamed over it.
-    fn put(&mut self, t: &Target, d: Differs) -> io::Result<()> {
+    fn put(&mut self, t: &Target, d: Differs, content: Option<&[u8]>) -> io::Result<()> {
         let rel = t.rel();
         let cur = sys::lstat_beneath_opt(self.root(), rel)?;
         if t.kind == Kind::File {
@@ -276,7 +288,7 @@ impl Live<'_> {
                     OFlags::PATH
                 };
                 match sys::open_beneath(self.root(), rel, flags, 0) {
-                    Ok(fd) => return self.rewrite(fd.as_fd(), &st, t, d),
+                    Ok(fd) => return self.rewrite(fd.as_fd(), &st, t, d, content),
                     // Read-only to the daemon (not root), being executed, or leased to
                     // someone (`O_NONBLOCK`: EAGAIN instead of waiting for the lease to be
                     // broken): as an editor saving by rename would.
@@ -289,13 +301,20 @@ impl Live<'_> {
                 }
             }
         }
-        self.beside(t, cur.is_some())
+        self.beside(t, cur.is_some(), content)
     }
 
     /// Rewrites the regular file open at `fd` (`st`: its state) in place: its content if it
     /// differs (`fd` is then open for writing; otherwise an `O_PATH` handle), then its owner
     /// (as root), extended attributes and mode where they differ.
-    fn rewrite(&self, fd: BorrowedFd<'_>, st: &Stat, t: &Target, d: Differs) -> io::Result<()> {
+    fn rewrite(
+        &self,
+        fd: BorrowedFd<'_>,
+        st: &Stat,
+        t: &Target,
+        d: Differs,
+        content: Option<&[u8]>,
+    ) -> io::Result<()> {
         if d.content {
             // Written over from the start, then cut to length: emptying the file first would
             // free its blocks only to allocate them again (on a filesystem mounted with
@@ -304,9 +323,12 @@ impl Live<'_> {
             let empty = crate::store::blobs::empty_hash();
             let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
             let written = Cell::new(0);
-            let len = self
-                .blobs
-                .write_verified_counted(hash, fd, || Ok(()), &written);
+            let len = match content {
+                Some(data) => Blobs::write_checked_counted(hash, data, fd, &written),
+                None => self
+                    .blobs
+                    .write_verified_counted(hash, fd, || Ok(()), &written),
+            };
             self.stepped.set(written.get() > 0);
             let len = len?;
             pause_once();
@@ -353,13 +375,13 @@ impl Live<'_> {
     /// Writes `t`'s state under a temp name beside its path and renames it into place: over
     /// what is there (`over`), or only if nothing is (someone who made the path meanwhile
     /// keeps it).
-    fn beside(&self, t: &Target, over: bool) -> io::Result<()> {
+    fn beside(&self, t: &Target, over: bool, content: Option<&[u8]>) -> io::Result<()> {
         let rel = t.rel();
         let (dir, name) = parent_of(self.root(), rel)?;
         let tmp = temp_name(name, self.id);
         let tmp = Path::new(&tmp);
         let res = self
-            .write_temp(dir.as_fd(), tmp, t)
+            .write_temp(dir.as_fd(), tmp, t, content)
             .and_then(|()| {
                 let flags = if over { 0 } else { libc::RENAME_NOREPLACE };
                 sys::renameat2(dir.as_fd(), tmp, Path::new(name), flags)
@@ -376,7 +398,13 @@ impl Live<'_> {
 
     /// Writes target `t` (a file, symlink or special file) at `tmp` in `dir`, replacing
     /// whatever an earlier attempt left there.
-    fn write_temp(&self, dir: BorrowedFd<'_>, tmp: &Path, t: &Target) -> io::Result<()> {
+    fn write_temp(
+        &self,
+        dir: BorrowedFd<'_>,
+        tmp: &Path,
+        t: &Target,
+        content: Option<&[u8]>,
+    ) -> io::Result<()> {
         let root = sys::geteuid() == 0;
         match t.kind {
             Kind::File => {
@@ -397,7 +425,14 @@ impl Live<'_> {
                 };
                 let empty = crate::store::blobs::empty_hash();
                 let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
-                self.blobs.write_verified(hash, fd.as_fd(), || Ok(()))?;
+                match content {
+                    Some(data) => {
+                        Blobs::write_checked_counted(hash, data, fd.as_fd(), &Cell::new(0))?;
+                    }
+                    None => {
+                        self.blobs.write_verified(hash, fd.as_fd(), || Ok(()))?;
+                    }
+                }
                 if root {
                     let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);
                 }
@@ -428,8 +463,8 @@ impl Live<'_> {
 
     /// Pass 4, deepest first: directory owners, extended attributes and modes where they
     /// differ, once nothing more is written into them.
-    fn set_dir_modes(&mut self, order: &[(&Target, Differs)]) -> io::Result<()> {
-        for (t, d) in order.iter().filter(|(t, _)| t.kind == Kind::Dir) {
+    fn set_dir_modes(&mut self, order: &[Step<'_>]) -> io::Result<()> {
+        for (t, d, _) in order.iter().filter(|(t, _, _)| t.kind == Kind::Dir) {
             if self.skipped(t) {
                 continue;
             }

@@ -314,6 +314,10 @@ pub struct Outcome {
     /// What planning saw differ at each target (parallel to `targets`; empty for scope
     /// `tool`, which rewrites every file it restores).
     pub(super) differs: Vec<Differs>,
+    /// Each target's content as planning read and verified it from its blob, where small
+    /// enough (parallel to `targets`; empty for scope `tool`): a live rewind's helper writes
+    /// it instead of reading the blob again.
+    pub(super) contents: Vec<Option<Vec<u8>>>,
 }
 
 impl Outcome {

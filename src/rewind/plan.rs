@@ -209,6 +209,7 @@ impl Engine {
         out: &mut Outcome,
     ) -> Result<(), RewindError> {
         let root = self.root();
+        let mut inline_budget = INLINE_TOTAL;
         for (p, target) in wanted {
             let rel = Path::new(OsStr::from_bytes(&p));
             let now = now_state(root, rel)?;
@@ -234,6 +235,15 @@ impl Engine {
                 .push(String::from_utf8_lossy(&p).into_owned());
             out.lines.push((i, d));
             out.differs.push(now.differs_in(&target, &new_content));
+            // Verified just now: what a live rewind's helper writes, instead of reading the
+            // blob again (within bounds: the plan travels to the helper whole).
+            out.contents.push(new_content.filter(|c| {
+                let fits = c.len() <= INLINE_MAX && c.len() <= inline_budget;
+                if fits {
+                    inline_budget -= c.len();
+                }
+                fits
+            }));
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
@@ -243,6 +253,11 @@ impl Engine {
         Ok(())
     }
 }
+
+/// The largest target content a plan hands its helper with the plan (see `helper.rs`), and
+/// the most it hands in all; the helper reads the rest from the store.
+const INLINE_MAX: usize = 64 * 1024;
+const INLINE_TOTAL: usize = 64 * 1024 * 1024;
 
 /// Names the candidates are also known by, before and after each rename: for every path
 /// seen, its name when the checkpoint began and its name now, found by following the renames

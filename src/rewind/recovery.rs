@@ -59,12 +59,14 @@ impl Engine {
         let mut applied = Applied::default();
         let mut targets = Vec::with_capacity(out.targets.len());
         let mut differs = Vec::with_capacity(out.targets.len());
+        let mut contents = Vec::with_capacity(out.targets.len());
         for (i, t) in out.targets.iter().enumerate() {
             if watch.changed(&t.path, t.kind != Kind::Dir) {
                 applied.changed_meanwhile(&t.path);
             } else {
                 targets.push(t);
                 differs.push(out.differs.get(i).copied().unwrap_or_default());
+                contents.push(out.contents.get(i).and_then(|c| c.as_deref()));
             }
         }
         let plan =
@@ -82,7 +84,7 @@ impl Engine {
             std::thread::sleep(d);
         }
         let done = self
-            .apply_with_precapture(watch, &targets, &differs, id)
+            .apply_with_precapture(watch, &targets, &differs, &contents, id)
             .map_err(|e| match e {
                 RewindError::Failed(m) => {
                     RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
@@ -103,6 +105,7 @@ impl Engine {
         watch: &Watch<'_>,
         targets: &[&Target],
         differs: &[Differs],
+        contents: &[Option<&[u8]>],
         id: &str,
     ) -> Result<Applied, RewindError> {
         let mut ahead: Vec<&Target> = targets
@@ -116,7 +119,7 @@ impl Engine {
         let stop = AtomicBool::new(false);
         let (done, ahead) = std::thread::scope(|s| {
             let taking = s.spawn(|| self.recorder.precapture(watch, &paths, &stop));
-            let done = self.apply_through_mount(watch, targets, differs, id);
+            let done = self.apply_through_mount(watch, targets, differs, contents, id);
             stop.store(true, Ordering::Relaxed);
             (done, taking.join().unwrap_or_default())
         });

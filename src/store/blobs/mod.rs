@@ -334,6 +334,25 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
+    fn content_handed_over_is_written_only_if_it_hashes_to_its_blob() {
+        let d = tempfile::tempdir().unwrap();
+        let b = Blobs::open(d.path(), true).unwrap();
+        let (h, _) = b.put_bytes(b"at the checkpoint\n").unwrap();
+        let out = d.path().join("out");
+        let f = std::fs::File::create(&out).unwrap();
+        let written = std::cell::Cell::new(0);
+        let err = Blobs::write_checked_counted(&h, b"swapped\n", f.as_fd(), &written).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains(&h), "{err}");
+        assert_eq!(written.get(), 0);
+        assert_eq!(std::fs::read(&out).unwrap(), b"");
+        let n =
+            Blobs::write_checked_counted(&h, b"at the checkpoint\n", f.as_fd(), &written).unwrap();
+        assert_eq!((n, written.get()), (18, 18));
+        assert_eq!(std::fs::read(&out).unwrap(), b"at the checkpoint\n");
+    }
+
+    #[test]
     fn equal_contents_are_stored_once_and_read_back() {
         let d = tempfile::tempdir().unwrap();
         let b = Blobs::open(d.path(), true).unwrap();

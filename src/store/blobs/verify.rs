@@ -107,6 +107,24 @@ impl Blobs {
         self.write_verified_counted(hash, dst, before, &Cell::new(0))
     }
 
+    /// Writes `data`, which a plan read from blob `hash` and verified, into `dst` once it is
+    /// checked again to hash to `hash` (what it is held as has not been swapped since), adding
+    /// to `written` the bytes each write puts in `dst`. Returns the number of bytes written.
+    ///
+    /// # Errors
+    /// `InvalidData` if `data` does not hash to `hash` (nothing is written); I/O errors
+    /// writing `dst`.
+    pub fn write_checked_counted(
+        hash: &str,
+        data: &[u8],
+        dst: BorrowedFd<'_>,
+        written: &Cell<u64>,
+    ) -> io::Result<u64> {
+        check(hash, blake3::hash(data))?;
+        write_counted(dst, data, written)?;
+        Ok(data.len() as u64)
+    }
+
     /// [`write_verified`](Self::write_verified), adding to `written` the bytes each write
     /// puts in `dst` as it goes: after a failure, whether any byte reached `dst` (a rewind
     /// through the mount whose write is refused part-way has changed the file all the same).
