@@ -4,14 +4,16 @@
 //! what each write overwrites, like any change: a blob file made per file, on the helper's
 //! single, serial path. [`Recorder::precapture`] reads those pre-images beforehand, on a thread
 //! of its own beside the helper, so that the helper's writes find them read and only record
-//! them (a 10,000-file rewind, first after mount: 1.8-2.0 s before, 1.3-1.4 s with it).
+//! them (a 10,000-file rewind, first after mount: 1.8-2.0 s before, 1.2-1.3 s with it).
 //!
 //! Invariants:
 //! - what it reads is the file's whole state at the start of the rewind's checkpoint; it is
 //!   not recorded as a capture but kept in memory (`State::prepared`), and the first change of
 //!   the path in the checkpoint — the helper's write, or anyone else's — records it as its own
-//!   capture (`ensure_captured`), so the captures are exactly those the changes would have
-//!   taken themselves: the same pre-image, the same actor and op, only the read done earlier;
+//!   capture (`ensure_captured`), so the captures are those the changes would have taken
+//!   themselves: the same state, the same actor and op, only the read done earlier (and a
+//!   copy where an unlink or rename-over of the file's last name would have kept it by a
+//!   link);
 //! - the content is read without the capture lock (that is the point), and kept only if,
 //!   under the lock, the path is still uncaptured in the rewind's checkpoint and no one else
 //!   changed it since the rewind began: every change to a path first captures it (under the

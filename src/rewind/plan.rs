@@ -257,7 +257,7 @@ impl Engine {
 /// The largest target content a plan hands its helper with the plan (see `helper.rs`), and
 /// the most it hands in all; the helper reads the rest from the store.
 const INLINE_MAX: usize = 64 * 1024;
-const INLINE_TOTAL: usize = 64 * 1024 * 1024;
+const INLINE_TOTAL: usize = 16 * 1024 * 1024;
 
 /// Names the candidates are also known by, before and after each rename: for every path
 /// seen, its name when the checkpoint began and its name now, found by following the renames
