@@ -555,6 +555,17 @@ fn change_both(m: &Mounted) {
     fs::write(m.p("b.txt"), "b since, and longer than at the checkpoint\n").unwrap();
 }
 
+/// A mount with [`two_files`], both changed since a checkpoint, and a rewind to it running on
+/// a thread of its own, which pauses 1.5 s in a.txt, between its content and its length.
+fn a_rewind_paused_in_its_first_file() -> (Mounted, Client, std::thread::JoinHandle<Value>) {
+    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    change_both(&m);
+    let rewind = rewind_in_background(&m, &cp);
+    (m, c, rewind)
+}
+
 /// Another session begins a message while a rewind applies (it pauses in its first file,
 /// `REWINDFS_TEST_PAUSE_APPLYING_MS`): the boundary waits for the rewind, so everything the
 /// rewind overwrote is captured under its own checkpoint, and undo gives every file back.
@@ -567,11 +578,7 @@ fn change_both(m: &Mounted) {
 #[test]
 fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file_back() {
     require_fuse();
-    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
-    let mut c = client(&m);
-    let cp = checkpoint(&mut c);
-    change_both(&m);
-    let rewind = rewind_in_background(&m, &cp);
+    let (m, mut c, rewind) = a_rewind_paused_in_its_first_file();
     std::thread::sleep(Duration::from_millis(500));
     let other = uuid::Uuid::new_v4().to_string();
     let t = std::time::Instant::now();
@@ -614,11 +621,7 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
 #[test]
 fn a_file_read_ahead_and_changed_by_someone_else_before_the_rewind_reaches_it_stays_theirs() {
     require_fuse();
-    let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
-    let mut c = client(&m);
-    let cp = checkpoint(&mut c);
-    change_both(&m);
-    let rewind = rewind_in_background(&m, &cp);
+    let (m, mut c, rewind) = a_rewind_paused_in_its_first_file();
     // The helper pauses in a.txt; b.txt has been read ahead by then.
     std::thread::sleep(Duration::from_millis(700));
     fs::write(m.p("b.txt"), "b written while the rewind applied\n").unwrap();
