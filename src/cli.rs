@@ -158,6 +158,11 @@ pub enum Command {
         /// The session the checkpoint must belong to (refused if it is another's).
         #[arg(long)]
         session: Option<String>,
+        /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
+        /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
+        /// nodes. Without it they are withheld, and the dry run and the rewind say which.
+        #[arg(long)]
+        trust_imported: bool,
         #[arg(long)]
         json: bool,
         /// Restrict to these paths or globs.
@@ -227,6 +232,11 @@ pub enum Command {
         /// The fork's store (default: as for a mount of DIR).
         #[arg(long)]
         store: Option<PathBuf>,
+        /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
+        /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
+        /// nodes. Without it they are withheld, and the dry run and the rewind say which.
+        #[arg(long)]
+        trust_imported: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -42,6 +42,13 @@ pub fn pause_applying() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_APPLYING_MS").map(Duration::from_millis)
 }
 
+/// `REWINDFS_TEST_PAUSE_FORK_FILES_MS=N`: a fork waits N ms once it has made its directories,
+/// before it writes its files (a test's window for another user to swap a directory the fork
+/// made for a symlink, which the fork must never follow).
+pub fn pause_fork_files() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_FORK_FILES_MS").map(Duration::from_millis)
+}
+
 /// `REWINDFS_TEST_PUSH_FAIL_AFTER=N`: a push fails after uploading N blobs, as one cut off by
 /// the network would (the next push must resume, skipping what is there).
 pub fn push_fail_after() -> Option<u64> {

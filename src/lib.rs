@@ -32,3 +32,4 @@ pub mod setup;
 pub mod store;
 pub mod sys;
 pub(crate) mod transcript;
+pub mod wspath;

@@ -115,6 +115,7 @@ fn run() -> anyhow::Result<ExitCode> {
             scope,
             force,
             session,
+            trust_imported,
             json,
             paths,
             socket,
@@ -125,6 +126,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 scope,
                 force,
                 session,
+                trust_imported,
                 paths,
             };
             return history::rewind(req, json, &socket);
@@ -151,9 +153,10 @@ fn run() -> anyhow::Result<ExitCode> {
             dir,
             mount,
             store,
+            trust_imported,
             json,
             socket,
-        } => travel::fork(&uuid, &dir, mount, store, json, &socket)?,
+        } => travel::fork(&uuid, &dir, mount, store, trust_imported, json, &socket)?,
         Command::Export {
             session,
             since,

@@ -140,6 +140,7 @@ impl Recorder {
             return Ok(None);
         }
         let pre = PreImage {
+            imported: false,
             kind: Kind::File,
             blob: None,
             mode: st.st_mode,

@@ -117,6 +117,7 @@ pub(super) fn snapshot_or_adopt(
         Err(e) => return Err(e),
     };
     let base = |kind| PreImage {
+        imported: false,
         kind,
         blob: None,
         mode: st.st_mode,

@@ -102,6 +102,7 @@ pub(crate) struct RewindArgs {
     pub scope: Scope,
     pub force: bool,
     pub session: Option<String>,
+    pub trust_imported: bool,
     pub paths: Vec<String>,
 }
 
@@ -122,6 +123,7 @@ pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::
             force: a.force,
             paths,
             session_id: a.session,
+            trust_imported: a.trust_imported,
         })
         .map_err(|e| anyhow::anyhow!(explain_unknown(e.to_string(), &uuid, json)))?;
     let ws = client.call(&Status {})?.workspace;

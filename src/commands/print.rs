@@ -6,6 +6,7 @@ use rewindfs::control::cmd::{
     CheckpointList, DiffReply, GcReply, LogReply, LsReply, NextStep, RewindAction, RewindInfo,
     RewindReply, StackReply, StatusReply, unprotected_warning,
 };
+use rewindfs::rewind::{AttrChange, Withheld};
 use rewindfs::store::{Kind, OriginKind, RewindState};
 
 pub(crate) fn print_checkpoints(r: &CheckpointList) {
@@ -306,6 +307,8 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
         );
     }
     print_meanwhile(&r.changed_meanwhile, &r.partially_restored, ws);
+    print_attribute_changes(&r.attribute_changes, dry_run || !r.can_rewind, ws);
+    print_withheld(&r.withheld, Some(ws));
     if let Some(o) = &r.omitted {
         let who: Vec<String> = o.by_actor.iter().map(|(a, n)| format!("{a} {n}")).collect();
         println!(
@@ -315,6 +318,54 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
             o.command
         );
     }
+}
+
+/// What a rewind changes besides content: each path's mode, owner and attributes.
+fn print_attribute_changes(changes: &[AttrChange], would: bool, ws: &Path) {
+    if changes.is_empty() {
+        return;
+    }
+    let verb = if would { "would set" } else { "set" };
+    println!(
+        "{verb} modes, owners or attributes of {} path(s):",
+        changes.len()
+    );
+    for c in changes {
+        let mut parts = Vec::new();
+        let from = |f: &Option<String>| f.clone().unwrap_or_else(|| "(new)".into());
+        if let Some((f, t)) = &c.mode {
+            parts.push(format!("mode {} -> {t}", from(f)));
+        }
+        if let Some((f, t)) = &c.owner {
+            parts.push(format!("owner {} -> {t}", from(f)));
+        }
+        if !c.xattrs.is_empty() {
+            parts.push(format!("attributes {}", c.xattrs.join(" ")));
+        }
+        println!("  {}  {}", shown(&c.path, ws), parts.join(", "));
+    }
+}
+
+/// What history from elsewhere would have granted and was withheld, and how to apply it.
+pub(crate) fn print_withheld(w: &[Withheld], ws: Option<&Path>) {
+    if w.is_empty() {
+        return;
+    }
+    println!(
+        "withheld from history that came from elsewhere (import or pull), at {} path(s):",
+        w.len()
+    );
+    for x in w {
+        let path = match ws {
+            Some(ws) => shown(&x.path, ws),
+            None => x.path.as_str().into(),
+        };
+        println!("  {path}  {}", x.what.join(", "));
+    }
+    println!(
+        "  (another machine's history cannot grant privileges here; if you trust its source, \
+         repeat with --trust-imported)"
+    );
 }
 
 pub(crate) fn print_changes(

@@ -132,6 +132,7 @@ pub(crate) fn fork(
     dir: &Path,
     mount: bool,
     store: Option<PathBuf>,
+    trust_imported: bool,
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
@@ -139,6 +140,7 @@ pub(crate) fn fork(
     let r = connect(socket)?.call(&Fork {
         user_message_id: uuid.to_string(),
         dir: abs.to_string_lossy().into_owned(),
+        trust_imported,
     })?;
     let cfg = MountConfig::new(r.dir.clone(), store, false, false, 2, 60.0, None, false)?;
     let origin = Origin {
@@ -170,6 +172,7 @@ pub(crate) fn fork(
         for s in &r.skipped {
             println!("  skipped {s}");
         }
+        super::print::print_withheld(&r.withheld, None);
     })
 }
 

@@ -205,7 +205,8 @@ mod tests {
                 scope: Scope::Tool,
                 force: false,
                 paths: vec![],
-                session_id: None
+                session_id: None,
+                trust_imported: false,
             })
         );
     }

@@ -82,6 +82,7 @@ impl Engine {
                     force: true,
                     paths: Vec::new(),
                     session_id: None,
+                    trust_imported: false,
                 };
                 self.checked(&req)
                     .map_err(|e| match e {
@@ -120,33 +121,22 @@ impl Engine {
     ) -> Result<Manifest, RewindError> {
         let _one = self.apply.locked();
         let start = self.export_start(sel)?;
-        let tmp = out.with_file_name(format!(
-            ".{}.rewindfs-export-{}",
-            out.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let file = std::fs::File::create(&tmp)
-            .map_err(|e| RewindError::Refused(format!("{}: {e}", tmp.display())))?;
-        let res = self.write_bundle(
+        // Private (0600) and made beside its name through the directory's fd, never through
+        // a name another user could plant (`outside.rs`); renamed into place when complete.
+        let mut file = super::outside::NewFile::create(out)?;
+        let f = file
+            .file
+            .take()
+            .ok_or_else(|| RewindError::Failed("export".into()))?;
+        let m = self.write_bundle(
             start,
             sel,
-            io::BufWriter::with_capacity(1 << 20, file),
+            io::BufWriter::with_capacity(1 << 20, f),
             workspace,
             store,
-        );
-        match res {
-            Ok(m) => {
-                std::fs::rename(&tmp, out)
-                    .map_err(|e| RewindError::Refused(format!("{}: {e}", out.display())))?;
-                Ok(m)
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        }
+        )?;
+        file.commit()?;
+        Ok(m)
     }
 
     fn write_bundle(
@@ -442,6 +432,7 @@ fn history_of(rows: &[Row]) -> History {
             path,
             purpose: Purpose::Checkpoint,
             pre: PreImage {
+                imported: false,
                 kind: r.text("kind").map_or(Kind::Other, Kind::parse),
                 blob: r.text("blob").map(BlobRef::from_stored),
                 mode: r.int("mode").unwrap_or(0) as u32,

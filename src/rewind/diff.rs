@@ -36,6 +36,7 @@ impl Engine {
             force: true,
             paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
             session_id: session.map(str::to_string),
+            trust_imported: false,
         };
         let _one = self.apply.locked();
         let (_, cp, filter) = self.checked(&req)?;

@@ -35,10 +35,12 @@ use rustix::fs::OFlags;
 use super::attrs;
 use super::diff::{Side, file_diff};
 use super::filter::Filter;
+use super::outside::parent_beneath;
 use super::past::{DiffOut, Entry, Past, Source};
+use super::privileges::{Policy, Withheld};
 use super::{Engine, RewindError};
 use crate::locks::Locked;
-use crate::store::{Kind, Xattrs};
+use crate::store::{Kind, PreImage, Xattrs};
 use crate::sys;
 
 /// What a fork wrote.
@@ -59,6 +61,17 @@ pub struct ForkReport {
     pub bytes_from_store: u64,
     /// Paths that could not be made (a special file, when not root), with why.
     pub skipped: Vec<String>,
+    /// What history from elsewhere would have granted and the fork did not write.
+    pub withheld: Vec<Withheld>,
+}
+
+/// What a fork's walk of the directories carries: how it limits history from elsewhere, what
+/// it reports, the directories whose modes are set last and the files written after the walk.
+struct Walk<'a> {
+    policy: Policy,
+    report: &'a mut ForkReport,
+    dirs: &'a mut Vec<DirMode>,
+    files: &'a mut Vec<Entry>,
 }
 
 /// Threads a fork writes files on (see [`Engine::fork_files`]): reads in flight, not CPUs.
@@ -102,7 +115,7 @@ impl Engine {
     /// `Unknown` for an unknown checkpoint; `Refused` for a destination that is not empty or
     /// cannot be created; file-system errors while writing (what was written stays, for the
     /// caller to look at or remove).
-    pub fn fork(&self, uuid: &str, dest: &Path) -> Result<ForkReport, RewindError> {
+    pub fn fork(&self, uuid: &str, dest: &Path, trust: bool) -> Result<ForkReport, RewindError> {
         let _one = self.apply.locked();
         self.kernel.flush();
         let _gate = self.recorder.exclusive();
@@ -111,15 +124,24 @@ impl Engine {
             .store
             .checkpoint(&past.uuid)?
             .ok_or_else(|| RewindError::Unknown(past.uuid.clone()))?;
-        let out = open_empty_dir(dest)?;
-        let root = self
+        let out = super::outside::open_fork_dir(dest)?;
+        let mut root = self
             .entry(&past, b"")?
             .ok_or_else(|| RewindError::Refused("the workspace itself did not exist".into()))?;
+        // What history from elsewhere may not grant is not written (`privileges.rs`); a withheld
+        // owner falls back to the fork's own.
+        let policy = Policy {
+            root_owner: sys::fstat(out.as_fd())
+                .map(|st| (st.st_uid, st.st_gid))
+                .unwrap_or_default(),
+            ..self.policy(trust)
+        };
         let mut report = ForkReport {
             checkpoint: past.uuid.clone(),
             session_id: cp.session_id,
             ..ForkReport::default()
         };
+        limit_entry(&mut root, &policy, &mut report);
         let mut dirs = vec![DirMode {
             rel: PathBuf::new(),
             mode: root.mode,
@@ -128,28 +150,31 @@ impl Engine {
             xattrs: self.xattrs_then(&root),
         }];
         let mut files = Vec::new();
-        self.fork_dir(
-            &past,
-            &root,
-            out.as_fd(),
-            &mut report,
-            &mut dirs,
-            &mut files,
-        )?;
+        let mut walk = Walk {
+            policy,
+            report: &mut report,
+            dirs: &mut dirs,
+            files: &mut files,
+        };
+        self.fork_dir(&past, &root, out.as_fd(), &mut walk)?;
+        if let Some(d) = crate::faults::pause_fork_files() {
+            std::thread::sleep(d);
+        }
         self.fork_files(&past, out.as_fd(), &files, &mut report)?;
         let as_root = sys::geteuid() == 0;
         for d in dirs.iter().rev() {
-            if as_root {
-                let _ = sys::lchownat(out.as_fd(), &d.rel, Some(d.uid), Some(d.gid));
-            }
-            let rel = if d.rel.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                &d.rel
+            // Through the directory's own fd, opened beneath the fork without following a
+            // symlink: a name swapped meanwhile is refused, never followed.
+            let what = |e: io::Error| {
+                sys::ctx(e, format!("fork: setting the mode of {}", d.rel.display()))
             };
-            attrs::restore_at(out.as_fd(), rel, d.xattrs.as_ref());
-            sys::chmodat(out.as_fd(), &d.rel, d.mode & 0o7777)
-                .map_err(|e| sys::ctx(e, format!("chmod {}", d.rel.display())))?;
+            let fd = sys::open_beneath(out.as_fd(), &d.rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+                .map_err(what)?;
+            if as_root {
+                let _ = sys::fchown(fd.as_fd(), d.uid, d.gid);
+            }
+            attrs::restore(fd.as_fd(), sys::at_path(&d.rel), d.xattrs.as_ref());
+            sys::fchmod(fd.as_fd(), d.mode & 0o7777).map_err(what)?;
         }
         tracing::info!(
             "fork of {} into {}: {} files ({} from the store), {} dirs, {} bytes",
@@ -170,46 +195,66 @@ impl Engine {
         past: &Past,
         dir: &Entry,
         out: BorrowedFd<'_>,
-        report: &mut ForkReport,
-        dirs: &mut Vec<DirMode>,
-        files: &mut Vec<Entry>,
+        walk: &mut Walk<'_>,
     ) -> Result<(), RewindError> {
         let as_root = sys::geteuid() == 0;
-        for e in self.children(past, dir)? {
+        for mut e in self.children(past, dir)? {
+            if !limit_entry(&mut e, &walk.policy, walk.report) {
+                continue;
+            }
+            let report = &mut *walk.report;
             let rel = e.rel().to_path_buf();
             let what = |err: io::Error| sys::ctx(err, format!("fork: writing {}", rel.display()));
             match e.kind {
                 Kind::Dir => {
-                    sys::mkdirat(out, &rel, 0o700).map_err(what)?;
+                    let (parent, name) = parent_beneath(out, &rel).map_err(what)?;
+                    sys::mkdirat(parent.as_fd(), Path::new(name), 0o700).map_err(what)?;
                     report.dirs += 1;
-                    dirs.push(DirMode {
+                    walk.dirs.push(DirMode {
                         rel: rel.clone(),
                         mode: e.mode,
                         uid: e.uid,
                         gid: e.gid,
                         xattrs: self.xattrs_then(&e),
                     });
-                    self.fork_dir(past, &e, out, report, dirs, files)?;
+                    self.fork_dir(past, &e, out, walk)?;
                 }
-                Kind::File => files.push(e),
+                Kind::File => walk.files.push(e),
                 Kind::Symlink => {
                     let target = e.target.clone().unwrap_or_default();
-                    sys::symlinkat(Path::new(OsStr::from_bytes(&target)), out, &rel)
-                        .map_err(what)?;
+                    let (parent, name) = parent_beneath(out, &rel).map_err(what)?;
+                    sys::symlinkat(
+                        Path::new(OsStr::from_bytes(&target)),
+                        parent.as_fd(),
+                        Path::new(name),
+                    )
+                    .map_err(what)?;
                     if as_root {
-                        let _ = sys::lchownat(out, &rel, Some(e.uid), Some(e.gid));
+                        let link = sys::open_beneath(out, &rel, OFlags::PATH, 0).map_err(what)?;
+                        let _ = sys::chown_fd(link.as_fd(), e.uid, e.gid);
                     }
                     report.symlinks += 1;
                 }
-                Kind::Other => match sys::mknodat(out, &rel, e.mode, e.size) {
-                    Ok(()) => {
-                        if as_root {
-                            let _ = sys::lchownat(out, &rel, Some(e.uid), Some(e.gid));
+                Kind::Other => {
+                    let (parent, name) = parent_beneath(out, &rel).map_err(what)?;
+                    match sys::mknodat(
+                        parent.as_fd(),
+                        Path::new(name),
+                        e.mode & !0o7777 | 0o600,
+                        e.size,
+                    ) {
+                        Ok(()) => {
+                            let node =
+                                sys::open_beneath(out, &rel, OFlags::PATH, 0).map_err(what)?;
+                            if as_root {
+                                let _ = sys::chown_fd(node.as_fd(), e.uid, e.gid);
+                            }
+                            attrs::restore(node.as_fd(), &rel, self.xattrs_then(&e).as_ref());
+                            sys::chmod_fd(node.as_fd(), e.mode & 0o7777).map_err(what)?;
                         }
-                        attrs::restore_at(out, &rel, self.xattrs_then(&e).as_ref());
+                        Err(err) => report.skipped.push(format!("{}: {err}", rel.display())),
                     }
-                    Err(err) => report.skipped.push(format!("{}: {err}", rel.display())),
-                },
+                }
                 Kind::Absent => {}
             }
         }
@@ -286,7 +331,8 @@ impl Engine {
     fn fork_file(&self, past: &Past, e: &Entry, out: BorrowedFd<'_>) -> Result<u64, RewindError> {
         let rel = e.rel().to_path_buf();
         let what = |err: io::Error| sys::ctx(err, format!("fork: writing {}", rel.display()));
-        let fd = sys::openat(
+        // Created exclusively beneath the fork, no symlink followed on the way.
+        let fd = sys::open_beneath(
             out,
             &rel,
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY,
@@ -296,7 +342,9 @@ impl Engine {
         let n = self.write_content(past, e, fd.as_fd()).map_err(|err| {
             // Not left behind as if it were the past: its bytes may be a damaged blob's (found
             // out only once it was all copied).
-            let _ = sys::unlinkat(out, &rel, false);
+            if let Ok((parent, name)) = parent_beneath(out, &rel) {
+                let _ = sys::unlinkat(parent.as_fd(), Path::new(name), false);
+            }
             RewindError::Refused(format!("fork: writing {}: {err}", rel.display()))
         })?;
         if sys::geteuid() == 0 {
@@ -439,6 +487,34 @@ impl Engine {
     }
 }
 
+/// Limits what entry `e` grants as a rewind limits history from elsewhere (`privileges.rs`),
+/// noting what was withheld in `report`; `false` for an entry the fork leaves out (a device
+/// node from elsewhere).
+fn limit_entry(e: &mut Entry, policy: &Policy, report: &mut ForkReport) -> bool {
+    if !e.imported {
+        return true;
+    }
+    let mut pre = PreImage {
+        kind: e.kind,
+        mode: e.mode,
+        uid: e.uid,
+        gid: e.gid,
+        size: e.size,
+        xattrs: e.xattrs.clone(),
+        imported: true,
+        ..PreImage::absent()
+    };
+    let (what, leave) = policy.limit(&mut pre, None);
+    if !what.is_empty() {
+        report.withheld.push(Withheld {
+            path: String::from_utf8_lossy(&e.path).into_owned(),
+            what,
+        });
+    }
+    (e.mode, e.uid, e.gid, e.xattrs) = (pre.mode, pre.uid, pre.gid, pre.xattrs);
+    !leave
+}
+
 /// Every entry beneath `rel` of the directory `fd`, by path: what it is (no content).
 fn collect_dir(
     fd: BorrowedFd<'_>,
@@ -472,27 +548,4 @@ fn collect_dir(
         }
     }
     Ok(())
-}
-
-/// Opens `dest` as the fork's directory: created if missing (its parent must exist), or an
-/// existing empty directory.
-fn open_empty_dir(dest: &Path) -> Result<OwnedFd, RewindError> {
-    let refuse = |why: String| RewindError::Refused(format!("fork into {}: {why}", dest.display()));
-    match std::fs::create_dir(dest) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let md = std::fs::symlink_metadata(dest).map_err(|e| refuse(e.to_string()))?;
-            if !md.is_dir() {
-                return Err(refuse("it exists and is not a directory".into()));
-            }
-            let mut it = std::fs::read_dir(dest).map_err(|e| refuse(e.to_string()))?;
-            if it.next().is_some() {
-                return Err(refuse(
-                    "it exists and is not empty (a fork goes into a new or empty directory)".into(),
-                ));
-            }
-        }
-        Err(e) => return Err(refuse(e.to_string())),
-    }
-    sys::open_dir_path(dest).map_err(|e| refuse(e.to_string()))
 }

@@ -66,9 +66,11 @@ mod helper;
 mod history;
 mod live;
 mod omitted;
+mod outside;
 mod past;
 mod patched;
 mod plan;
+mod privileges;
 mod recovery;
 mod session;
 mod stack;
@@ -90,12 +92,14 @@ pub use self::fork::ForkReport;
 pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
 pub use self::past::{DiffOut, Entry, Shown, Want};
+pub use self::privileges::{AttrChange, Withheld};
 pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
 use crate::locks::Locked;
 pub use crate::store::Scope;
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, Store};
+use crate::wspath::WsPath;
 
 /// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
 /// anything is changed, and says which path, which checkpoint and (in `e`) which blob.
@@ -104,6 +108,29 @@ fn unusable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
         "{}: its content at checkpoint {checkpoint} cannot be restored: {e}; nothing was changed (`rewindfs fsck` checks the whole store)",
         String::from_utf8_lossy(path)
     ))
+}
+
+/// A path the store names that is not a path inside the workspace (see [`crate::wspath`]):
+/// nothing is planned over it, nothing changed.
+fn bad_path(p: &[u8]) -> RewindError {
+    let why = WsPath::parse(p.to_vec())
+        .err()
+        .map_or_else(String::new, |e| format!(" ({e})"));
+    RewindError::Failed(format!(
+        "the store names {:?} as a path to restore, which is not a path inside the \
+         workspace{why}; nothing was changed. rewindfs never records such a path itself: the \
+         store was altered (`rewindfs fsck` checks it)",
+        String::from_utf8_lossy(p)
+    ))
+}
+
+/// Every target is a path inside the workspace, never the workspace itself: the last check
+/// before a plan is journalled or applied.
+fn check_targets(targets: &[Target]) -> Result<(), RewindError> {
+    match targets.iter().find(|t| !WsPath::is_valid(&t.path)) {
+        Some(t) => Err(bad_path(&t.path)),
+        None => Ok(()),
+    }
 }
 
 /// Actor bits whose changes a scope restores (for agent/all).
@@ -209,6 +236,11 @@ pub struct Request {
     /// If given, the checkpoint must belong to this session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Apply what history from elsewhere (an import or pull) would grant — set-user/group-ID
+    /// bits, file capabilities, `security.*`/`trusted.*` attributes, owners, device nodes —
+    /// which is otherwise withheld and reported (`privileges.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_imported: bool,
 }
 
 fn tool_scope() -> Scope {
@@ -309,6 +341,11 @@ pub struct Outcome {
     /// in part, the file cut, a directory made or emptied), the rest refused. Each is also in
     /// `files_changed` and in `changed_meanwhile`.
     pub partially_restored: Vec<String>,
+    /// What history from elsewhere would have granted at a path and the rewind withholds
+    /// (`privileges.rs`), in path order.
+    pub withheld: Vec<Withheld>,
+    /// What the rewind changes besides content (mode, owner, attributes), per target.
+    pub attr_changes: Vec<AttrChange>,
     /// The lines each target adds and removes (parallel to `targets`).
     pub(super) lines: Vec<(u64, u64)>,
     /// What planning saw differ at each target (parallel to `targets`; empty for scope
@@ -414,6 +451,19 @@ impl Engine {
     /// The workspace's root fd, which every path is resolved beneath.
     fn root(&self) -> BorrowedFd<'_> {
         self.recorder.root()
+    }
+
+    /// How pre-images from elsewhere are applied here (`privileges.rs`): `trust` as the request
+    /// says; a withheld owner falls back to the workspace root's.
+    fn policy(&self, trust: bool) -> privileges::Policy {
+        let root_owner = crate::sys::fstat(self.root())
+            .map(|st| (st.st_uid, st.st_gid))
+            .unwrap_or((crate::sys::geteuid(), crate::sys::geteuid()));
+        privileges::Policy {
+            trust,
+            as_root: crate::sys::geteuid() == 0,
+            root_owner,
+        }
     }
 
     /// Plans (and unless `dry_run`, applies) a rewind.

@@ -75,6 +75,8 @@ pub struct Entry {
     pub(super) xattrs: Option<Xattrs>,
     /// Where its content is.
     pub(super) source: Source,
+    /// Its state came from elsewhere (an import or pull: see `privileges.rs`).
+    pub(super) imported: bool,
 }
 
 impl Entry {
@@ -119,6 +121,7 @@ impl Entry {
             target: p.target.clone(),
             xattrs: p.xattrs.clone(),
             source,
+            imported: p.imported,
         })
     }
 }
@@ -201,6 +204,7 @@ impl Engine {
             force: true,
             paths: Vec::new(),
             session_id: None,
+            trust_imported: false,
         };
         let (uuid, cp, _) = self.checked(&req).map_err(|e| match e {
             RewindError::NoCheckpoint => RewindError::Unknown(uuid.to_string()),
@@ -259,6 +263,7 @@ impl Engine {
                 size: c.pre.size,
                 target: None,
                 xattrs: c.pre.xattrs.clone(),
+                imported: c.pre.imported,
                 source: Source::Chain(c, at),
             }),
             Lineage::Current(at) => self.entry_now(q, at)?,
@@ -291,6 +296,7 @@ impl Engine {
             target,
             xattrs: None,
             source: Source::Tree(at),
+            imported: false,
         }))
     }
 

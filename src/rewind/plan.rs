@@ -31,12 +31,14 @@ use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
+use super::privileges::{AttrChange, Policy, Present, Withheld};
 use super::{Differs, Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
 use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
+use crate::wspath::WsPath;
 
 /// Path → the state the rewind should give it, in path order.
 type Wanted = BTreeMap<Vec<u8>, PreImage>;
@@ -56,6 +58,7 @@ impl Engine {
         filter: &Filter,
     ) -> Result<Outcome, RewindError> {
         let hist = History::load(&self.store, c)?;
+        refuse_bad_paths(&hist)?;
         let mut out = Outcome {
             can_rewind: true,
             ..Default::default()
@@ -71,17 +74,29 @@ impl Engine {
         };
         match req.scope {
             Scope::Tool => {
-                self.plan_tool(c, session, &hist, &sessions, filter, req.dry_run, &mut out)?
+                let policy = self.policy(req.trust_imported);
+                self.plan_tool(
+                    c,
+                    session,
+                    &hist,
+                    &sessions,
+                    filter,
+                    req.dry_run,
+                    &policy,
+                    &mut out,
+                )?
             }
             Scope::Agent | Scope::All => {
                 let wanted =
                     self.wanted_by_actors(req.scope, &hist, &sessions, filter, &mut out)?;
-                self.keep_differing(wanted, &req.user_message_id, &mut out)?;
+                let policy = self.policy(req.trust_imported);
+                self.keep_differing(wanted, &req.user_message_id, &policy, &mut out)?;
                 out.files_changed.sort();
             }
         }
         out.conflicts.sort();
         refuse_on_conflicts(req, &mut out);
+        super::check_targets(&out.targets)?;
         Ok(out)
     }
 
@@ -206,13 +221,27 @@ impl Engine {
         &self,
         wanted: Wanted,
         req_uuid: &str,
+        policy: &Policy,
         out: &mut Outcome,
     ) -> Result<(), RewindError> {
         let root = self.root();
         let mut inline_budget = INLINE_TOTAL;
-        for (p, target) in wanted {
+        for (p, mut target) in wanted {
             let rel = Path::new(OsStr::from_bytes(&p));
             let now = now_state(root, rel)?;
+            // What history from elsewhere may not grant is taken out before anything is
+            // compared: the rewind neither applies nor counts it, and says so.
+            let owner = (now.kind != Kind::Absent).then_some((now.uid, now.gid));
+            let (withheld, leave) = policy.limit(&mut target, owner);
+            if !withheld.is_empty() {
+                out.withheld.push(Withheld {
+                    path: String::from_utf8_lossy(&p).into_owned(),
+                    what: withheld,
+                });
+            }
+            if leave {
+                continue;
+            }
             let new_content = match (&target.kind, &target.blob) {
                 (Kind::File, Some(b)) => Some(
                     self.store
@@ -226,6 +255,8 @@ impl Engine {
             if !now.differs_from(&target, &new_content) {
                 continue;
             }
+            out.attr_changes
+                .extend(now.attr_change(&p, &target, policy.as_root));
             let old = now.content.clone().unwrap_or_default();
             let new = new_content.clone().unwrap_or_default();
             let (i, d) = line_counts(&old, &new);
@@ -281,6 +312,23 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
         }
     }
     named
+}
+
+/// Refuses a history that names a path which is not inside the workspace (`.`, `..`, an
+/// absolute path; the empty path is the workspace itself, which planning leaves alone): such a
+/// row never comes from this daemon's own captures, and an import refuses it, so the store was
+/// altered. Nothing is planned then, let alone changed.
+fn refuse_bad_paths(hist: &History) -> Result<(), RewindError> {
+    let names = hist
+        .by_path
+        .keys()
+        .chain(hist.moves.iter().flat_map(|m| [&m.src, &m.dst]));
+    for p in names {
+        if !p.is_empty() && !WsPath::is_valid(p) {
+            return Err(super::bad_path(p));
+        }
+    }
+    Ok(())
 }
 
 /// Scope `agent` refuses to rewind over changes someone else also made (design.md §2) unless
@@ -401,6 +449,22 @@ pub(super) fn now_state(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Now> {
 }
 
 impl Now {
+    /// What a rewind to `target` changes here besides content (see [`AttrChange`]).
+    pub(super) fn attr_change(
+        &self,
+        p: &[u8],
+        target: &PreImage,
+        as_root: bool,
+    ) -> Option<AttrChange> {
+        let now = (self.kind != Kind::Absent).then_some(Present {
+            kind: self.kind,
+            mode: self.mode,
+            owner: (self.uid, self.gid),
+            xattrs: self.xattrs.as_ref(),
+        });
+        super::privileges::attr_change(p, now, target, as_root, attrs::restorable)
+    }
+
     /// What of a file's or directory's content and attributes differs from `target`: what
     /// applying through the mount needs to write (see [`Differs`]).
     fn differs_in(&self, target: &PreImage, new_content: &Option<Vec<u8>>) -> Differs {

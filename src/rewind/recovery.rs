@@ -52,6 +52,7 @@ impl Engine {
         if let Some(d) = crate::faults::pause_planned() {
             std::thread::sleep(d);
         }
+        super::check_targets(&out.targets)?;
         // No other checkpoint begins until the rewind is applied (`_applying` is held to the
         // end): undo reads what the rewind overwrote from its own checkpoint alone.
         let (seq, _applying) = self.recorder.begin_rewind(id)?;
@@ -145,9 +146,24 @@ impl Engine {
     pub fn recover(&self) -> Result<usize, RewindError> {
         let pending = self.store.unfinished_rewinds()?;
         for r in &pending {
-            let targets = Target::parse_plan(&r.plan).map_err(|e| {
+            let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
                 RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
             })?;
+            // A journalled plan never names a path outside the workspace (it was checked
+            // before it was journalled); one that does was altered, and is left out rather
+            // than applied or allowed to stop every later mount.
+            targets.retain(|t| {
+                let ok = crate::wspath::WsPath::is_valid(&t.path);
+                if !ok {
+                    tracing::error!(
+                        "rewind {}: its journalled plan names {:?}, which is not a path inside the \
+                         workspace: left out",
+                        r.id,
+                        String::from_utf8_lossy(&t.path)
+                    );
+                }
+                ok
+            });
             let since = self.changed_since(r.checkpoint, &targets)?;
             tracing::warn!(
                 "finishing rewind {} interrupted by a crash ({} paths{})",

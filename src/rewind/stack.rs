@@ -223,6 +223,7 @@ impl Engine {
             force: true,
             paths: Vec::new(),
             session_id: None,
+            trust_imported: false,
         };
         let mut out = self.plan(reverts.checkpoint, None, &plan_req, filter)?;
         let hist = History::load(&self.store, reverts.checkpoint)?;

@@ -46,6 +46,7 @@ use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::History;
 use super::plan::Sessions;
+use super::privileges::{Policy, Withheld};
 use super::{Engine, Outcome, RewindError, Target};
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, Tracked};
 use crate::sys;
@@ -79,6 +80,7 @@ impl Engine {
         sessions: &Sessions,
         filter: &Filter,
         dry_run: bool,
+        policy: &Policy,
         out: &mut Outcome,
     ) -> Result<(), RewindError> {
         let Some(session) = session
@@ -97,9 +99,20 @@ impl Engine {
             // Only a file or its absence is a state the SDK restores. A path that was a
             // symlink, directory or special file at the checkpoint is left as it is (the SDK
             // would restore what the link led to, or an earlier backup; not measured).
-            let target = self
+            let mut target = self
                 .tool_target(c, hist, &t)?
                 .filter(|p| matches!(p.kind, Kind::File | Kind::Absent));
+            // What history from elsewhere may not grant is taken out first (`privileges.rs`).
+            if let Some(p) = &mut target {
+                let owner = sys::lstat_beneath_opt(root, &rel)?.map(|st| (st.st_uid, st.st_gid));
+                let (withheld, _) = policy.limit(p, owner);
+                if !withheld.is_empty() {
+                    out.withheld.push(Withheld {
+                        path: name.clone(),
+                        what: withheld,
+                    });
+                }
+            }
             let bits = hist.actors(&t.path);
             if target.is_some()
                 && (bits & Actor::External.bit() != 0 || sessions.others_changed(&t.path))
@@ -154,6 +167,10 @@ impl Engine {
             };
             if !act {
                 continue;
+            }
+            if let Ok(now) = super::plan::now_state(root, &rel) {
+                out.attr_changes
+                    .extend(now.attr_change(&t.path, &p, policy.as_root));
             }
             let mut target = Target::new(&rel, &p);
             target.apply = Apply::InPlace;

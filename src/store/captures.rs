@@ -22,7 +22,8 @@ use super::{
 use super::{BlobRef, Op, Purpose};
 
 /// The columns [`row_capture`] reads, in its order.
-const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial, xattrs";
+const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial, xattrs, \
+     (SELECT imported FROM checkpoints k WHERE k.seq = captures.checkpoint)";
 
 /// A capture from a row of [`CAPTURE_COLS`]; the schema lets mode, uid, gid and size be NULL,
 /// which reads as 0, and xattrs that do not decode read as not recorded.
@@ -33,6 +34,7 @@ fn row_capture(r: &rusqlite::Row<'_>) -> rusqlite::Result<Capture> {
         path: r.get(2)?,
         purpose: r.get(3)?,
         pre: PreImage {
+            imported: r.get::<_, Option<i64>>(16)?.unwrap_or(0) != 0,
             kind: Kind::parse(&r.get::<_, String>(4)?),
             blob: r.get(5)?,
             mode: r.get::<_, Option<i64>>(6)?.unwrap_or(0) as u32,
@@ -269,6 +271,7 @@ mod tests {
             .unwrap();
         let (h, n) = s.blobs.put_bytes(b"old").unwrap();
         let pre = PreImage {
+            imported: false,
             kind: Kind::File,
             blob: Some(crate::store::BlobRef::hash(h)),
             mode: 0o100644,

@@ -322,6 +322,7 @@ impl Record {
                 let path = d.bytes()?;
                 let tool = d.u8()? != 0;
                 let mut pre = PreImage {
+                    imported: false,
                     kind: kind_of(d.u8()?)?,
                     blob: match d.opt()? {
                         Some(b) => Some(BlobRef::from_stored(String::from_utf8(b).ok()?)),

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../schema/006_sessions.sql"),
     include_str!("../../schema/007_xattrs.sql"),
     include_str!("../../schema/008_origins.sql"),
+    include_str!("../../schema/009_imported.sql"),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].

@@ -143,11 +143,16 @@ pub struct PreImage {
     /// The extended attributes; `None`: not recorded (an absent path, a symlink, or a capture
     /// taken by a rewindfs older than schema `*_xattrs.sql`), so a rewind leaves them alone.
     pub xattrs: Option<Xattrs>,
+    /// The pre-image came from elsewhere (a checkpoint an import or pull added: schema
+    /// `009_imported.sql`): someone else's word, applied without privileges unless trusted
+    /// (`rewind/privileges.rs`). Never set for this daemon's own captures.
+    pub imported: bool,
 }
 
 impl PreImage {
     pub fn absent() -> PreImage {
         PreImage {
+            imported: false,
             kind: Kind::Absent,
             blob: None,
             mode: 0,

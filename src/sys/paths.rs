@@ -43,6 +43,23 @@ pub fn resolve_uncreated(p: &Path) -> io::Result<PathBuf> {
     }
 }
 
+/// [`resolve_uncreated`] of `p`'s parent, with `p`'s own last name appended as it is: where a
+/// file or directory the daemon creates will be, without following a symlink someone may have
+/// planted at that name (the creation then refuses it instead).
+///
+/// # Errors
+/// As [`resolve_uncreated`]; `p` has no last name (`/`, `..`).
+pub fn resolve_parent(p: &Path) -> io::Result<PathBuf> {
+    let p = std::path::absolute(p)?;
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => Ok(resolve_uncreated(parent)?.join(name)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a name that can be created", p.display()),
+        )),
+    }
+}
+
 /// Checks one name handed to us by the kernel: a single component, not `.`/`..`, not too long.
 ///
 /// # Errors
@@ -97,6 +114,17 @@ pub fn open_dir_path(path: &Path) -> io::Result<OwnedFd> {
     rustix::fs::open(
         path,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| ctx(errno(e), format!("open {}", path.display())))
+}
+
+/// Opens a directory for reading (`getdents`, `fsync`, `fchmod`): a directory a user named
+/// outside the project (where a bundle is written).
+pub fn open_dir_read(path: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| ctx(errno(e), format!("open {}", path.display())))

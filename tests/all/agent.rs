@@ -54,7 +54,15 @@ impl Agent {
 
     /// An agent on a mount made with extra `rewindfs mount` arguments.
     pub fn with_args(setup: impl FnOnce(&Path), args: &[&str]) -> Agent {
-        let m = Mounted::with_args(setup, args);
+        Self::on(Mounted::with_args(setup, args))
+    }
+
+    /// An agent on a mount whose daemon runs with `env` set (the tests' fault injection).
+    pub fn with_env(setup: impl FnOnce(&Path), env: &[(&str, &str)]) -> Agent {
+        Self::on(Mounted::with_env(setup, env))
+    }
+
+    fn on(m: Mounted) -> Agent {
         let mut c = Client::connect(&m.socket()).unwrap();
         // No request in these tests takes long: a stuck daemon fails the test, not the run.
         c.set_timeout(std::time::Duration::from_secs(120)).unwrap();

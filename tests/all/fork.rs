@@ -282,6 +282,7 @@ fn a_fork_keeps_extended_attributes_as_a_rewind_to_the_checkpoint_would() {
     a.c.call(&rewindfs::control::cmd::Fork {
         user_message_id: u1.clone(),
         dir: dir.display().to_string(),
+        trust_imported: false,
     })
     .unwrap();
     assert_eq!(full_tree(&dir), at_u1);

@@ -11,6 +11,7 @@ mod faults;
 mod fork;
 mod fuzz;
 mod hook;
+mod hostile;
 mod lifecycle;
 mod log;
 mod messages;

@@ -79,6 +79,13 @@ impl Mounted {
     }
 
     pub fn with_args(setup: impl FnOnce(&Path), extra: &[&str]) -> Mounted {
+        let mut m = Self::prepared(setup);
+        m.mount(extra);
+        m
+    }
+
+    /// A workspace prepared by `setup`, not mounted yet.
+    fn prepared(setup: impl FnOnce(&Path)) -> Mounted {
         let tmp = tempfile::Builder::new()
             .prefix("rwfs-test")
             .tempdir()
@@ -87,13 +94,18 @@ impl Mounted {
         let store = tmp.path().join("store");
         std::fs::create_dir_all(&dir).unwrap();
         setup(&dir);
-        let mut m = Mounted {
+        Mounted {
             tmp,
             dir,
             store,
             mounted: false,
-        };
-        m.mount(extra);
+        }
+    }
+
+    /// A workspace prepared by `setup`, mounted with `env` set for the daemon.
+    pub fn with_env(setup: impl FnOnce(&Path), env: &[(&str, &str)]) -> Mounted {
+        let mut m = Self::prepared(setup);
+        m.mount_with_env(&[], env);
         m
     }
 

@@ -410,6 +410,7 @@ fn show_fork_and_export_refuse_a_damaged_blob_naming_it() {
         c.call(&Fork {
             user_message_id: u1.clone(),
             dir: dir.display().to_string(),
+            trust_imported: false,
         })
         .map_err(|e| e.to_string())
     };

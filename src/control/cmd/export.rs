@@ -54,8 +54,14 @@ pub(super) fn bundle_path(d: &Daemon, p: &str, writing: bool) -> Result<PathBuf,
             "{p:?}: the bundle's path must be absolute"
         )));
     }
-    let resolved = crate::sys::resolve_uncreated(path)
-        .map_err(|e| ControlError::Invalid(format!("{p}: {e}")))?;
+    // A bundle written replaces whatever is at its name, a planted symlink included, rather
+    // than following it; one read may be reached through links.
+    let resolved = if writing {
+        crate::sys::resolve_parent(path)
+    } else {
+        crate::sys::resolve_uncreated(path)
+    }
+    .map_err(|e| ControlError::Invalid(format!("{p}: {e}")))?;
     if writing {
         for (what, place) in [("workspace", &d.workspace), ("store", &d.store_dir)] {
             if resolved.starts_with(place) {

@@ -15,6 +15,9 @@ pub struct Fork {
     #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,
     pub dir: String,
+    /// Write what history from elsewhere would grant (see `rewind_files`'s `trust_imported`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_imported: bool,
 }
 
 /// What the fork wrote, and where it came from.
@@ -39,6 +42,9 @@ pub struct ForkReply {
     pub bytes_from_store: u64,
     /// What could not be made (special files, when not root), with why.
     pub skipped: Vec<String>,
+    /// What history from elsewhere would have granted and was not written (absent: nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<crate::rewind::Withheld>,
 }
 
 impl Command for Fork {
@@ -55,7 +61,8 @@ pub(super) fn destination(d: &Daemon, dir: &str) -> Result<PathBuf, ControlError
             "fork: {dir:?} must be an absolute path"
         )));
     }
-    let resolved = crate::sys::resolve_uncreated(p)
+    // Not through a symlink at its own name: the fork refuses one there (`outside.rs`).
+    let resolved = crate::sys::resolve_parent(p)
         .map_err(|e| ControlError::Invalid(format!("fork: {dir}: {e}")))?;
     for (what, place) in [("workspace", &d.workspace), ("store", &d.store_dir)] {
         if resolved.starts_with(place) {
@@ -79,7 +86,9 @@ pub(super) fn destination(d: &Daemon, dir: &str) -> Result<PathBuf, ControlError
 impl Fork {
     pub(super) fn apply(self, d: &Daemon) -> Result<ForkReply, ControlError> {
         let dir = destination(d, &self.dir)?;
-        let r = d.engine.fork(&self.user_message_id, &dir)?;
+        let r = d
+            .engine
+            .fork(&self.user_message_id, &dir, self.trust_imported)?;
         Ok(ForkReply {
             dir,
             checkpoint: r.checkpoint,
@@ -93,6 +102,7 @@ impl Fork {
             files_from_store: r.files_from_store,
             bytes_from_store: r.bytes_from_store,
             skipped: r.skipped,
+            withheld: r.withheld,
         })
     }
 }

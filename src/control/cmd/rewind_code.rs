@@ -32,6 +32,7 @@ impl RewindCode {
             force: false,
             paths: Vec::new(),
             session_id: None,
+            trust_imported: false,
         };
         req.run(d).map_err(|e| match e {
             ControlError::Rewind(RewindError::NoCheckpoint | RewindError::Dropped { .. }) => {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::rewind::{Outcome, Scope};
+use crate::rewind::{AttrChange, Outcome, Scope, Withheld};
 
 /// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
 /// the checkpoint `user_message_id`: the rewind engine's own request type.
@@ -49,6 +49,15 @@ pub struct RewindReply {
     /// Paths changed since the checkpoint that this scope leaves out (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted: Option<OmittedReply>,
+    /// What history from elsewhere (an import or pull) would have granted and the rewind
+    /// withholds — set-user/group-ID bits, `security.*`/`trusted.*` attributes, owners, device
+    /// nodes — by absolute path (absent: nothing; `trust_imported` applies them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<Withheld>,
+    /// What the rewind changes besides content — mode, owner, extended attributes — by
+    /// absolute path (absent: nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attribute_changes: Vec<AttrChange>,
 }
 
 /// What a scope left out, and how to include it.
@@ -99,8 +108,29 @@ impl RewindReply {
             partially_restored: absolute(workspace, o.partially_restored),
             rewind_id: o.rewind_id.filter(|_| !dry_run),
             omitted,
+            withheld: o
+                .withheld
+                .into_iter()
+                .map(|w| Withheld {
+                    path: abs(workspace, &w.path),
+                    ..w
+                })
+                .collect(),
+            attribute_changes: o
+                .attr_changes
+                .into_iter()
+                .map(|c| AttrChange {
+                    path: abs(workspace, &c.path),
+                    ..c
+                })
+                .collect(),
         }
     }
+}
+
+/// One workspace-relative path as the SDK answers paths: absolute.
+fn abs(workspace: &Path, rel: &str) -> String {
+    workspace.join(rel).to_string_lossy().into_owned()
 }
 
 /// Workspace-relative paths as the SDK answers them: absolute, under the workspace (which, with

@@ -35,6 +35,7 @@ impl Adopted {
     /// The pre-image this adoption keeps: a regular file, with the file's mode and owner.
     pub fn pre_image(&self) -> crate::store::PreImage {
         crate::store::PreImage {
+            imported: false,
             kind: crate::store::Kind::File,
             blob: Some(crate::store::BlobRef::from_stored(self.hash.clone())),
             mode: self.mode,

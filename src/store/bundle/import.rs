@@ -425,6 +425,8 @@ impl Renumber {
         match t {
             "checkpoints" => {
                 m.remove("seq");
+                // History from elsewhere, whatever the bundle says (`rewind/privileges.rs`).
+                m.insert("imported".into(), Value::from(1));
             }
             "sessions" | "blobs" => or_ignore = true,
             "captures" => {

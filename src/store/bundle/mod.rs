@@ -28,6 +28,7 @@
 //! (reading one back: frames checked as read, `scan`, `assemble`, staging an import's blobs),
 //! `import.rs` (what an import adds, and adding it in one transaction).
 
+mod check;
 mod import;
 mod read;
 mod write;
@@ -61,6 +62,19 @@ pub enum BundleError {
     /// The bundle is damaged or cut short.
     #[error("bundle damaged at byte {offset}: {what}")]
     Corrupt { offset: u64, what: String },
+    /// A row of the bundle is not one rewindfs writes (a path outside the workspace, a size
+    /// or id out of range): the bundle is refused whole.
+    #[error(
+        "bundle refused: row {index} of the rows frame at byte {offset} ({table}): {what}; \
+         nothing was imported (a rewindfs export never holds such a row: the bundle was made or \
+         altered by someone else)"
+    )]
+    Entry {
+        offset: u64,
+        index: usize,
+        table: String,
+        what: String,
+    },
     /// The bundle is sound but cannot go into this store (the message says why).
     #[error("{0}")]
     Refused(String),

@@ -291,8 +291,17 @@ impl Store {
                         let row: Row = serde_json::from_slice(line).map_err(|e| {
                             corrupt(offset, format!("row {i} of a rows frame: {e}"))
                         })?;
-                        staged.rows.push(row);
+                        let keep =
+                            super::check::check_row(&row).map_err(|what| BundleError::Entry {
+                                offset,
+                                index: i,
+                                table: row.t.clone(),
+                                what,
+                            })?;
                         rows_seen += 1;
+                        if keep {
+                            staged.rows.push(row);
+                        }
                     }
                 }
                 k => return Err(corrupt(offset, format!("a frame of unknown kind {k:#04x}"))),

@@ -156,7 +156,9 @@ impl<W: Write> BundleWriter<W> {
 impl Store {
     /// The rows of every checkpoint from `from` (a seq) on, and what goes with them, in an
     /// order an import can insert them in: checkpoints, sessions, blobs, captures, capture
-    /// ranges, moves, tracked, changes, origins.
+    /// ranges, moves, tracked, changes, origins. The workspace root's own rows (its mode, its
+    /// log entries: the empty path) stay home: no rewind restores the root, and an import
+    /// takes only paths inside the workspace.
     ///
     /// # Errors
     /// SQLite errors.
@@ -176,7 +178,7 @@ impl Store {
             ),
             (
                 "captures",
-                "SELECT * FROM captures WHERE checkpoint >= ?1 ORDER BY id",
+                "SELECT * FROM captures WHERE checkpoint >= ?1 AND length(path) > 0 ORDER BY id",
             ),
             (
                 "capture_ranges",
@@ -192,7 +194,7 @@ impl Store {
             ),
             (
                 "changes",
-                "SELECT * FROM changes WHERE checkpoint >= ?1 ORDER BY seq",
+                "SELECT * FROM changes WHERE checkpoint >= ?1 AND length(path) > 0 ORDER BY seq",
             ),
             (
                 "origins",

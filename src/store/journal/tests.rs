@@ -10,6 +10,7 @@ fn samples() -> Vec<Record> {
             path: b"src/a\xff.rs".to_vec(),
             tool: false,
             pre: PreImage {
+                imported: false,
                 kind: Kind::File,
                 blob: Some(BlobRef::hash("ab".repeat(32))),
                 mode: 0o100644,
@@ -33,6 +34,7 @@ fn samples() -> Vec<Record> {
             path: b"l".to_vec(),
             tool: true,
             pre: PreImage {
+                imported: false,
                 target: Some(b"../x".to_vec()),
                 kind: Kind::Symlink,
                 ..PreImage::absent()
