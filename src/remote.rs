@@ -38,18 +38,31 @@ pub enum RemoteError {
     #[error("remote {0:?}: expected s3://bucket[/prefix]")]
     Url(String),
     /// The object store refused or failed.
-    #[error("remote {url}: {source}")]
+    #[error("remote {url}: {cause}")]
     Store {
         url: String,
-        source: object_store::Error,
+        cause: object_store::Error,
     },
     #[error(transparent)]
     Bundle(#[from] BundleError),
+    /// I/O failed (the cause in the message only).
     #[error("remote: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+    /// An object a history names is not on the remote.
+    #[error(
+        "remote {url}: {key} is missing (a push cut short, or an object removed since); \
+         push again from the workspace it came from"
+    )]
+    Missing { url: String, key: String },
     /// A push stopped by the tests' fault injection.
     #[error("push interrupted after {0} blob upload(s) (REWINDFS_TEST_PUSH_FAIL_AFTER)")]
     Injected(u64),
+}
+
+impl From<std::io::Error> for RemoteError {
+    fn from(e: std::io::Error) -> Self {
+        RemoteError::Io(e)
+    }
 }
 
 /// What a push did.
@@ -89,9 +102,9 @@ impl Remote {
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
-            .map_err(|source| RemoteError::Store {
+            .map_err(|cause| RemoteError::Store {
                 url: url.into(),
-                source,
+                cause,
             })?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -126,10 +139,10 @@ impl Remote {
         ])
     }
 
-    fn err(&self, source: object_store::Error) -> RemoteError {
+    fn err(&self, cause: object_store::Error) -> RemoteError {
         RemoteError::Store {
             url: self.url.clone(),
-            source,
+            cause,
         }
     }
 
@@ -156,7 +169,14 @@ impl Remote {
                 r.bytes().await
             })
             .map(|b| b.to_vec())
-            .map_err(|e| self.err(e))
+            .map_err(|e| match e {
+                // Said once, in words: the server's own answer (XML) adds nothing.
+                object_store::Error::NotFound { .. } => RemoteError::Missing {
+                    url: self.url.clone(),
+                    key: key.to_string(),
+                },
+                e => self.err(e),
+            })
     }
 
     /// Pushes the bundle at `bundle` (just exported): its blobs the remote lacks, then its

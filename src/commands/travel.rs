@@ -320,6 +320,25 @@ pub(crate) fn import_cmd(
     })
 }
 
+/// A private (0700) temporary directory for a bundle on its way to or from a remote, which the
+/// daemon at `socket` can write and read: when root runs the command for another user's daemon,
+/// it is given to that user. Never a predictable name in a directory others can write.
+fn private_tmp(what: &str, socket: &Path) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("rewindfs-{what}-"))
+        .tempdir()
+        .context("making a private temporary directory")?;
+    if rustix::process::geteuid().is_root() {
+        if let Ok(md) = std::fs::metadata(socket) {
+            use std::os::unix::fs::MetadataExt;
+            if md.uid() != 0 {
+                std::os::unix::fs::chown(dir.path(), Some(md.uid()), Some(md.gid()))?;
+            }
+        }
+    }
+    Ok(dir)
+}
+
 /// `rewindfs push`: an export to a temporary bundle, then its upload.
 pub(crate) fn push(
     remote: &str,
@@ -328,18 +347,16 @@ pub(crate) fn push(
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
-    let tmp = std::env::temp_dir().join(format!("rewindfs-push-{}.rwb", std::process::id()));
-    let pushed = (|| -> anyhow::Result<_> {
-        let e = connect(socket)?.call(&Export {
-            path: tmp.to_string_lossy().into_owned(),
-            session_id: session.clone(),
-            since,
-        })?;
-        let r = rewindfs::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
-        Ok((e, r))
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    let (e, r) = pushed?;
+    let mut client = connect(socket)?;
+    let tmpdir = private_tmp("push", client.path())?;
+    let tmp = tmpdir.path().join("history.rwb");
+    let e = client.call(&Export {
+        path: tmp.to_string_lossy().into_owned(),
+        session_id: session.clone(),
+        since,
+    })?;
+    let r = rewindfs::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
+    drop(tmpdir);
     print_json_or(json, &r, |r| {
         println!(
             "pushed {} checkpoint(s) to {remote}: {} blob(s) uploaded ({} bytes), {} already there; {}",
@@ -352,7 +369,8 @@ pub(crate) fn push(
     })
 }
 
-/// `rewindfs pull`: each pushed history assembled into a bundle, then imported.
+/// `rewindfs pull`: each pushed history assembled into a bundle in a private directory, then
+/// imported.
 pub(crate) fn pull(
     remote: &str,
     session: Option<&str>,
@@ -361,9 +379,14 @@ pub(crate) fn pull(
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
     let rm = rewindfs::remote::Remote::open(remote)?;
+    let daemon_socket = match store {
+        Some(s) => s.join(daemon::files::SOCKET),
+        None => connect(socket)?.path().to_path_buf(),
+    };
+    let tmpdir = private_tmp("pull", &daemon_socket)?;
     let mut out = Vec::new();
     for key in rm.histories(session)? {
-        let tmp = std::env::temp_dir().join(format!("rewindfs-pull-{}.rwb", std::process::id()));
+        let tmp = tmpdir.path().join("history.rwb");
         let r = rm
             .assemble(&key, &tmp)
             .map_err(anyhow::Error::from)
@@ -371,6 +394,7 @@ pub(crate) fn pull(
         let _ = std::fs::remove_file(&tmp);
         out.push((key, r.with_context(|| format!("pulling {remote}"))?));
     }
+    drop(tmpdir);
     if json {
         let v: Vec<_> = out
             .iter()

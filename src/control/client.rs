@@ -65,6 +65,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// The socket this client is connected to.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// Connects to the socket at `path`.
     ///
     /// # Errors

@@ -5,6 +5,12 @@ use std::path::PathBuf;
 use crate::rewind::{BeginError, RewindError};
 use crate::store::StoreError;
 
+impl From<StoreError> for ControlError {
+    fn from(e: StoreError) -> Self {
+        ControlError::Store(e)
+    }
+}
+
 /// A request that could not be carried out. Its `Display` is the `error` of the response.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -12,9 +18,9 @@ pub enum ControlError {
     /// this message.`, `Failed to rewind: <cause>`).
     #[error(transparent)]
     Rewind(#[from] RewindError),
-    /// The store could not answer.
+    /// The store could not answer (its cause in the message only, not also a `source`).
     #[error("store: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// `begin_message` failed.
     #[error(transparent)]
     Begin(#[from] BeginError),

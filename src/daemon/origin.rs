@@ -67,7 +67,7 @@ pub fn import_offline(
     let origin = crate::rewind::import_origin(&staged.manifest);
     let res = store.import_staged(&staged, Some(origin));
     if !matches!(&res, Ok(r) if !r.already) {
-        let _ = store.discard_unreferenced(&staged.created, None);
+        let _ = staged.discard(&store, None);
     }
     Ok(Some(res?))
 }

@@ -40,8 +40,7 @@ use crate::store::bundle::{
     BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
 };
 use crate::store::{
-    Actor, BlobRef, Capture, CheckpointKind, Kind, Move, Op, Origin, OriginKind, PreImage, Purpose,
-    Xattrs, now_ms,
+    Actor, BlobRef, CheckpointKind, Kind, Op, Origin, OriginKind, PreImage, Purpose, Xattrs, now_ms,
 };
 use crate::sys;
 
@@ -361,7 +360,7 @@ impl Engine {
             .store
             .stage_bundle(src, Some(self.recorder.capture_lock()))?;
         self.kernel.flush();
-        let mut stored = staged.created.clone();
+        let mut stored: Vec<BlobRef> = Vec::new();
         let res: Result<ImportReport, RewindError> = (|| {
             let _gate = self.recorder.exclusive();
             // The message uuids the bundle knows for prompts not bound here yet (true whether
@@ -369,17 +368,21 @@ impl Engine {
             for (prompt_id, uuid) in self.store.bundle_bindings(&staged)? {
                 self.bind_prompt(&prompt_id, &uuid)?;
             }
-            let rows = match self.store.import_plan(&staged)? {
-                ImportPlan::Already(r) => return Ok(r),
-                ImportPlan::Rows(rows) => rows,
+            if let ImportPlan::Already(r) = self.store.import_plan(&staged)? {
+                return Ok(r);
+            }
+            self.splice_names(&staged)?;
+            let root = self.root();
+            let store = &self.store;
+            let mut read = |p: &[u8]| -> io::Result<PreImage> {
+                let pre = snapshot(root, Path::new(OsStr::from_bytes(p)), store)?;
+                stored.extend(pre.blob.clone());
+                Ok(pre)
             };
-            let splice = self.splice(&rows)?;
-            stored.extend(splice.iter().filter_map(|(_, p)| p.blob.clone()));
             let r = self.store.import_rows(
                 &staged,
-                &rows,
                 Some(import_origin(&staged.manifest)),
-                &splice,
+                Some(&mut read),
             )?;
             // What happens from now on lands after the imported history.
             let uuid = uuid::Uuid::new_v4().to_string();
@@ -387,6 +390,9 @@ impl Engine {
             Ok(r)
         })();
         if !matches!(&res, Ok(r) if !r.already) {
+            if let Err(e) = staged.discard(&self.store, Some(self.recorder.capture_lock())) {
+                tracing::warn!("import: removing the blobs it stored: {e}");
+            }
             if let Err(e) = self.recorder.discard_unreferenced(&stored) {
                 tracing::warn!("import: removing the blobs it stored: {e}");
             }
@@ -394,80 +400,37 @@ impl Engine {
         res
     }
 
-    /// The present state of every path the imported `rows` touch — every name a rewind
-    /// through that history would look at ([`Engine::candidates`], over the present tree) —
-    /// with file contents stored as blobs. Spliced in before the imported history, it keeps
-    /// a rewind to one of this store's own earlier checkpoints from meeting another tree's
-    /// pre-images: it meets the present first, which is what those paths were since.
-    fn splice(&self, rows: &[Row]) -> Result<Vec<(Vec<u8>, PreImage)>, RewindError> {
-        let hist = history_of(rows);
-        let mut names: Vec<Vec<u8>> = self
-            .candidates(&hist, super::inside(Scope::All))
-            .into_iter()
-            .filter(|p| !p.is_empty())
-            .collect();
-        names.sort();
-        let mut out = Vec::with_capacity(names.len());
-        for p in names {
-            let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&p)), &self.store)?;
-            out.push((p, pre));
-        }
-        Ok(out)
-    }
-}
-
-/// The history bundle rows describe (their captures of checkpoint purpose and their moves,
-/// with the ids they had where they were exported: the order is what counts).
-fn history_of(rows: &[Row]) -> History {
-    let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
-    for r in rows.iter().filter(|r| {
-        r.t == "captures" && r.text("purpose").map(Purpose::parse) == Some(Purpose::Checkpoint)
-    }) {
-        let (Some(id), Some(path)) = (r.int("id"), r.bytes("path")) else {
-            continue;
+    /// Every path the imported history touches — every name a rewind through it would look at
+    /// ([`Engine::candidates`], over the present tree) — into the staging file, whose present
+    /// state is then spliced in before the imported history: it keeps a rewind to one of this
+    /// store's own earlier checkpoints from meeting another tree's pre-images (it meets the
+    /// present first, which is what those paths were since). Streamed: a name at a time.
+    fn splice_names(&self, staged: &crate::store::bundle::Staged) -> Result<(), RewindError> {
+        let hist = History {
+            by_path: HashMap::new(),
+            moves: staged.new_moves()?,
         };
-        by_path.entry(path.clone()).or_default().push(Capture {
-            id,
-            checkpoint: r.int("checkpoint").unwrap_or(0),
-            path,
-            purpose: Purpose::Checkpoint,
-            pre: PreImage {
-                imported: false,
-                kind: r.text("kind").map_or(Kind::Other, Kind::parse),
-                blob: r.text("blob").map(BlobRef::from_stored),
-                mode: r.int("mode").unwrap_or(0) as u32,
-                uid: r.int("uid").unwrap_or(0) as u32,
-                gid: r.int("gid").unwrap_or(0) as u32,
-                size: r.int("size").unwrap_or(0) as u64,
-                target: r.bytes("target"),
-                partial: r.int("partial").unwrap_or(0) != 0,
-                xattrs: r.bytes("xattrs").and_then(|b| Xattrs::decode(&b)),
-            },
-            actor: r.text("actor").map_or(Actor::External, Actor::parse),
-            actors: r.int("actors").unwrap_or(0) as u8,
-            op: r.text("op").map_or(Op::Write, Op::parse),
-        });
+        // Beneath the renamed directories, as the present tree has them.
+        for p in self.candidates(&hist, super::inside(Scope::All)) {
+            if !p.is_empty() {
+                staged.add_splice_name(&p)?;
+            }
+        }
+        // Each captured path, by its name before and after every rename.
+        staged.each_new_capture(|p, id| {
+            for name in [
+                hist.name_at_start(&p, (id, 0)),
+                hist.name_now(&p, (id, 0)),
+                p,
+            ] {
+                if !name.is_empty() {
+                    staged.add_splice_name(&name)?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
     }
-    for v in by_path.values_mut() {
-        v.sort_by_key(|c| c.id);
-    }
-    let mut moves: Vec<Move> = rows
-        .iter()
-        .filter(|r| r.t == "moves")
-        .filter_map(|r| {
-            Some(Move {
-                seq: r.int("seq")?,
-                checkpoint: r.int("checkpoint").unwrap_or(0),
-                src: r.bytes("src")?,
-                dst: r.bytes("dst")?,
-                exchange: r.int("exchange").unwrap_or(0) != 0,
-                after_capture: r.int("after_capture").unwrap_or(0),
-                actor: r.text("actor").map_or(Actor::External, Actor::parse),
-            })
-        })
-        .collect();
-    moves.sort_by_key(|m| m.seq);
-    History { by_path, moves }
 }
 
 /// `captures.xattrs` in a bundle row: its stored form as a BLOB, or NULL (not recorded).

@@ -28,15 +28,28 @@ pub enum StoreError {
         /// Why it matters and what to do.
         fix: String,
     },
-    /// SQLite failed.
+    /// SQLite failed. (Its cause is in the message, not also a `source`: the CLI prints a
+    /// chain of causes, which would say it twice.)
     #[error("store database: {0}")]
-    Sql(#[from] rusqlite::Error),
+    Sql(rusqlite::Error),
     /// A request that contradicts what the store holds (the message says what and why).
     #[error("{0}")]
     Conflict(String),
-    /// Blob or directory I/O failed.
+    /// Blob or directory I/O failed (the cause in the message only, as for `Sql`).
     #[error("store: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sql(e)
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Io(e)
+    }
 }
 
 impl StoreError {

@@ -74,7 +74,7 @@ pub use self::model::{
     Actor, Apply, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry,
     Move, Op, Origin, OriginKind, PlanTarget, PreImage, Prompt, Purpose, Range, RangeContent,
     RewindRow, RewindScope, RewindState, Scope, Tracked, Xattrs, message_id, normalize_message_id,
-    optional_message_id,
+    optional_message_id, optional_session_id, session_id,
 };
 pub use self::origins::{first_origin, origin_now};
 pub use self::rewinds::{Stack, Step};

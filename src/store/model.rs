@@ -716,6 +716,35 @@ pub fn message_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::E
     Ok(normalize_message_id(&s))
 }
 
+/// Reads an agent session id: 1 to 256 printable characters (a session id is stored with every
+/// change its actors make; the SDKs' are UUIDs).
+///
+/// # Errors
+/// The value is not such a string.
+pub fn session_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() || s.len() > 256 || s.chars().any(char::is_control) {
+        return Err(serde::de::Error::custom(format!(
+            "not a session id (1 to 256 printable characters): {:?}{}",
+            s.chars().take(64).collect::<String>(),
+            if s.chars().count() > 64 { "…" } else { "" }
+        )));
+    }
+    Ok(s)
+}
+
+/// Reads an optional session id ([`session_id`]): `null` or absent is none.
+///
+/// # Errors
+/// The value is neither null nor a session id.
+pub fn optional_session_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Id(#[serde(deserialize_with = "session_id")] String);
+    Ok(Option::<Id>::deserialize(d)?.map(|Id(s)| s))
+}
+
 /// Reads an optional user message id ([`message_id`]): `null` or absent is none.
 ///
 /// # Errors

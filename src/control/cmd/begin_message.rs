@@ -10,6 +10,7 @@ use crate::control::error::ControlError;
 /// no-op success; a uuid that already began earlier is refused (a checkpoint begins once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeginMessage {
+    #[serde(deserialize_with = "crate::store::session_id")]
     pub session_id: String,
     #[serde(deserialize_with = "crate::store::message_id")]
     pub user_message_id: String,

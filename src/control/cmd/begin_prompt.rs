@@ -14,6 +14,7 @@ use crate::store::Prompt;
 /// Begins the checkpoint of a prompt under its `prompt_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeginPrompt {
+    #[serde(deserialize_with = "crate::store::session_id")]
     pub session_id: String,
     #[serde(deserialize_with = "crate::store::message_id")]
     pub prompt_id: String,

@@ -11,6 +11,7 @@ use crate::control::error::ControlError;
 /// Ends the turn of `session_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndTurn {
+    #[serde(deserialize_with = "crate::store::session_id")]
     pub session_id: String,
 }
 

@@ -13,7 +13,11 @@ use crate::control::error::ControlError;
 pub struct RegisterAgent {
     #[serde(deserialize_with = "positive_pid")]
     pub pid: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::store::optional_session_id"
+    )]
     pub session_id: Option<String>,
 }
 
@@ -33,6 +37,21 @@ impl RegisterAgent {
     pub(super) fn apply(self, d: &Daemon) -> Result<Empty, ControlError> {
         if !crate::sys::process_alive(self.pid) {
             return Err(ControlError::NoProcess(self.pid));
+        }
+        // Every process descends from init (and kthreadd's children are the kernel's): as the
+        // agent, it would make every process on the host the agent's shell. The daemon is never
+        // an agent of its own workspace.
+        if self.pid <= 2 || self.pid == crate::sys::getpid() {
+            return Err(ControlError::Invalid(format!(
+                "register_agent: pid {} is {}; register the agent's own process (the Claude Code \
+                 CLI's pid)",
+                self.pid,
+                if self.pid <= 2 {
+                    "the root of every process on the host (every process would be the agent's)"
+                } else {
+                    "the rewindfs daemon itself"
+                }
+            )));
         }
         d.engine
             .register_agent(self.pid, self.session_id.as_deref());

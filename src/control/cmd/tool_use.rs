@@ -25,7 +25,11 @@ pub struct ToolUse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
     /// The hook's session: a `pre` ends the session's file-tool spans still open.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::store::optional_session_id"
+    )]
     pub session_id: Option<String>,
 }
 

@@ -1,14 +1,17 @@
-//! Importing a staged bundle: which of its checkpoints are new here, and their rows added in
-//! one transaction, with new ids after every id in use.
+//! Importing a staged bundle: which of its checkpoints are new here, whether what its rows
+//! declare agrees with the bytes it holds, and its rows added in one transaction, with new ids
+//! after every id in use. Rows are streamed from the staging file (`staging.rs`), one at a
+//! time: memory does not grow with the bundle.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashMap;
 
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::{Map, Value};
 
+use super::staging::Staging;
 use super::*;
 use crate::locks::Locked;
-use crate::store::{Actor, CheckpointKind, Op, Origin, PreImage, Purpose, Result, Store};
+use crate::store::{Actor, CheckpointKind, Op, Origin, PreImage, Purpose, Store};
 
 /// What an import did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,21 +28,21 @@ pub struct ImportReport {
     pub workspace: String,
 }
 
-impl Store {
-    /// Which of these checkpoint uuids are in the store.
-    pub fn known_checkpoints(&self, uuids: &[String]) -> Result<HashSet<String>> {
-        self.with(|c| {
-            let mut st = c.prepare_cached("SELECT 1 FROM checkpoints WHERE uuid = ?1")?;
-            let mut known = HashSet::new();
-            for u in uuids {
-                if st.exists([u])? {
-                    known.insert(u.clone());
-                }
-            }
-            Ok(known)
-        })
-    }
+/// What an import would add.
+#[derive(Debug)]
+pub enum ImportPlan {
+    /// Every checkpoint of the bundle is here: nothing to do.
+    Already(ImportReport),
+    /// The rows of the other checkpoints go in (those of the known ones are left out in the
+    /// staging file).
+    Rows,
+}
 
+/// The present state of a path, taken while an import splices it in (see
+/// [`Store::import_rows`]).
+pub type SpliceFn<'a> = &'a mut dyn FnMut(&[u8]) -> std::io::Result<PreImage>;
+
+impl Store {
     /// Inserts a staged bundle's rows in one transaction, renumbered (see the module doc),
     /// with no splice (see [`Store::import_rows`]): for a store no daemon serves.
     ///
@@ -55,7 +58,7 @@ impl Store {
         }
         match self.import_plan(staged)? {
             ImportPlan::Already(r) => Ok(r),
-            ImportPlan::Rows(rows) => self.import_rows(staged, &rows, origin, &[]),
+            ImportPlan::Rows => self.import_rows(staged, origin, None),
         }
     }
 
@@ -67,14 +70,17 @@ impl Store {
     ///
     /// # Errors
     /// Store errors.
-    pub fn bundle_bindings(&self, staged: &Staged) -> Result<Vec<(String, String)>> {
+    pub fn bundle_bindings(
+        &self,
+        staged: &Staged,
+    ) -> std::result::Result<Vec<(String, String)>, BundleError> {
         let mut out = Vec::new();
-        for r in staged.rows.iter().filter(|r| r.t == "checkpoints") {
+        staged.db.each("checkpoints", false, |r| {
             let (Some(prompt_id), Some(uuid)) = (r.text("prompt_id"), r.text("uuid")) else {
-                continue;
+                return Ok(());
             };
             if r.int("bound") == Some(0) || prompt_id == uuid {
-                continue;
+                return Ok(());
             }
             if self
                 .checkpoint_of_prompt(prompt_id)?
@@ -82,37 +88,58 @@ impl Store {
             {
                 out.push((prompt_id.to_string(), uuid.to_string()));
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// What of a staged bundle is new here: its rows without those of the checkpoints the
-    /// store has (which must begin the bundle's history), or `Already` when it has them all.
+    /// What of a staged bundle is new here: the checkpoints the store has (which must begin
+    /// the bundle's history) are left out, or `Already` when it has them all. Checks that every
+    /// blob a new row names is in the bundle or here, and that the sizes the rows declare are
+    /// the blobs' own.
     ///
     /// # Errors
-    /// `Refused` for a history that diverges from the store's, or rows naming a blob the
-    /// bundle does not hold; store errors.
+    /// `Refused` for a history that diverges from the store's, a row naming a blob the bundle
+    /// does not hold, or a declared size that does not match; store errors.
     pub fn import_plan(&self, staged: &Staged) -> std::result::Result<ImportPlan, BundleError> {
         let m = &staged.manifest;
+        let db = &staged.db;
         // The export's own checkpoint (the tree at export) is new to every store; the history
-        // is here when every other one is (a store importing its own export, say).
-        let history: Vec<String> = m
-            .checkpoints
-            .iter()
-            .filter(|u| **u != m.export_id)
-            .cloned()
-            .collect();
-        let mut known = self.known_checkpoints(&history)?;
-        // A checkpoint begun by a prompt is here when the store has that prompt, whichever
-        // uuid each side knows it by (the bundle's may not have been bound yet).
-        for r in staged.rows.iter().filter(|r| r.t == "checkpoints") {
-            if let (Some(prompt_id), Some(uuid)) = (r.text("prompt_id"), r.text("uuid")) {
-                if !known.contains(uuid) && self.checkpoint_of_prompt(prompt_id)?.is_some() {
-                    known.insert(uuid.to_string());
-                }
+        // is here when every other one is (a store importing its own export, say). What is
+        // here must be where the bundle's history begins (an earlier push of the same
+        // history): the rest goes after it.
+        let mut history = 0u64;
+        let mut known = 0u64;
+        let mut first_new: Option<String> = None;
+        db.each("checkpoints", false, |r| {
+            let uuid = r.text("uuid").unwrap_or_default().to_string();
+            if uuid == m.export_id {
+                return Ok(());
             }
-        }
-        if known.len() == history.len() {
+            history += 1;
+            // A checkpoint begun by a prompt is here when the store has that prompt, whichever
+            // uuid each side knows it by (the bundle's may not have been bound yet).
+            let here = self.checkpoint(&uuid)?.is_some()
+                || match r.text("prompt_id") {
+                    Some(p) => self.checkpoint_of_prompt(p)?.is_some(),
+                    None => false,
+                };
+            if !here {
+                first_new.get_or_insert(uuid);
+                return Ok(());
+            }
+            if let Some(before) = &first_new {
+                return Err(BundleError::Refused(format!(
+                    "checkpoint {uuid} of the bundle is in this store already, but {before} before it is not: the histories have diverged"
+                )));
+            }
+            known += 1;
+            if let Some(seq) = r.int("seq") {
+                db.skip(seq)?;
+            }
+            Ok(())
+        })?;
+        if known == history {
             return Ok(ImportPlan::Already(ImportReport {
                 manifest_checkpoints: m.checkpoints.clone(),
                 workspace: m.workspace.clone(),
@@ -120,37 +147,82 @@ impl Store {
                 ..ImportReport::default()
             }));
         }
-        // What is here must be where the bundle's history begins (an earlier push of the same
-        // history, say): the rest goes after it. Known checkpoints and their rows are skipped.
-        if let Some(i) = history.iter().position(|u| !known.contains(u)) {
-            if let Some(late) = history[i..].iter().find(|u| known.contains(*u)) {
-                return Err(BundleError::Refused(format!(
-                    "checkpoint {late} of the bundle is in this store already, but {} before it is not: the histories have diverged",
-                    history[i]
-                )));
+        self.check_declared(db)?;
+        Ok(ImportPlan::Rows)
+    }
+
+    /// Every blob a new row names is in the bundle or here, and is as long as the row says: a
+    /// `blobs` row's size, a complete file capture's size (0 with no blob), a saved range's
+    /// length. (A range capture's size is checked where its content is put together, against
+    /// the history that completes it: `rewind/patched.rs`.)
+    fn check_declared(&self, db: &Staging) -> std::result::Result<(), BundleError> {
+        let size_of = |h: &str| -> std::result::Result<u64, BundleError> {
+            match db.blob_size(h)? {
+                Some(n) => Ok(n),
+                None if self.blobs.exists(h) => Ok(std::fs::metadata(self.blobs.path(h))?.len()),
+                None => Err(BundleError::Refused(format!(
+                    "the bundle's rows name blob {h}, which it does not hold"
+                ))),
             }
-        }
-        let rows = new_rows(&staged.rows, &known);
-        // Every blob a row names is in the bundle or here.
-        for row in &rows {
-            let named = match row.t.as_str() {
-                "captures" | "capture_ranges" => row.text("blob"),
-                _ => None,
+        };
+        let wrong = |what: String| {
+            BundleError::Refused(format!(
+                "{what}: the bundle declares sizes its content does not have; nothing was \
+                 imported (a rewindfs export never does: it was made or altered by someone else)"
+            ))
+        };
+        db.each("blobs", true, |r| {
+            let (Some(h), Some(size)) = (r.text("hash"), r.int("size")) else {
+                return Ok(());
             };
-            if let Some(h) = named {
-                if !staged.blobs.contains(h) && !self.blobs.exists(h) {
-                    return Err(BundleError::Refused(format!(
-                        "the bundle's rows name blob {h}, which it does not hold"
+            if db.blob_size(h)?.is_some() || self.blobs.exists(h) {
+                let have = size_of(h)?;
+                if have != size as u64 {
+                    return Err(wrong(format!("blob {h} is {have} bytes, not {size}")));
+                }
+            }
+            Ok(())
+        })?;
+        db.each("captures", true, |r| {
+            let path = String::from_utf8_lossy(&r.bytes("path").unwrap_or_default()).into_owned();
+            let size = r.int("size").unwrap_or(0) as u64;
+            let complete_file = r.text("kind") == Some("file") && r.int("partial") != Some(1);
+            match r.text("blob") {
+                Some(h) => {
+                    let have = size_of(h)?;
+                    if complete_file && have != size {
+                        return Err(wrong(format!(
+                            "the capture of {path:?} declares {size} bytes; its blob {h} has {have}"
+                        )));
+                    }
+                }
+                None if complete_file && size != 0 => {
+                    return Err(wrong(format!(
+                        "the capture of {path:?} declares {size} bytes and holds none"
+                    )));
+                }
+                None => {}
+            }
+            Ok(())
+        })?;
+        db.each("capture_ranges", true, |r| {
+            if let Some(h) = r.text("blob") {
+                let (have, len) = (size_of(h)?, r.int("length").unwrap_or(0) as u64);
+                if have != len {
+                    return Err(wrong(format!(
+                        "a saved range of {len} bytes names blob {h} of {have}"
                     )));
                 }
             }
-        }
-        Ok(ImportPlan::Rows(rows))
+            Ok(())
+        })?;
+        Ok(())
     }
 
-    /// Inserts the rows of [`Store::import_plan`] in one transaction, renumbered. With a
-    /// `splice` (a daemon's import: the present state of every path the imported history
-    /// touches, blobs stored), a checkpoint holding it goes first: a rewind to one of the
+    /// Inserts the new rows of a planned import ([`Store::import_plan`]) in one transaction,
+    /// renumbered. With `splice` (a daemon's import), a checkpoint holding the present state
+    /// of every path in the staging file's `names` (what the imported history touches, each
+    /// read by `splice` while the transaction is open) goes first: a rewind to one of the
     /// store's own earlier checkpoints then meets the present of those paths before the
     /// imported history, which is another tree's. The caller holds off captures.
     ///
@@ -159,65 +231,54 @@ impl Store {
     pub fn import_rows(
         &self,
         staged: &Staged,
-        rows: &[Row],
         origin: Option<Origin>,
-        splice: &[(Vec<u8>, PreImage)],
+        splice: Option<SpliceFn<'_>>,
     ) -> std::result::Result<ImportReport, BundleError> {
         let m = &staged.manifest;
+        let db = &staged.db;
         self.flush_journal()?;
-        let (cap_ids, move_ids) = {
-            let caps = rows.iter().filter(|r| r.t == "captures").count() + splice.len();
-            let moves = rows.iter().filter(|r| r.t == "moves").count() as i64;
-            let mut p = self.pending.locked();
-            let ids = (p.next_capture, p.next_move);
-            p.next_capture += caps as i64;
-            p.next_move += moves;
-            ids
+        let spliced = if splice.is_some() {
+            db.names_count()?
+        } else {
+            0
         };
-        let n = self.with(|c| insert_rows(c, rows, cap_ids, move_ids, origin.as_ref(), splice))?;
+        // Ids for the splice's captures, then the bundle's, after every id in use (the
+        // journal's too), handed out under the lock that hands out every id.
+        let cap_base = {
+            let mut p = self.pending.locked();
+            let (cap_base, move_base) = (p.next_capture, p.next_move);
+            let (caps, moves) = db.number(cap_base + spliced as i64, move_base)?;
+            p.next_capture += (spliced + caps) as i64;
+            p.next_move += moves as i64;
+            cap_base
+        };
+        // Whatever fails, the transaction is rolled back; the failure is returned as it was.
+        let mut failed = None;
+        let done = self.with(|c| {
+            match insert_all(c, db, cap_base, spliced as i64, origin.as_ref(), splice) {
+                Ok(n) => Ok(Some(n)),
+                Err(BundleError::Store(crate::store::StoreError::Sql(e))) => Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(None)
+                }
+            }
+        })?;
+        let n = match (done, failed) {
+            (Some(n), _) => n,
+            (None, Some(e)) => return Err(e),
+            (None, None) => return Err(BundleError::Refused("the import stopped".into())),
+        };
         Ok(ImportReport {
             manifest_checkpoints: m.checkpoints.clone(),
             workspace: m.workspace.clone(),
             checkpoints: n.0,
             rows: n.1,
-            blobs: staged.blobs.len() as u64,
+            blobs: staged.blobs,
             blob_bytes: m.blob_bytes,
             already: false,
         })
     }
-}
-
-/// What an import would add.
-#[derive(Debug)]
-pub enum ImportPlan {
-    /// Every checkpoint of the bundle is here: nothing to do.
-    Already(ImportReport),
-    /// The rows to insert.
-    Rows(Vec<Row>),
-}
-
-/// The rows of the checkpoints not in `known`: a known checkpoint's row, its captures (and
-/// their ranges), moves, tracked rows, change-log entries and origins are left out.
-fn new_rows(rows: &[Row], known: &HashSet<String>) -> Vec<Row> {
-    let skip: HashSet<i64> = rows
-        .iter()
-        .filter(|r| r.t == "checkpoints" && r.text("uuid").is_some_and(|u| known.contains(u)))
-        .filter_map(|r| r.int("seq"))
-        .collect();
-    let skip_caps: HashSet<i64> = rows
-        .iter()
-        .filter(|r| r.t == "captures" && r.int("checkpoint").is_some_and(|c| skip.contains(&c)))
-        .filter_map(|r| r.int("id"))
-        .collect();
-    rows.iter()
-        .filter(|r| match r.t.as_str() {
-            "checkpoints" => !r.int("seq").is_some_and(|s| skip.contains(&s)),
-            "capture_ranges" => !r.int("capture").is_some_and(|c| skip_caps.contains(&c)),
-            "sessions" | "blobs" => true,
-            _ => !r.int("checkpoint").is_some_and(|c| skip.contains(&c)),
-        })
-        .cloned()
-        .collect()
 }
 
 /// Tables an import writes, in order.
@@ -233,31 +294,34 @@ const TABLES: &[&str] = &[
     "origins",
 ];
 
-/// Inserts the rows, renumbered, in one transaction: (checkpoints inserted, rows inserted).
-fn insert_rows(
+/// Inserts the splice and the new rows, renumbered, in one transaction: (checkpoints inserted,
+/// rows inserted).
+fn insert_all(
     c: &mut Connection,
-    rows: &[Row],
-    splice_base: i64,
-    move_base: i64,
+    db: &Staging,
+    cap_base: i64,
+    spliced: i64,
     origin: Option<&Origin>,
-    splice: &[(Vec<u8>, PreImage)],
-) -> rusqlite::Result<(u64, u64)> {
+    splice: Option<SpliceFn<'_>>,
+) -> std::result::Result<(u64, u64), BundleError> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if !splice.is_empty() {
-        insert_splice(&tx, splice, splice_base)?;
+    if let Some(read) = splice {
+        insert_splice(&tx, db, cap_base, read)?;
     }
     let columns = table_columns(&tx)?;
-    let mut ids = Renumber::new(rows, splice_base + splice.len() as i64, move_base);
+    let mut ids = Renumber {
+        db,
+        cap_base: cap_base + spliced,
+        seqs: HashMap::new(),
+    };
     let mut first_checkpoint: Option<i64> = None;
-    let mut origin_rows: BTreeSet<i64> = BTreeSet::new();
+    let mut origin_for_first = false;
     let mut inserted = 0u64;
     for t in TABLES {
-        for row in rows.iter().filter(|r| r.t == *t) {
-            let (m, or_ignore) = ids.renumber(t, row)?;
-            if *t == "origins" {
-                if let Some(s) = m.get("checkpoint").and_then(Value::as_i64) {
-                    origin_rows.insert(s);
-                }
+        db.each(t, true, |row| {
+            let (m, or_ignore) = ids.renumber(t, &row)?;
+            if *t == "origins" && m.get("checkpoint").and_then(Value::as_i64) == first_checkpoint {
+                origin_for_first = true;
             }
             insert_row(&tx, t, &m, &columns[t], or_ignore)?;
             inserted += 1;
@@ -268,10 +332,11 @@ fn insert_rows(
                 }
                 first_checkpoint.get_or_insert(new);
             }
-        }
+            Ok(())
+        })?;
     }
     if let (Some(o), Some(first)) = (origin, first_checkpoint) {
-        if !origin_rows.contains(&first) {
+        if !origin_for_first {
             tx.execute(
                 "INSERT INTO origins (checkpoint, kind, workspace, store, uuid, session_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 rusqlite::params![first, o.kind, o.workspace, o.store, o.uuid, o.session_id, o.at],
@@ -283,21 +348,23 @@ fn insert_rows(
     Ok((n, inserted))
 }
 
-/// The checkpoint a bundle's history is spliced onto: what its first checkpoint's captures
-/// say of paths this store changed since (the present's state of them, taken by rewindfs),
-/// with ids from `splice_base` on.
+/// The checkpoint a bundle's history is spliced onto: the present state of each of the staging
+/// file's names (taken by rewindfs itself), with ids from `cap_base` on.
 fn insert_splice(
     tx: &rusqlite::Transaction<'_>,
-    splice: &[(Vec<u8>, PreImage)],
-    splice_base: i64,
-) -> rusqlite::Result<()> {
+    db: &Staging,
+    cap_base: i64,
+    read: SpliceFn<'_>,
+) -> std::result::Result<(), BundleError> {
     let at = crate::store::now_ms();
     tx.execute(
         "INSERT INTO checkpoints (uuid, session_id, kind, began_at) VALUES (?1, NULL, ?2, ?3)",
         rusqlite::params![uuid::Uuid::new_v4().to_string(), CheckpointKind::Mount, at],
     )?;
     let seq = tx.last_insert_rowid();
-    for (i, (path, pre)) in splice.iter().enumerate() {
+    let mut i = 0i64;
+    db.each_name(|path| {
+        let pre = read(&path)?;
         if let Some(b) = &pre.blob {
             tx.execute(
                 "INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)",
@@ -308,7 +375,7 @@ fn insert_splice(
             "INSERT INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?16)",
             rusqlite::params![
-                splice_base + i as i64,
+                cap_base + i,
                 seq,
                 path,
                 Purpose::Checkpoint,
@@ -324,18 +391,19 @@ fn insert_splice(
                 Actor::Rewind.bit(),
                 Op::Write,
                 at,
-                pre.xattrs
+                pre.xattrs.as_ref().map(crate::store::Xattrs::encode)
             ],
         )?;
-    }
-    Ok(())
+        i += 1;
+        Ok(())
+    })
 }
 
 /// The store's own columns of every table a bundle may fill: a bundle's names are checked
 /// against these before they reach SQL.
 fn table_columns(
     tx: &rusqlite::Transaction<'_>,
-) -> rusqlite::Result<HashMap<&'static str, HashSet<String>>> {
+) -> rusqlite::Result<HashMap<&'static str, std::collections::HashSet<String>>> {
     let mut columns = HashMap::new();
     for t in TABLES {
         let mut st = tx.prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))?;
@@ -348,58 +416,29 @@ fn table_columns(
 }
 
 /// A row refused: what is wrong with it.
-fn bad(what: String) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(what.into())
+fn bad(what: String) -> BundleError {
+    BundleError::Refused(format!("a row of the bundle does not fit: {what}"))
 }
 
-/// Old ids to new: captures and moves in their order after every id in use, checkpoints as
-/// they are inserted.
-struct Renumber {
-    /// The bundle's capture ids, sorted; the i-th becomes `cap_base + i`.
-    old_caps: Vec<i64>,
+/// Old ids to new: captures and moves as the staging file numbered them, checkpoints as they
+/// are inserted.
+struct Renumber<'a> {
+    db: &'a Staging,
+    /// The first id of the bundle's captures.
     cap_base: i64,
-    /// The bundle's move seqs, sorted; the i-th becomes `move_base + i`.
-    old_moves: Vec<i64>,
-    move_base: i64,
-    /// Checkpoint seqs, old to new, filled as checkpoints are inserted (they come first).
+    /// Checkpoint seqs, old to new, filled as checkpoints are inserted (they come first; at
+    /// most a million, `read.rs`).
     seqs: HashMap<i64, i64>,
 }
 
-impl Renumber {
-    fn new(rows: &[Row], cap_base: i64, move_base: i64) -> Renumber {
-        let sorted = |table: &str, col: &str| -> Vec<i64> {
-            let mut v: Vec<i64> = rows
-                .iter()
-                .filter(|r| r.t == table)
-                .filter_map(|r| r.int(col))
-                .collect();
-            v.sort_unstable();
-            v
-        };
-        Renumber {
-            old_caps: sorted("captures", "id"),
-            cap_base,
-            old_moves: sorted("moves", "seq"),
-            move_base,
-            seqs: HashMap::new(),
-        }
-    }
-
-    fn cap(&self, old: i64) -> Option<i64> {
-        self.old_caps
-            .binary_search(&old)
-            .ok()
-            .map(|i| self.cap_base + i as i64)
-    }
-
-    /// For `after_capture`: the new id of the last exported capture at or before `old`.
-    fn after(&self, old: i64) -> i64 {
-        let i = self.old_caps.partition_point(|x| *x <= old);
-        self.cap_base + i as i64 - 1
-    }
-
+impl Renumber<'_> {
     /// The new seq of the checkpoint the row's `col` names.
-    fn seq_of(&self, t: &str, m: &Map<String, Value>, col: &str) -> rusqlite::Result<Option<i64>> {
+    fn seq_of(
+        &self,
+        t: &str,
+        m: &Map<String, Value>,
+        col: &str,
+    ) -> std::result::Result<Option<i64>, BundleError> {
         match m.get(col).and_then(Value::as_i64) {
             None => Ok(None),
             Some(old) => self.seqs.get(&old).copied().map(Some).ok_or_else(|| {
@@ -411,7 +450,12 @@ impl Renumber {
     }
 
     /// Replaces `col`, a checkpoint's seq, by its new one.
-    fn checkpoint(&self, t: &str, m: &mut Map<String, Value>, col: &str) -> rusqlite::Result<()> {
+    fn checkpoint(
+        &self,
+        t: &str,
+        m: &mut Map<String, Value>,
+        col: &str,
+    ) -> std::result::Result<(), BundleError> {
         let s = self.seq_of(t, m, col)?;
         m.insert(col.into(), Value::from(s));
         Ok(())
@@ -419,7 +463,11 @@ impl Renumber {
 
     /// The row of table `t` with its ids renumbered, and whether it is inserted `OR IGNORE`
     /// (rows the store may have already: sessions, blobs, tracked files).
-    fn renumber(&self, t: &str, row: &Row) -> rusqlite::Result<(Map<String, Value>, bool)> {
+    fn renumber(
+        &self,
+        t: &str,
+        row: &Row,
+    ) -> std::result::Result<(Map<String, Value>, bool), BundleError> {
         let mut m = row.r.clone();
         let mut or_ignore = false;
         match t {
@@ -433,10 +481,11 @@ impl Renumber {
                 let old = row
                     .int("id")
                     .ok_or_else(|| bad("a capture without an id".into()))?;
-                m.insert(
-                    "id".into(),
-                    Value::from(self.cap(old).unwrap_or(self.cap_base)),
-                );
+                let new = self
+                    .db
+                    .cap(old)?
+                    .ok_or_else(|| bad(format!("capture {old} is numbered twice")))?;
+                m.insert("id".into(), Value::from(new));
                 self.checkpoint(t, &mut m, "checkpoint")?;
             }
             "capture_ranges" => {
@@ -444,21 +493,31 @@ impl Renumber {
                     .int("capture")
                     .ok_or_else(|| bad("a range without its capture".into()))?;
                 let new = self
-                    .cap(old)
+                    .db
+                    .cap(old)?
                     .ok_or_else(|| bad(format!("a range of capture {old}, not in the bundle")))?;
                 m.insert("capture".into(), Value::from(new));
             }
             "moves" => {
                 let old = row.int("seq").unwrap_or(0);
-                let i = self.old_moves.binary_search(&old).unwrap_or(0);
-                m.insert("seq".into(), Value::from(self.move_base + i as i64));
+                let new = self
+                    .db
+                    .move_seq(old)?
+                    .ok_or_else(|| bad(format!("move {old} is numbered twice")))?;
+                m.insert("seq".into(), Value::from(new));
                 self.checkpoint(t, &mut m, "checkpoint")?;
                 let a = row.int("after_capture").unwrap_or(0);
-                m.insert("after_capture".into(), Value::from(self.after(a)));
+                m.insert(
+                    "after_capture".into(),
+                    Value::from(self.db.cap_at_or_before(a, self.cap_base)?),
+                );
             }
             "tracked" => {
                 self.checkpoint(t, &mut m, "checkpoint")?;
-                let c = row.int("capture").and_then(|c| self.cap(c));
+                let c = match row.int("capture") {
+                    Some(c) => self.db.cap(c)?,
+                    None => None,
+                };
                 m.insert("capture".into(), c.map_or(Value::Null, Value::from));
                 or_ignore = true;
             }
@@ -478,9 +537,9 @@ fn insert_row(
     tx: &rusqlite::Transaction<'_>,
     t: &str,
     m: &Map<String, Value>,
-    known: &HashSet<String>,
+    known: &std::collections::HashSet<String>,
     or_ignore: bool,
-) -> rusqlite::Result<()> {
+) -> std::result::Result<(), BundleError> {
     let mut cols = Vec::new();
     let mut vals = Vec::new();
     for (k, v) in m {
@@ -496,6 +555,8 @@ fn insert_row(
         cols.join(", "),
         vec!["?"; cols.len()].join(", ")
     );
-    tx.execute(&sql, rusqlite::params_from_iter(vals))?;
+    tx.prepare_cached(&sql)?
+        .execute(rusqlite::params_from_iter(vals))
+        .map_err(|e| bad(format!("{t}: {e}")))?;
     Ok(())
 }

@@ -31,6 +31,7 @@
 mod check;
 mod import;
 mod read;
+mod staging;
 mod write;
 
 pub use self::import::{ImportPlan, ImportReport};
@@ -80,8 +81,15 @@ pub enum BundleError {
     Refused(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// I/O failed (the cause in the message only, not also a `source`).
     #[error("bundle: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+impl From<io::Error> for BundleError {
+    fn from(e: io::Error) -> Self {
+        BundleError::Io(e)
+    }
 }
 
 impl From<rusqlite::Error> for BundleError {
@@ -209,11 +217,22 @@ mod tests {
             let h = blake3::hash(b).to_hex().to_string();
             w.blob(&h, b.len() as u64, &mut &b[..]).unwrap();
         }
+        let cp = "88888888-8888-4888-8888-888888888888";
+        let mut c = Map::new();
+        c.insert("seq".into(), Value::from(1));
+        c.insert("uuid".into(), Value::from(cp));
+        c.insert("kind".into(), Value::from("mount"));
+        c.insert("began_at".into(), Value::from(1));
+        w.row(&Row {
+            t: "checkpoints".into(),
+            r: c,
+        })
+        .unwrap();
         for r in rows {
             w.row(r).unwrap();
         }
         w.finish(Manifest {
-            checkpoints: vec!["88888888-8888-4888-8888-888888888888".into()],
+            checkpoints: vec![cp.into()],
             ..Manifest::default()
         })
         .unwrap()
@@ -291,13 +310,12 @@ mod tests {
         let s = Store::open(d.path(), false).unwrap();
         let good = bundle(&[], &[b"hello blob", b"another"]);
         let staged = s.stage_bundle(&good[..], None).unwrap();
-        assert_eq!(staged.blobs.len(), 2);
-        for h in &staged.created {
-            s.discard_unreferenced(std::slice::from_ref(h), None)
-                .unwrap();
-        }
+        assert_eq!(staged.blobs, 2);
+        staged.discard(&s, None).unwrap();
+        assert!(!s.blobs.exists(&blake3::hash(b"another").to_hex()));
         // A byte flipped in the second blob's payload: refused at that frame's offset.
         let second = 12 + 41 + 10;
+        assert_eq!(&good[second..second + 1], &[BLOB]);
         let mut bad = good.clone();
         bad[second + 41 + 2] ^= 1;
         match s.stage_bundle(&bad[..], None) {

@@ -1,9 +1,10 @@
 //! Reading a bundle back: every frame checked against its hash before it is used, the byte
 //! offset of any fault named; staging an import (its blobs stored as verified).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 
+use super::staging::Staging;
 use super::*;
 use crate::store::{BlobRef, Store};
 
@@ -61,15 +62,103 @@ impl<R: Read> Read for PayloadReader<'_, R> {
     }
 }
 
-/// What a bundle held, once read and checked (its blobs are in the store by then).
-#[derive(Debug, Default)]
+/// What a bundle held, once read and checked (its blobs are in the store by then, its rows in
+/// a staging file: see `staging.rs`).
 pub struct Staged {
     pub manifest: Manifest,
-    pub rows: Vec<Row>,
-    /// Blobs this read stored that the store did not have (removed again if the import fails).
-    pub created: Vec<BlobRef>,
-    /// Every blob the bundle held.
-    pub blobs: HashSet<String>,
+    /// The rows, the blobs' names and sizes, and what the import works out from them.
+    pub(super) db: Staging,
+    /// Blob frames in the bundle.
+    pub blobs: u64,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("manifest", &self.manifest)
+            .field("blobs", &self.blobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Staged {
+    /// Removes again the blobs this import stored that no row names (`capture`: the lock the
+    /// store's captures take, held while each batch goes).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn discard(
+        &self,
+        store: &Store,
+        capture: crate::store::gc::Capture<'_>,
+    ) -> crate::store::Result<()> {
+        let mut res = Ok(());
+        self.db.created(10_000, |batch| {
+            let refs: Vec<BlobRef> = batch.into_iter().map(BlobRef::hash).collect();
+            if let Err(e) = store.discard_unreferenced(&refs, capture) {
+                res = Err(e);
+            }
+        })?;
+        res.map(|_| ())
+    }
+
+    /// Calls `f` with the path and bundle id of each new capture of checkpoint purpose (not of
+    /// a checkpoint the store has), in bundle order: the history an import splices in front of.
+    ///
+    /// # Errors
+    /// Store errors; `f`'s.
+    pub fn each_new_capture(
+        &self,
+        mut f: impl FnMut(Vec<u8>, i64) -> std::result::Result<(), BundleError>,
+    ) -> std::result::Result<(), BundleError> {
+        self.db.each("captures", true, |r| {
+            if r.text("purpose") != Some("checkpoint") {
+                return Ok(());
+            }
+            match (r.bytes("path"), r.int("id")) {
+                (Some(p), Some(id)) => f(p, id),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// The new directory renames, in the order they happened (a bundle carries at most
+    /// 100,000).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn new_moves(&self) -> std::result::Result<Vec<crate::store::Move>, BundleError> {
+        let mut out = Vec::new();
+        self.db.each("moves", true, |r| {
+            if let (Some(seq), Some(src), Some(dst)) =
+                (r.int("seq"), r.bytes("src"), r.bytes("dst"))
+            {
+                out.push(crate::store::Move {
+                    seq,
+                    checkpoint: r.int("checkpoint").unwrap_or(0),
+                    src,
+                    dst,
+                    exchange: r.int("exchange").unwrap_or(0) != 0,
+                    after_capture: r.int("after_capture").unwrap_or(0),
+                    actor: r
+                        .text("actor")
+                        .map_or(crate::store::Actor::External, crate::store::Actor::parse),
+                });
+            }
+            Ok(())
+        })?;
+        out.sort_by_key(|m| m.seq);
+        Ok(out)
+    }
+
+    /// Adds a path whose present state the import splices in before the imported history
+    /// (see [`Store::import_rows`]).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn add_splice_name(&self, path: &[u8]) -> std::result::Result<(), BundleError> {
+        Ok(self.db.add_name(path)?)
+    }
 }
 
 /// One frame of a bundle file, as [`scan`] finds it.
@@ -178,27 +267,39 @@ impl Store {
         src: impl Read,
         capture: crate::store::gc::Capture<'_>,
     ) -> std::result::Result<Staged, BundleError> {
-        let mut staged = Staged::default();
-        let res = self.stage_into(src, &mut staged);
-        if let Err(e) = res {
-            if let Err(d) = self.discard_unreferenced(&staged.created, capture) {
-                tracing::warn!("import: removing the blobs of a refused bundle: {d}");
+        let db = Staging::create(&self.blobs.dir().join("tmp"))?;
+        match self.stage_into(src, &db) {
+            Ok((manifest, blobs)) => Ok(Staged {
+                manifest,
+                db,
+                blobs,
+            }),
+            Err(e) => {
+                let staged = Staged {
+                    manifest: Manifest::default(),
+                    db,
+                    blobs: 0,
+                };
+                if let Err(d) = staged.discard(self, capture) {
+                    tracing::warn!("import: removing the blobs of a refused bundle: {d}");
+                }
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(staged)
     }
 
+    /// Reads the bundle into `db`: its manifest and how many blob frames it had.
     fn stage_into(
         &self,
         src: impl Read,
-        staged: &mut Staged,
-    ) -> std::result::Result<(), BundleError> {
+        db: &Staging,
+    ) -> std::result::Result<(Manifest, u64), BundleError> {
         let mut r = Counted { r: src, pos: 0 };
         let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
         read_header(&mut r)?;
         let mut frames = 0u64;
         let mut rows_seen = 0u64;
+        let mut blobs = 0u64;
         loop {
             let offset = r.pos;
             let mut fh = [0u8; 41];
@@ -241,53 +342,31 @@ impl Store {
             };
             match kind {
                 BLOB => {
-                    if self.blobs.exists(&hex) {
+                    let created = if self.blobs.exists(&hex) {
                         io::copy(&mut p, &mut io::sink()).map_err(cut)?;
+                        false
                     } else {
                         let (got, _) = match self.blobs.put_reader(&mut p) {
                             Ok(x) => x,
                             Err(e) => return Err(cut(e)),
                         };
-                        staged.created.push(BlobRef::hash(got));
-                    }
+                        // Noted before it is checked: a blob that does not match is removed.
+                        db.add_blob(&got, len, true)?;
+                        true
+                    };
                     if p.hasher.finalize().as_bytes() != &hash {
                         return Err(corrupt(
                             offset,
                             format!("blob {hex}: its content does not match its hash"),
                         ));
                     }
-                    staged.blobs.insert(hex);
+                    if !created {
+                        db.add_blob(&hex, len, false)?;
+                    }
+                    blobs += 1;
                 }
-                ROWS | MANIFEST => {
-                    if len > 1 << 30 {
-                        return Err(corrupt(offset, format!("a frame of {len} bytes")));
-                    }
-                    let mut buf = Vec::with_capacity(len as usize);
-                    p.read_to_end(&mut buf).map_err(cut)?;
-                    if p.hasher.finalize().as_bytes() != &hash {
-                        return Err(corrupt(
-                            offset,
-                            format!(
-                                "frame '{}': its content does not match its hash",
-                                kind as char
-                            ),
-                        ));
-                    }
-                    if kind == MANIFEST {
-                        let m: Manifest = serde_json::from_slice(&buf)
-                            .map_err(|e| corrupt(offset, format!("the manifest: {e}")))?;
-                        check_manifest(&m, offset, frames, rows_seen, staged.blobs.len() as u64)?;
-                        let mut rest = [0u8; 1];
-                        if r.fill(&mut rest).unwrap_or(true) {
-                            return Err(corrupt(r.pos - 1, "bytes after the manifest".into()));
-                        }
-                        staged.manifest = m;
-                        return Ok(());
-                    }
-                    for (i, line) in buf.split(|b| *b == b'\n').enumerate() {
-                        if line.is_empty() {
-                            continue;
-                        }
+                ROWS => {
+                    read_lines(&mut p, |i, line| {
                         let row: Row = serde_json::from_slice(line).map_err(|e| {
                             corrupt(offset, format!("row {i} of a rows frame: {e}"))
                         })?;
@@ -300,15 +379,132 @@ impl Store {
                             })?;
                         rows_seen += 1;
                         if keep {
-                            staged.rows.push(row);
+                            db.add_row(&row)?;
                         }
+                        Ok(())
+                    })
+                    .map_err(|e| match e {
+                        BundleError::Io(e) => cut(e),
+                        e => e,
+                    })?;
+                    if p.hasher.finalize().as_bytes() != &hash {
+                        return Err(corrupt(
+                            offset,
+                            "frame 'R': its content does not match its hash".into(),
+                        ));
                     }
+                }
+                MANIFEST => {
+                    if len > MAX_LINE {
+                        return Err(corrupt(offset, format!("a manifest of {len} bytes")));
+                    }
+                    let mut buf = Vec::with_capacity(len as usize);
+                    p.read_to_end(&mut buf).map_err(cut)?;
+                    if p.hasher.finalize().as_bytes() != &hash {
+                        return Err(corrupt(
+                            offset,
+                            "frame 'M': its content does not match its hash".into(),
+                        ));
+                    }
+                    let m: Manifest = serde_json::from_slice(&buf)
+                        .map_err(|e| corrupt(offset, format!("the manifest: {e}")))?;
+                    check_manifest(&m, offset, frames, rows_seen, blobs)?;
+                    let mut rest = [0u8; 1];
+                    if r.fill(&mut rest).unwrap_or(true) {
+                        return Err(corrupt(r.pos - 1, "bytes after the manifest".into()));
+                    }
+                    db.conn.execute_batch("COMMIT; BEGIN;")?;
+                    check_checkpoints(&m, db, offset)?;
+                    return Ok((m, blobs));
                 }
                 k => return Err(corrupt(offset, format!("a frame of unknown kind {k:#04x}"))),
             }
             frames += 1;
         }
     }
+}
+
+/// The longest row (a line of a rows frame) and manifest a bundle may have: a row with a saved
+/// range inline (at most 32 MiB, as base64) fits.
+const MAX_LINE: u64 = 64 << 20;
+/// The most checkpoints, and directory renames, one bundle may carry (an import keeps a small
+/// record of each in memory).
+const MAX_CHECKPOINTS: u64 = 1_000_000;
+const MAX_MOVES: u64 = 100_000;
+
+/// Calls `each` with every line of a rows frame (with its index), one at a time: a frame is
+/// never held whole.
+fn read_lines<R: Read>(
+    p: &mut PayloadReader<'_, R>,
+    mut each: impl FnMut(usize, &[u8]) -> std::result::Result<(), BundleError>,
+) -> std::result::Result<(), BundleError> {
+    use std::io::BufRead;
+    let mut br = io::BufReader::with_capacity(1 << 16, p);
+    let mut line = Vec::new();
+    for i in 0.. {
+        line.clear();
+        let n = (&mut br).take(MAX_LINE + 1).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        } else if n as u64 > MAX_LINE {
+            return Err(BundleError::Refused(format!(
+                "row {i} of a rows frame is longer than {MAX_LINE} bytes: not a row rewindfs writes"
+            )));
+        }
+        if !line.is_empty() {
+            each(i, &line)?;
+        }
+    }
+    Ok(())
+}
+
+/// The manifest's checkpoints are the checkpoint rows', in order; a bundle holds at least one,
+/// and no more checkpoints or renames than an import handles.
+fn check_checkpoints(
+    m: &Manifest,
+    db: &Staging,
+    offset: u64,
+) -> std::result::Result<(), BundleError> {
+    if m.checkpoints.is_empty() {
+        return Err(BundleError::Refused(
+            "the bundle holds no checkpoint: nothing to import (an export always holds at least \
+             its own)"
+                .into(),
+        ));
+    }
+    let n = db.count("checkpoints")?;
+    if n > MAX_CHECKPOINTS || db.count("moves")? > MAX_MOVES {
+        return Err(BundleError::Refused(format!(
+            "the bundle holds more than {MAX_CHECKPOINTS} checkpoints or {MAX_MOVES} directory \
+             renames, more than this rewindfs imports at once: export it in parts (--since)"
+        )));
+    }
+    let mut i = 0usize;
+    let mismatch = |what: String| BundleError::Corrupt { offset, what };
+    db.each("checkpoints", false, |row| {
+        let uuid = row.text("uuid").unwrap_or_default();
+        match m.checkpoints.get(i) {
+            Some(u) if u == uuid => {}
+            _ => {
+                return Err(mismatch(format!(
+                    "the manifest's checkpoint {} is not the bundle's checkpoint row {uuid:?}",
+                    i + 1
+                )));
+            }
+        }
+        i += 1;
+        Ok(())
+    })?;
+    if i != m.checkpoints.len() {
+        return Err(mismatch(format!(
+            "the manifest lists {} checkpoints; the bundle has {i}",
+            m.checkpoints.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The bundle's header: its magic and a format this build reads.
