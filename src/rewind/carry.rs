@@ -356,9 +356,11 @@ impl Engine {
     /// diverges from this store's; store and file-system errors. Nothing is imported then.
     pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
         let _one = self.apply.locked();
+        let t0 = std::time::Instant::now();
         let staged = self
             .store
             .stage_bundle(src, Some(self.recorder.capture_lock()))?;
+        let staged_in = t0.elapsed();
         self.kernel.flush();
         let mut stored: Vec<BlobRef> = Vec::new();
         let res: Result<ImportReport, RewindError> = (|| {
@@ -371,7 +373,9 @@ impl Engine {
             if let ImportPlan::Already(r) = self.store.import_plan(&staged)? {
                 return Ok(r);
             }
+            let planned_in = t0.elapsed();
             self.splice_names(&staged)?;
+            let named_in = t0.elapsed();
             let root = self.root();
             let store = &self.store;
             let mut read = |p: &[u8]| -> io::Result<PreImage> {
@@ -384,6 +388,15 @@ impl Engine {
                 Some(import_origin(&staged.manifest)),
                 Some(&mut read),
             )?;
+            tracing::info!(
+                "import: {} rows in {:?} (read and checked {staged_in:?}, planned {:?}, splice \
+                 named {:?}, inserted {:?})",
+                r.rows,
+                t0.elapsed(),
+                planned_in - staged_in,
+                named_in - planned_in,
+                t0.elapsed() - named_in
+            );
             // What happens from now on lands after the imported history.
             let uuid = uuid::Uuid::new_v4().to_string();
             self.recorder.begin(&uuid, None, CheckpointKind::Mount)?;

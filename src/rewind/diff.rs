@@ -73,9 +73,7 @@ impl Engine {
                 mode: t.mode,
                 content: match (&t.blob, t.kind()) {
                     (Some(b), Kind::File) => self
-                        .store
-                        .blobs
-                        .read_verified(b)
+                        .target_content(b)
                         .map_err(|e| crate::sys::ctx(e, rel.display()))?,
                     _ => Vec::new(),
                 },

@@ -413,6 +413,11 @@ pub struct Engine {
     apply: Mutex<()>,
     /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
     scratch: Mutex<Vec<BlobRef>>,
+    /// While a dry run or diff looks (from its plan to `discard`): the content its plan put
+    /// together (a file completed from a range chain, a moved file's), by hash, kept here
+    /// instead of in the store — a look writes nothing to the store. `None` otherwise; used
+    /// under `apply`.
+    looked: Mutex<Option<std::collections::HashMap<String, Vec<u8>>>>,
     /// The workspace's absolute path (the mount is in place): a live rewind applies through
     /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
     /// (see `tool.rs`). Set once, at start.
@@ -431,6 +436,7 @@ impl Engine {
             kernel,
             apply: Mutex::new(()),
             scratch: Mutex::default(),
+            looked: Mutex::default(),
             workspace: None,
             mount_dev: std::sync::OnceLock::new(),
         }
@@ -566,10 +572,35 @@ impl Engine {
     /// failed, leaving its plan for the next mount), or the dry run or diff has read them. A
     /// crash before that leaves them to the next gc's sweep. The caller holds `apply`.
     fn discard(&self) {
+        *self.looked.locked() = None;
         let hashes = std::mem::take(&mut *self.scratch.locked());
         if let Err(e) = self.recorder.discard_unreferenced(&hashes) {
             tracing::warn!("removing a plan's transient blobs: {e}");
         }
+    }
+
+    /// The content of a target's blob: what a look put together in memory, or the store's
+    /// blob, verified.
+    fn target_content(&self, b: &BlobRef) -> io::Result<Vec<u8>> {
+        if let Some(c) = self
+            .looked
+            .locked()
+            .as_ref()
+            .and_then(|m| m.get(b.as_str()))
+        {
+            return Ok(c.clone());
+        }
+        self.store.blobs.read_verified(b)
+    }
+
+    /// Keeps content a look put together (see `looked`) and names it; `None` when a real
+    /// rewind plans (the content goes to the store then).
+    fn keep_looked(&self, content: Vec<u8>) -> Option<BlobRef> {
+        let mut looked = self.looked.locked();
+        let m = looked.as_mut()?;
+        let h = blake3::hash(&content).to_hex().to_string();
+        m.insert(h.clone(), content);
+        Some(BlobRef::hash(h))
     }
 
     /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.

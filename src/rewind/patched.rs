@@ -49,7 +49,20 @@ impl Engine {
             let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
             super::unusable(&c.path, &cp, e)
         };
-        let reader = self.chain(hist, c, at, &unusable_here)?;
+        let mut reader = self.chain(hist, c, at, &unusable_here)?;
+        // A look keeps what it puts together in memory; a rewind stores it (its plan is
+        // journalled, and applied from the store).
+        if self.looked.locked().is_some() {
+            let mut content = Vec::new();
+            io::Read::read_to_end(&mut reader, &mut content).map_err(unusable_here)?;
+            let size = content.len() as u64;
+            return Ok(PreImage {
+                blob: self.keep_looked(content),
+                size,
+                partial: false,
+                ..c.pre.clone()
+            });
+        }
         let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
         self.scratch.locked().push(BlobRef::hash(hash.clone()));
         Ok(PreImage {
@@ -103,6 +116,7 @@ impl Engine {
                 }
             }
         };
+        check_sizes(&layers, &base).map_err(unusable)?;
         Ok(Patched {
             store: &self.store,
             layers,
@@ -122,6 +136,35 @@ impl Engine {
             _ => Base::None,
         })
     }
+}
+
+/// Checks the sizes a chain's layers declare against what completes them: a layer larger than
+/// its next state must have saved every byte past that state's end (a file cut short later had
+/// its tail saved first: `capture/ranges.rs`), so a size is never made up of zeros nobody
+/// wrote. A crafted bundle (or an altered store) declaring 1 GiB for a 6-byte file is refused
+/// here, before anything is read or written (issue 29).
+fn check_sizes(layers: &[Layer], base: &Base) -> io::Result<()> {
+    let base_len = match base {
+        Base::None => 0,
+        Base::File(f) => f.metadata()?.len(),
+        Base::Blob(b) => b.size()?,
+    };
+    for (k, layer) in layers.iter().enumerate() {
+        let next = layers.get(k + 1).map_or(base_len, |l| l.size);
+        let saved_to = layer.ranges.last().map_or(0, |r| r.offset + r.length);
+        if layer.size > next.max(saved_to) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a range pre-image declares {} bytes, but its history holds {} (the store was \
+                     altered, or holds a crafted import)",
+                    layer.size,
+                    next.max(saved_to)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where the bytes a range pre-image did not save come from.

@@ -59,6 +59,11 @@ impl Engine {
     ) -> Result<Outcome, RewindError> {
         let hist = History::load(&self.store, c)?;
         refuse_bad_paths(&hist)?;
+        if req.dry_run {
+            // A look writes nothing to the store: what it puts together stays in memory until
+            // `discard`.
+            self.looked.locked().get_or_insert_with(Default::default);
+        }
         let mut out = Outcome {
             can_rewind: true,
             ..Default::default()
@@ -208,10 +213,36 @@ impl Engine {
             Lineage::Current(at) if at == q => None,
             // Moved elsewhere and unchanged since: its content is there.
             Lineage::Current(at) => {
-                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(&at)), &self.store)?;
+                let rel = Path::new(OsStr::from_bytes(&at));
+                if self.looked.locked().is_some() {
+                    return Ok(Some(self.look_now(rel)?));
+                }
+                let pre = snapshot(self.root(), rel, &self.store)?;
                 self.scratch.locked().extend(pre.blob.clone());
                 Some(pre)
             }
+        })
+    }
+
+    /// A look's pre-image of `rel` as it is now, its content kept in memory (see `looked`).
+    fn look_now(&self, rel: &Path) -> Result<PreImage, RewindError> {
+        let now = now_state(self.root(), rel)?;
+        let size = now.content.as_ref().map_or(0, |c| c.len() as u64);
+        let blob = match now.content {
+            Some(c) => self.keep_looked(c),
+            None => None,
+        };
+        Ok(PreImage {
+            kind: now.kind,
+            blob,
+            mode: now.mode,
+            uid: now.uid,
+            gid: now.gid,
+            size,
+            target: now.target,
+            partial: false,
+            xattrs: now.xattrs,
+            imported: false,
         })
     }
 
@@ -244,9 +275,7 @@ impl Engine {
             }
             let new_content = match (&target.kind, &target.blob) {
                 (Kind::File, Some(b)) => Some(
-                    self.store
-                        .blobs
-                        .read_verified(b)
+                    self.target_content(b)
                         .map_err(|e| super::unusable(&p, req_uuid, e))?,
                 ),
                 (Kind::File, None) => Some(Vec::new()),

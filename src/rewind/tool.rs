@@ -217,7 +217,7 @@ impl Engine {
     /// A file target's content, read from its blob (an empty file has none).
     fn content_of(&self, p: &PreImage) -> io::Result<Vec<u8>> {
         Ok(match &p.blob {
-            Some(b) => self.store.blobs.read_verified(b)?,
+            Some(b) => self.target_content(b)?,
             None => Vec::new(),
         })
     }

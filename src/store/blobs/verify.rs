@@ -335,6 +335,14 @@ pub struct BlobReader {
 }
 
 impl BlobReader {
+    /// The blob's length.
+    ///
+    /// # Errors
+    /// `fstat` failed.
+    pub fn size(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
     /// Reads into `buf` at `off`; 0 at the end of the blob. Offsets before the ones already
     /// read are read again, but hashed only once.
     ///

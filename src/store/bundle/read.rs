@@ -379,7 +379,7 @@ impl Store {
                             })?;
                         rows_seen += 1;
                         if keep {
-                            db.add_row(&row)?;
+                            db.add_row(&row, line)?;
                         }
                         Ok(())
                     })

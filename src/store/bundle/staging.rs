@@ -70,8 +70,8 @@ impl Staging {
         Ok(staging)
     }
 
-    /// Keeps a checked row.
-    pub(super) fn add_row(&self, row: &Row) -> Result<()> {
+    /// Keeps a checked row (`line`: its JSON, as the bundle has it).
+    pub(super) fn add_row(&self, row: &Row, line: &[u8]) -> Result<()> {
         let (cp, id) = match row.t.as_str() {
             "checkpoints" => (row.int("seq"), row.int("seq")),
             "captures" => (row.int("checkpoint"), row.int("id")),
@@ -80,7 +80,7 @@ impl Staging {
             "sessions" | "blobs" => (None, None),
             _ => (row.int("checkpoint"), None),
         };
-        let json = serde_json::to_string(row).map_err(std::io::Error::other)?;
+        let json = std::str::from_utf8(line).map_err(std::io::Error::other)?;
         self.conn
             .prepare_cached("INSERT INTO rows (t, cp, id, json) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![row.t, cp, id, json])?;
