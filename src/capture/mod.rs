@@ -131,6 +131,10 @@ pub struct Recorder {
     log: ChangeLog,
     /// Files larger than this get range pre-images (see `ranges.rs`).
     range_capture_min: std::sync::atomic::AtomicU64,
+    /// Changes refused since the mount because the store was full (their pre-image could not be
+    /// saved), and when the last one was (unix ms): what `status` reports.
+    refused_full: std::sync::atomic::AtomicU64,
+    last_refused_full: std::sync::atomic::AtomicI64,
 }
 
 impl Recorder {
@@ -156,7 +160,32 @@ impl Recorder {
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
+            refused_full: std::sync::atomic::AtomicU64::new(0),
+            last_refused_full: std::sync::atomic::AtomicI64::new(0),
         })
+    }
+
+    /// Changes refused because the store was full, since the mount, and when the last one was
+    /// (unix ms; 0: never).
+    pub fn refused_full(&self) -> (u64, i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.refused_full.load(Relaxed),
+            self.last_refused_full.load(Relaxed),
+        )
+    }
+
+    /// Counts a change refused for a full store (its pre-image could not be saved).
+    fn note_refused(&self, r: io::Result<()>) -> io::Result<()> {
+        if let Err(e) = &r {
+            if crate::sys::errno_of(e) == libc::ENOSPC {
+                use std::sync::atomic::Ordering::Relaxed;
+                self.refused_full.fetch_add(1, Relaxed);
+                self.last_refused_full
+                    .store(crate::store::now_ms(), Relaxed);
+            }
+        }
+        r
     }
 
     /// The workspace's underlying directory, which every path of a change is relative to.
@@ -226,10 +255,10 @@ impl Observer for Recorder {
             // someone else changed the path since the rewind began (see `meanwhile.rs`).
             self.check_own(change)?;
             let who = self.rewind_actor();
-            match change.op {
-                Op::Rename | Op::Exchange => self.before_move(change, &who)?,
-                _ => self.before_change(change, &who)?,
-            }
+            self.note_refused(match change.op {
+                Op::Rename | Op::Exchange => self.before_move(change, &who),
+                _ => self.before_change(change, &who),
+            })?;
             return Ok(None);
         }
         let permit = self.gate.shared();
@@ -241,10 +270,10 @@ impl Observer for Recorder {
             change.path
         };
         let who = self.classify(pid, Some(subject));
-        match change.op {
-            Op::Rename | Op::Exchange => self.before_move(change, &who)?,
-            _ => self.before_change(change, &who)?,
-        }
+        self.note_refused(match change.op {
+            Op::Rename | Op::Exchange => self.before_move(change, &who),
+            _ => self.before_change(change, &who),
+        })?;
         Ok(Some(permit))
     }
 

@@ -144,9 +144,34 @@ pub(crate) fn print_status(r: &StatusReply) {
         ("bytesCaptured", r.bytes_captured.to_string()),
         ("agentPids", format!("[{}]", pids.join(","))),
         ("storeBytes", r.store_bytes.to_string()),
+        (
+            "storeFreeBytes",
+            r.store_free_bytes.map_or("?".into(), |b| b.to_string()),
+        ),
     ];
     for (k, v) in rows {
         println!("{k:<18} {v}");
+    }
+    if r.store_full {
+        println!(
+            "storeFull          yes: {} change(s) were refused (ENOSPC) because their pre-image could \
+             not be saved, the last at {}; free space where the store is, or run `rewindfs gc`",
+            r.writes_refused_store_full,
+            r.last_refused_at.as_deref().unwrap_or("?")
+        );
+    } else if r.writes_refused_store_full > 0 {
+        println!(
+            "writesRefused      {} (store full, the last at {})",
+            r.writes_refused_store_full,
+            r.last_refused_at.as_deref().unwrap_or("?")
+        );
+    }
+    for u in &r.unfinished_rewinds {
+        println!(
+            "unfinishedRewind   {}: {} (`rewindfs undo` puts back what of it was applied; the \
+             next mount tries again)",
+            u.id, u.error
+        );
     }
     for s in &r.sessions {
         let pids: Vec<String> = s.agent_pids.iter().map(u32::to_string).collect();

@@ -200,11 +200,16 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let engine = Arc::new(
         Engine::new(recorder.clone(), store, kernel.clone()).with_workspace(cfg.dir.clone()),
     );
-    let recovered = engine
+    // A rewind that cannot be finished now (a full store) stays unfinished and is named by
+    // `status`; it never keeps the workspace from being mounted.
+    let (recovered, failed) = engine
         .recover()
         .map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;
     if recovered > 0 {
         tracing::warn!("finished {recovered} interrupted rewind(s)");
+    }
+    if !failed.is_empty() {
+        tracing::warn!("{} interrupted rewind(s) left unfinished", failed.len());
     }
     Ok(Parts {
         recorder,

@@ -73,6 +73,7 @@ mod plan;
 mod privileges;
 mod recovery;
 mod session;
+mod space;
 mod stack;
 mod tool;
 
@@ -418,6 +419,8 @@ pub struct Engine {
     /// instead of in the store — a look writes nothing to the store. `None` otherwise; used
     /// under `apply`.
     looked: Mutex<Option<std::collections::HashMap<String, Vec<u8>>>>,
+    /// Rewinds the last recovery could not finish, each with why (`status` names them).
+    unfinished: Mutex<Vec<(String, String)>>,
     /// The workspace's absolute path (the mount is in place): a live rewind applies through
     /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
     /// (see `tool.rs`). Set once, at start.
@@ -437,6 +440,7 @@ impl Engine {
             apply: Mutex::new(()),
             scratch: Mutex::default(),
             looked: Mutex::default(),
+            unfinished: Mutex::default(),
             workspace: None,
             mount_dev: std::sync::OnceLock::new(),
         }
@@ -447,6 +451,22 @@ impl Engine {
     pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
         self.workspace = Some(dir);
         self
+    }
+
+    /// Rewinds the last recovery could not finish, each with why.
+    pub fn unfinished(&self) -> Vec<(String, String)> {
+        self.unfinished.locked().clone()
+    }
+
+    /// The store's room: bytes free on its filesystem, and the changes refused since the mount
+    /// because their pre-image could not be saved (with when the last one was, unix ms).
+    pub fn store_room(&self) -> (Option<u64>, u64, i64) {
+        let free = crate::sys::open_dir_path(self.store.blobs.dir())
+            .and_then(|fd| crate::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
+            .ok()
+            .map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+        let (n, at) = self.recorder.refused_full();
+        (free, n, at)
     }
 
     /// The mount is made, on device `dev` (major, minor): live rewinds apply through it.
@@ -487,6 +507,12 @@ impl Engine {
             let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
             self.discard();
             let mut out = out?;
+            if out.can_rewind {
+                if let Err(e) = self.check_space(&out.targets) {
+                    out.can_rewind = false;
+                    out.error = Some(e);
+                }
+            }
             out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
             return Ok(out);
         }
@@ -497,6 +523,16 @@ impl Engine {
         let t1 = t0.elapsed();
         let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
         let t2 = t0.elapsed();
+        let planned = planned.map(|mut out| {
+            // Room for what it captures, or it does not begin (`space.rs`).
+            if out.can_rewind {
+                if let Err(e) = self.check_space(&out.targets) {
+                    out.can_rewind = false;
+                    out.error = Some(e);
+                }
+            }
+            out
+        });
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
             Ok(out) => {

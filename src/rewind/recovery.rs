@@ -137,15 +137,39 @@ impl Engine {
         done
     }
 
-    /// Finishes rewinds a crash interrupted (called at mount, before serving), and returns
-    /// how many.
+    /// Finishes rewinds a crash or a failure interrupted (called at mount, before serving):
+    /// how many were finished, and those that could not be, each with why. One that cannot be
+    /// finished (its plan does not parse, the store is full) stays 'applying' for the next
+    /// mount, and never keeps this one from serving: `status` names it, and `undo` puts back
+    /// what of it was applied.
     ///
     /// # Errors
-    /// A plan that does not parse, and store and file-system errors; the rewind stays
-    /// 'applying' for the next mount.
-    pub fn recover(&self) -> Result<usize, RewindError> {
+    /// The store cannot list the unfinished rewinds.
+    pub fn recover(&self) -> Result<(usize, Vec<(String, String)>), RewindError> {
         let pending = self.store.unfinished_rewinds()?;
+        let mut finished = 0;
+        let mut failed = Vec::new();
         for r in &pending {
+            match self.finish(r) {
+                Ok(()) => finished += 1,
+                Err(e) => {
+                    tracing::error!(
+                        "rewind {} was interrupted and cannot be finished now: {e}; it stays \
+                         unfinished (`rewindfs undo` puts back what of it was applied; the next \
+                         mount tries again)",
+                        r.id
+                    );
+                    failed.push((r.id.clone(), e.to_string()));
+                }
+            }
+        }
+        *self.unfinished.locked() = failed.clone();
+        Ok((finished, failed))
+    }
+
+    /// Finishes one interrupted rewind (see [`Engine::recover`]).
+    fn finish(&self, r: &crate::store::RewindRow) -> Result<(), RewindError> {
+        {
             let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
                 RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
             })?;
@@ -202,7 +226,7 @@ impl Engine {
                 .extend(targets.iter().filter_map(|t| t.blob.clone()));
             self.discard();
         }
-        Ok(pending.len())
+        Ok(())
     }
 
     /// The targets of the rewind whose checkpoint is `own` that were changed since it began by

@@ -59,7 +59,7 @@ pub struct LiveSession {
 pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// What the store holds, in numbers.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Counts {
     /// Checkpoints kept.
     pub checkpoints: i64,

@@ -232,6 +232,10 @@ impl Engine {
         if !out.conflicts.is_empty() && !req.force {
             out.can_rewind = false;
             out.error = Some(refusal(req.direction, &done.rewind, &done.conflict_actors));
+        } else if let Err(e) = self.check_space(&out.targets) {
+            // Room for what it captures, or it does not begin (`space.rs`).
+            out.can_rewind = false;
+            out.error = Some(e);
         }
         Ok(out)
     }

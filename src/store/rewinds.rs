@@ -58,11 +58,21 @@ impl Store {
                 "UPDATE rewinds SET state = 'done', plan = '' WHERE id = ?1",
                 params![r.id],
             )?;
-            if let Some(state) = follows {
-                tx.execute(
-                    "UPDATE rewinds SET state = ?2 WHERE id = ?1 AND state != 'applying'",
-                    params![r.target, state],
-                )?;
+            match follows {
+                // Undoing a rewind left unfinished closes it too: no later mount applies it.
+                Some(RewindState::Undone) => {
+                    tx.execute(
+                        "UPDATE rewinds SET state = 'undone', plan = '' WHERE id = ?1",
+                        params![r.target],
+                    )?;
+                }
+                Some(state) => {
+                    tx.execute(
+                        "UPDATE rewinds SET state = ?2 WHERE id = ?1 AND state != 'applying'",
+                        params![r.target, state],
+                    )?;
+                }
+                None => {}
             }
             tx.commit()
         })
@@ -147,12 +157,16 @@ impl Stack {
         matches!(r.scope, RewindScope::Scope(_))
     }
 
-    /// The rewinds `undo` can undo, newest first: every one still `done`.
+    /// The rewinds `undo` can undo, newest first: every one still `done`, and one left
+    /// `applying` by a failure (a full store) or a crash the next mount could not finish: undo
+    /// puts back what of it was applied (all of it was captured under its own checkpoint).
     fn undoable(&self) -> impl Iterator<Item = Step<'_>> {
         self.rows
             .iter()
             .rev()
-            .filter(|r| Self::is_rewind(r) && r.state == RewindState::Done)
+            .filter(|r| {
+                Self::is_rewind(r) && matches!(r.state, RewindState::Done | RewindState::Applying)
+            })
             .map(|r| Step {
                 rewind: r,
                 reverts: self

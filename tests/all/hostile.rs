@@ -771,3 +771,215 @@ fn declared_sizes_are_checked_and_a_dry_run_writes_nothing_to_the_store() {
     assert!(e.contains("big.bin") && e.contains("declares"), "{e}");
     assert_eq!(fs::metadata(other.p("big.bin")).unwrap().len(), 64 << 10);
 }
+
+/// A small tmpfs at `dir`, unmounted when dropped (after the rewindfs mount that uses it, when
+/// declared before it).
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path, size: &str) -> SmallFs {
+        fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount -t tmpfs on {}", dir.display());
+        SmallFs(dir.to_path_buf())
+    }
+
+    /// Fills the filesystem until at most `leave` bytes are free; returns the filler's path.
+    fn fill(&self, leave: u64) -> std::path::PathBuf {
+        let filler = self.0.join("filler");
+        let vfs = rustix::fs::statvfs(&self.0).unwrap();
+        let free = vfs.f_bavail * vfs.f_frsize;
+        let len = free.saturating_sub(leave);
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&filler)
+            .unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if std::io::Write::write_all(&mut &f, &chunk[..n]).is_err() {
+                break;
+            }
+            left -= n as u64;
+        }
+        f.sync_all().unwrap();
+        filler
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Row 7 of issue 29: on a store with no room, the dry run warned of nothing and the real
+/// rewind deleted 202 paths, then failed with ENOSPC; the rewind stayed "applying", undo
+/// refused, every remount failed. Now a rewind (and its dry run) that the store cannot hold is
+/// refused before it changes anything, saying how much it needs and where; `status` says when
+/// the store is full and writes are refused; once there is room, it goes ahead.
+#[test]
+fn a_rewind_the_store_cannot_hold_is_refused_before_it_changes_anything() {
+    require_fuse();
+    let mut small: Option<SmallFs> = None;
+    let mut a = Agent::new(|d| {
+        small = Some(SmallFs::mount(&d.parent().unwrap().join("store"), "32m"));
+        for i in 0..6 {
+            fs::write(d.join(format!("f{i}.bin")), vec![b'a' + i as u8; 1 << 20]).unwrap();
+        }
+    });
+    let small = small.unwrap();
+    let u1 = a.turn();
+    // The agent rewrites every file: their old contents are captured (6 MiB in the store).
+    a.bash("for i in 0 1 2 3 4 5; do head -c 1048576 /dev/urandom > f$i.bin; done");
+    let before = tree(&a.m.dir);
+    a.c.request("status", json!({})).unwrap();
+    let filler = small.fill(2 << 20);
+    let dry = a.rewind(&u1, "all", true).unwrap();
+    assert_eq!(dry["canRewind"], false, "{dry}");
+    let e = dry["error"].as_str().unwrap();
+    assert!(
+        e.contains(&a.m.store.display().to_string())
+            && e.contains("free")
+            && e.contains("needs about")
+            && e.contains("6 file(s)"),
+        "{e}"
+    );
+    let err = a.rewind(&u1, "all", false).unwrap_err();
+    assert!(
+        err.contains("nothing was changed") && err.contains("needs about"),
+        "{err}"
+    );
+    assert_eq!(tree(&a.m.dir), before, "a refused rewind changed the tree");
+    // Ordinary writes that need a pre-image are refused, and status says why.
+    fill_until_refused(&a.m.dir);
+    let st = a.c.request("status", json!({})).unwrap();
+    assert_eq!(st["storeFull"], true, "{st}");
+    assert!(st["writesRefusedStoreFull"].as_u64().unwrap() >= 1, "{st}");
+    let text = crate::support::rewindfs_ok(&["status", "--socket", a.m.socket().to_str().unwrap()]);
+    assert!(
+        text.contains("storeFull") && text.contains("ENOSPC"),
+        "{text}"
+    );
+    // Room again: the rewind goes ahead, and undo gives back what it overwrote.
+    fs::remove_file(filler).unwrap();
+    let _ = fs::remove_file(a.m.p("new.txt"));
+    let before = tree(&a.m.dir);
+    a.rewind(&u1, "all", false).unwrap();
+    assert_eq!(fs::read(a.m.p("f3.bin")).unwrap(), vec![b'd'; 1 << 20]);
+    a.c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(tree(&a.m.dir), before);
+    a.m.umount();
+    drop(small);
+}
+
+/// Makes files in `dir` until a write is refused with ENOSPC (the store cannot save its
+/// pre-image); panics if none is.
+fn fill_until_refused(dir: &Path) {
+    for i in 0..64 {
+        let r = fs::write(dir.join("new.txt"), vec![b'n'; (i + 1) << 16]);
+        if let Err(e) = r {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            return;
+        }
+        // A new checkpoint: the next write needs a pre-image again.
+        let mut c = Client::connect(&dir.parent().unwrap().join("store/control.sock")).unwrap();
+        c.request(
+            "begin_message",
+            json!({"session_id": "fill", "user_message_id": crate::agent::uuid()}),
+        )
+        .unwrap();
+    }
+    panic!("no write was refused on a full store");
+}
+
+/// A rewind cut short part-way (a full disk, here the tests' fault injection) stays unfinished
+/// for the next mount to finish; when that mount cannot (the store is full by then) it still
+/// mounts and serves, `status` names the rewind, and `undo` puts back what of it was applied —
+/// after which no later mount applies it.
+#[test]
+fn a_rewind_left_unfinished_never_keeps_the_workspace_from_mounting_and_undo_reaches_it() {
+    require_fuse();
+    let mut small: Option<SmallFs> = None;
+    let mut m = Mounted::with_env(
+        |d| {
+            small = Some(SmallFs::mount(&d.parent().unwrap().join("store"), "16m"));
+            for i in 0..5 {
+                fs::write(
+                    d.join(format!("f{i}.txt")),
+                    format!("v1 {i}\n").repeat(30_000),
+                )
+                .unwrap();
+            }
+        },
+        &[("REWINDFS_TEST_FAIL_REWIND_AFTER", "2")],
+    );
+    let small = small.unwrap();
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let u1 = crate::agent::uuid();
+    c.request(
+        "begin_message",
+        json!({"session_id": "s", "user_message_id": u1}),
+    )
+    .unwrap();
+    sh(
+        &m.dir,
+        "for i in 0 1 2 3 4; do yes v2 $i | head -n 30000 > f$i.txt; done",
+    );
+    let before = tree(&m.dir);
+    let e = c
+        .request(
+            "rewind_files",
+            json!({"user_message_id": u1, "scope": "all"}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Failed to rewind"), "{e}");
+    let half = tree(&m.dir);
+    assert_ne!(half, before, "nothing of the rewind was applied");
+    drop(c);
+    m.umount();
+    // The store is full when the workspace is mounted again: the rewind cannot be finished,
+    // and the workspace mounts all the same.
+    let filler = small.fill(256 << 10);
+    m.mount(&[]);
+    let mut c = Client::connect(&m.socket()).unwrap();
+    let st = c.request("status", json!({})).unwrap();
+    let unfinished = st["unfinishedRewinds"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{st}"));
+    assert_eq!(unfinished.len(), 1, "{st}");
+    // (Recovery may have got a little further before the store ran out.)
+    assert_ne!(tree(&m.dir), before);
+    // Room again: undo puts back what the rewind applied, and closes it.
+    fs::remove_file(filler).unwrap();
+    c.request("undo_rewind", json!({})).unwrap();
+    assert_eq!(tree(&m.dir), before);
+    drop(c);
+    m.umount();
+    m.mount(&[]);
+    assert_eq!(
+        tree(&m.dir),
+        before,
+        "a later mount applied the undone rewind"
+    );
+    let st = Client::connect(&m.socket())
+        .unwrap()
+        .request("status", json!({}))
+        .unwrap();
+    assert!(st.get("unfinishedRewinds").is_none(), "{st}");
+    m.umount();
+    drop(small);
+}

@@ -43,6 +43,31 @@ pub struct StatusReply {
     /// checkpoint and agents.
     #[serde(default)]
     pub sessions: Vec<SessionInfo>,
+    /// Bytes free on the store's filesystem (absent: unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_free_bytes: Option<u64>,
+    /// The store is full: a change was refused since the mount because its pre-image could not
+    /// be saved, and there is still less than 1 MiB free (writes to the workspace fail with
+    /// `ENOSPC` until space is freed).
+    #[serde(default)]
+    pub store_full: bool,
+    /// Changes refused since the mount because the store was full, and when the last one was.
+    #[serde(default)]
+    pub writes_refused_store_full: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_refused_at: Option<String>,
+    /// Rewinds a crash or failure left unfinished that the mount could not finish, each with
+    /// why: `rewindfs undo` puts back what of one was applied; the next mount tries again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfinished_rewinds: Vec<UnfinishedRewind>,
+}
+
+/// A rewind left unfinished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnfinishedRewind {
+    pub id: String,
+    pub error: String,
 }
 
 /// A session and where it is.
@@ -139,8 +164,23 @@ impl Status {
     pub(super) fn apply(self, d: &Daemon) -> Result<StatusReply, ControlError> {
         let e = &d.engine;
         let current = e.current();
-        let counts = e.counts()?;
+        // A full store may not even take the journal's pending rows: status still answers, and
+        // says so, rather than fail when it is needed most.
+        let counts = e.counts().unwrap_or_else(|err| {
+            tracing::warn!("status: the store's counts: {err}");
+            Default::default()
+        });
+        let (free, refused, last) = e.store_room();
         Ok(StatusReply {
+            store_free_bytes: free,
+            store_full: refused > 0 && free.is_some_and(|f| f < 1 << 20),
+            writes_refused_store_full: refused,
+            last_refused_at: (last > 0).then(|| crate::store::rfc3339(last)),
+            unfinished_rewinds: e
+                .unfinished()
+                .into_iter()
+                .map(|(id, error)| UnfinishedRewind { id, error })
+                .collect(),
             workspace: d.workspace.clone(),
             store: d.store_dir.clone(),
             pid: std::process::id(),

@@ -1,0 +1,81 @@
+//! Room in the store for what a rewind captures: a rewind, undo or redo saves everything it
+//! overwrites under its own checkpoint before writing (that is what makes it undoable), so on
+//! a store whose filesystem cannot hold that, it is refused before it changes anything — never
+//! started and cut short by `ENOSPC` half-way (issue 29: on a full store a rewind deleted 202
+//! paths, then failed).
+//!
+//! The estimate is an upper bound: every regular file a target replaces or removes is counted
+//! whole (a pre-image equal to a blob the store has costs nothing, and a reflink nothing either,
+//! but neither is known without reading), in whole blocks, plus room for the rows.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::{Engine, Target};
+use crate::store::Kind;
+use crate::sys;
+
+/// Room kept for the database, the journal and the log besides the blobs.
+const SLACK: u64 = 1 << 20;
+/// Per path, for its rows.
+const PER_PATH: u64 = 1 << 10;
+
+impl Engine {
+    /// `Err`, in words that say how much is needed, how much is free and where, when the
+    /// store's filesystem cannot hold what applying `targets` would capture.
+    pub(super) fn check_space(&self, targets: &[Target]) -> Result<(), String> {
+        let dir = self.store.blobs.dir();
+        let Ok(fd) = sys::open_dir_path(dir) else {
+            return Ok(());
+        };
+        let Ok(vfs) = sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)) else {
+            return Ok(());
+        };
+        let block = vfs.f_frsize.max(512);
+        let free = vfs.f_bavail.saturating_mul(block);
+        let mut needed = SLACK;
+        let mut files = 0u64;
+        for t in targets {
+            let rel = Path::new(OsStr::from_bytes(&t.path));
+            let Ok(Some(st)) = sys::lstat_beneath_opt(self.root(), rel) else {
+                continue;
+            };
+            needed += PER_PATH;
+            // A file that stays a file with the same content is not rewritten.
+            let replaced = st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && !(t.kind == Kind::File && t.blob.is_none() && st.st_size == 0);
+            if replaced {
+                files += 1;
+                needed += (st.st_size as u64).div_ceil(block) * block;
+            }
+        }
+        if needed <= free {
+            return Ok(());
+        }
+        Err(format!(
+            "the store {} has {} free, and saving what this rewind overwrites ({files} file(s)) \
+             needs about {}; nothing was changed. Free space on that filesystem, or drop old \
+             checkpoints (`rewindfs gc --max-store-bytes SIZE`), then repeat",
+            dir.parent().unwrap_or(dir).display(),
+            human(free),
+            human(needed)
+        ))
+    }
+}
+
+/// Bytes for people: `1.5 MiB`.
+pub(super) fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
