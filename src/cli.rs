@@ -36,6 +36,22 @@ pub struct SocketArgs {
     pub socket: Option<PathBuf>,
 }
 
+/// `rewindfs key`.
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// Make a new signing key (private, 0600) and print its public line for others' trust
+    /// files.
+    Generate {
+        /// Where (default: ~/.config/rewindfs/signing.key).
+        file: Option<PathBuf>,
+    },
+    /// Print a signing key's public line (`ed25519 KEY`), to add to a trust file.
+    Show {
+        /// The key (default: ~/.config/rewindfs/signing.key).
+        file: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Mount rewindfs over DIR, in place; returns once the mount answers.
@@ -253,6 +269,11 @@ pub enum Command {
         since: Option<String>,
         /// The bundle to write (replaced if it exists).
         file: PathBuf,
+        /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
+        /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
+        /// trust file's `sign-with` line, pushes and exports are signed without asking.
+        #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
+        sign: Option<PathBuf>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -282,6 +303,11 @@ pub enum Command {
         session: Option<String>,
         #[arg(long)]
         since: Option<String>,
+        /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
+        /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
+        /// trust file's `sign-with` line, pushes and exports are signed without asking.
+        #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
+        sign: Option<PathBuf>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -364,6 +390,12 @@ pub enum Command {
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Signing keys for history shared with others: `pull` and `import` can be made to accept
+    /// only history signed by a trusted key (`require-signed yes` in ~/.config/rewindfs/trust).
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
     },
     /// Write `rewindfs hook` into Claude Code's settings (a project's .claude/settings.json,
     /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool

@@ -151,6 +151,38 @@ pub fn parse_age(s: &str) -> anyhow::Result<Option<Duration>> {
     Ok(Some(Duration::from_secs_f64(n * mult as f64)).filter(|d| !d.is_zero()))
 }
 
+/// The trust file (signed history's policy and keys, `store/bundle/sign.rs`): `$REWINDFS_TRUST`,
+/// else `$XDG_CONFIG_HOME/rewindfs/trust`, else `~/.config/rewindfs/trust`; `None` with no home
+/// (nothing is required or trusted then).
+pub fn trust_file() -> Option<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(p) = var("REWINDFS_TRUST") {
+        return Some(p);
+    }
+    let base = var("XDG_CONFIG_HOME").or_else(|| var("HOME").map(|h| h.join(".config")))?;
+    Some(base.join("rewindfs").join("trust"))
+}
+
+/// The default signing key: beside the trust file, `signing.key`.
+pub fn default_signing_key() -> Option<PathBuf> {
+    trust_file().and_then(|t| t.parent().map(|d| d.join("signing.key")))
+}
+
+/// The trust file's policy and keys ([`trust_file`]).
+///
+/// # Errors
+/// A trust file that does not parse.
+pub fn trust() -> anyhow::Result<crate::store::bundle::Trust> {
+    match trust_file() {
+        Some(f) => crate::store::bundle::Trust::load(&f).map_err(|e| anyhow::anyhow!(e)),
+        None => Ok(crate::store::bundle::Trust::default()),
+    }
+}
+
 /// The default store of a workspace: `$XDG_STATE_HOME/rewindfs/<name>-<hash>`.
 pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     let base = match std::env::var_os("XDG_STATE_HOME") {

@@ -28,7 +28,7 @@ pub(crate) fn import(
         path: file.to_string_lossy().into_owned(),
     };
     Ok(match store {
-        Some(store) => match daemon::import_offline(store, file)? {
+        Some(store) => match daemon::import_offline(store, file, &rewindfs::config::trust()?)? {
             Some(report) => ImportReply::of(report),
             None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
         },
@@ -271,19 +271,83 @@ pub(crate) fn diff(
     Ok(())
 }
 
-/// `rewindfs export`: the daemon writes the bundle.
+/// The key to sign with: `--sign FILE`; `--sign` alone, the trust file's `sign-with` key or
+/// the default one; no `--sign`, the trust file's `sign-with` key if it names one.
+fn signing_key(
+    sign: Option<PathBuf>,
+) -> anyhow::Result<Option<rewindfs::store::bundle::SigningKey>> {
+    let trust = rewindfs::config::trust()?;
+    let path = match sign {
+        Some(p) if !p.as_os_str().is_empty() => Some(p),
+        Some(_) => Some(
+            trust
+                .sign_with
+                .or_else(rewindfs::config::default_signing_key)
+                .context("no signing key: pass --sign KEYFILE")?,
+        ),
+        None => trust.sign_with,
+    };
+    path.map(|p| {
+        rewindfs::store::bundle::load_key(&p)
+            .with_context(|| format!("the signing key {}", p.display()))
+    })
+    .transpose()
+}
+
+/// `rewindfs key generate|show`.
+pub(crate) fn key(action: rewindfs::cli::KeyAction) -> anyhow::Result<()> {
+    use rewindfs::cli::KeyAction;
+    let default =
+        || rewindfs::config::default_signing_key().context("no home directory: name the key file");
+    match action {
+        KeyAction::Generate { file } => {
+            let file = match file {
+                Some(f) => f,
+                None => default()?,
+            };
+            let line = rewindfs::store::bundle::generate_key(&file)
+                .with_context(|| format!("making the signing key {}", file.display()))?;
+            println!("{line}");
+            eprintln!(
+                "made {} (keep it private); give the line above to whoever pulls your history, for \
+                 their trust file ({})",
+                file.display(),
+                rewindfs::config::trust_file().map_or_else(
+                    || "~/.config/rewindfs/trust".into(),
+                    |t| t.display().to_string()
+                )
+            );
+        }
+        KeyAction::Show { file } => {
+            let file = match file {
+                Some(f) => f,
+                None => default()?,
+            };
+            let k = rewindfs::store::bundle::load_key(&file)?;
+            println!("{}", rewindfs::store::bundle::public_line(&k));
+        }
+    }
+    Ok(())
+}
+
+/// `rewindfs export`: the daemon writes the bundle; the key's holder signs it here.
 pub(crate) fn export(
     session: Option<String>,
     since: Option<String>,
     file: &Path,
+    sign: Option<PathBuf>,
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
+    let key = signing_key(sign)?;
     let r = connect(socket)?.call(&Export {
         path: std::path::absolute(file)?.to_string_lossy().into_owned(),
         session_id: session,
         since,
     })?;
+    if let Some(k) = &key {
+        rewindfs::store::bundle::sign_file(&r.path, k)?;
+    }
     print_json_or(json, &r, |r| {
         println!(
             "exported {} checkpoint(s), {} blob(s) ({} bytes), {} row(s) to {} ({} bytes)",
@@ -344,9 +408,11 @@ pub(crate) fn push(
     remote: &str,
     session: Option<String>,
     since: Option<String>,
+    sign: Option<PathBuf>,
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
+    let key = signing_key(sign)?;
     let mut client = connect(socket)?;
     let tmpdir = private_tmp("push", client.path())?;
     let tmp = tmpdir.path().join("history.rwb");
@@ -355,6 +421,9 @@ pub(crate) fn push(
         session_id: session.clone(),
         since,
     })?;
+    if let Some(k) = &key {
+        rewindfs::store::bundle::sign_file(&tmp, k)?;
+    }
     let r = rewindfs::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
     drop(tmpdir);
     print_json_or(json, &r, |r| {
@@ -384,7 +453,10 @@ pub(crate) fn pull(
         None => connect(socket)?.path().to_path_buf(),
     };
     let tmpdir = private_tmp("pull", &daemon_socket)?;
+    // Each history on its own: one refused (unsigned, tampered, another user's) neither stops
+    // the others nor is applied; the pull fails at the end, naming it.
     let mut out = Vec::new();
+    let mut refused = Vec::new();
     for key in rm.histories(session)? {
         let tmp = tmpdir.path().join("history.rwb");
         let r = rm
@@ -392,28 +464,50 @@ pub(crate) fn pull(
             .map_err(anyhow::Error::from)
             .and_then(|()| import(&tmp, store, socket));
         let _ = std::fs::remove_file(&tmp);
-        out.push((key, r.with_context(|| format!("pulling {remote}"))?));
+        match r {
+            Ok(r) => out.push((key, r)),
+            Err(e) => refused.push((key, format!("{e:#}"))),
+        }
     }
     drop(tmpdir);
     if json {
-        let v: Vec<_> = out
+        let mut v: Vec<_> = out
             .iter()
             .map(|(k, r)| serde_json::json!({"history": k, "import": r}))
             .collect();
+        v.extend(
+            refused
+                .iter()
+                .map(|(k, e)| serde_json::json!({"history": k, "refused": e})),
+        );
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    for (k, r) in &out {
-        if r.already_imported {
-            println!("{k}: already here");
-        } else {
-            println!(
-                "{k}: imported {} checkpoint(s) from {}",
-                r.checkpoints, r.workspace
-            );
+    } else {
+        for (k, r) in &out {
+            let by = r
+                .signed_by
+                .as_deref()
+                .map_or(String::new(), |s| format!(", signed by {s}"));
+            if r.already_imported {
+                println!("{k}: already here{by}");
+            } else {
+                println!(
+                    "{k}: imported {} checkpoint(s) from {}{by}",
+                    r.checkpoints, r.workspace
+                );
+            }
         }
+        for (k, e) in &refused {
+            println!("{k}: refused: {e}");
+        }
+        println!("{} push(es) in {remote}", out.len() + refused.len());
     }
-    println!("{} push(es) in {remote}", out.len());
+    if !refused.is_empty() {
+        anyhow::bail!(
+            "pulling {remote}: {} of {} histories refused (above); nothing of them was imported",
+            refused.len(),
+            out.len() + refused.len()
+        );
+    }
     Ok(())
 }
 

@@ -35,6 +35,8 @@ pub struct Daemon {
     pub store_dir: PathBuf,
     /// The configured retention limits (`gc` requests default to them).
     pub retention: crate::store::gc::Policy,
+    /// Which signed history imports accept (`store/bundle/sign.rs`), read at each import.
+    pub trust_file: Option<PathBuf>,
 }
 
 impl Daemon {

@@ -55,6 +55,7 @@ pub fn store_of_workspace(dir: &Path) -> anyhow::Result<PathBuf> {
 pub fn import_offline(
     store_dir: &Path,
     bundle: &Path,
+    trust: &crate::store::bundle::Trust,
 ) -> anyhow::Result<Option<crate::store::bundle::ImportReport>> {
     std::fs::create_dir_all(store_dir)?;
     let Some(_lock) = StoreLock::try_acquire(store_dir)? else {
@@ -63,7 +64,11 @@ pub fn import_offline(
     let file =
         std::fs::File::open(bundle).map_err(|e| anyhow::anyhow!("{}: {e}", bundle.display()))?;
     let store = Store::open(store_dir, false)?;
-    let staged = store.stage_bundle(std::io::BufReader::with_capacity(1 << 20, file), None)?;
+    let staged = store.stage_bundle(
+        std::io::BufReader::with_capacity(1 << 20, file),
+        None,
+        trust,
+    )?;
     let origin = crate::rewind::import_origin(&staged.manifest);
     let res = store.import_staged(&staged, Some(origin));
     if !matches!(&res, Ok(r) if !r.already) {

@@ -354,12 +354,17 @@ impl Engine {
     /// # Errors
     /// `Refused` for a damaged or cut bundle (naming the byte offset), or one whose history
     /// diverges from this store's; store and file-system errors. Nothing is imported then.
-    pub fn import(&self, src: impl Read) -> Result<ImportReport, RewindError> {
+    pub fn import(
+        &self,
+        src: impl Read,
+        trust: &crate::store::bundle::Trust,
+    ) -> Result<(ImportReport, Option<String>), RewindError> {
         let _one = self.apply.locked();
         let t0 = std::time::Instant::now();
         let staged = self
             .store
-            .stage_bundle(src, Some(self.recorder.capture_lock()))?;
+            .stage_bundle(src, Some(self.recorder.capture_lock()), trust)?;
+        let signed_by = staged.signed_by.clone();
         let staged_in = t0.elapsed();
         self.kernel.flush();
         let mut stored: Vec<BlobRef> = Vec::new();
@@ -410,7 +415,7 @@ impl Engine {
                 tracing::warn!("import: removing the blobs it stored: {e}");
             }
         }
-        res
+        res.map(|r| (r, signed_by))
     }
 
     /// Every path the imported history touches — every name a rewind through it would look at

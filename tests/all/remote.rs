@@ -270,3 +270,190 @@ fn push_and_pull_carry_history_through_s3_sharing_blobs_and_resuming_a_cut_push(
         "both sessions' pushes: {off}"
     );
 }
+
+/// Runs rewindfs with the S3 server's credentials and `trust` as its trust file.
+fn rw_trusting(s3: &S3, trust: &Path, args: &[&str]) -> Output {
+    rw(s3, args, &[("REWINDFS_TRUST", trust.to_str().unwrap())])
+}
+
+/// Issue 29 §6: bundle hashes are unkeyed, so whoever can write a shared prefix can substitute
+/// history. With `require-signed yes` in the trust file, `pull` and `import` take only history a
+/// trusted key signed: another writer's unsigned push, a push signed by a key not trusted here,
+/// and a signed bundle altered after it was signed are each refused, naming why, and nothing of
+/// them is imported; the team's signed push goes in, reporting who signed it.
+#[test]
+fn with_signing_required_a_second_writer_to_the_prefix_cannot_make_pull_apply_its_history() {
+    require_fuse();
+    let s3 = s3();
+    let remote = "s3://fleet/signed";
+    let mut team = Agent::new(|d| std::fs::write(d.join("a.txt"), "team v1\n").unwrap());
+    let keys = team.m.tmp.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let team_key = keys.join("team.key");
+    let out = rw(&s3, &["key", "generate", team_key.to_str().unwrap()], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(public.starts_with("ed25519 "), "{public}");
+    let md = std::fs::metadata(&team_key).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777,
+        0o600
+    );
+    // The receiving side trusts the team's key and requires signatures.
+    let trust = keys.join("trust");
+    std::fs::write(&trust, format!("require-signed yes\n{public} the team\n")).unwrap();
+    let trust_env = [("REWINDFS_TRUST", trust.to_str().unwrap())];
+    let receiver = Mounted::with_env(
+        |d| std::fs::write(d.join("a.txt"), "receiver\n").unwrap(),
+        &trust_env,
+    );
+    let rsock = receiver.socket();
+    let rsock = rsock.to_str().unwrap();
+    let listed = || {
+        let out = rw(&s3, &["list", "--json", "--socket", rsock], &[]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    // An attacker with write access to the prefix pushes its own history, unsigned and signed
+    // with its own key.
+    let mut evil = Agent::new(|d| std::fs::write(d.join("a.txt"), "evil\n").unwrap());
+    let evil_turn = evil.turn();
+    evil.bash("chmod 4755 a.txt");
+    let esock = evil.m.socket();
+    let esock = esock.to_str().unwrap();
+    let _ = rw_ok(&s3, &["push", remote, "--json", "--socket", esock]);
+    let before = listed();
+    let out = rw_trusting(&s3, &trust, &["pull", remote, "--socket", rsock]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("not signed")
+            && text.contains("require-signed yes")
+            && text.contains(trust.to_str().unwrap()),
+        "{text}"
+    );
+    assert_eq!(listed(), before, "unsigned history was imported");
+    let evil_key = keys.join("evil.key");
+    assert!(
+        rw(&s3, &["key", "generate", evil_key.to_str().unwrap()], &[])
+            .status
+            .success()
+    );
+    let remote_evil = "s3://fleet/signed-evil";
+    let _ = rw_ok(
+        &s3,
+        &[
+            "push",
+            remote_evil,
+            "--sign",
+            evil_key.to_str().unwrap(),
+            "--json",
+            "--socket",
+            esock,
+        ],
+    );
+    let out = rw_trusting(&s3, &trust, &["pull", remote_evil, "--socket", rsock]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() && text.contains("does not trust"),
+        "{text}"
+    );
+    assert_eq!(listed(), before);
+    assert!(!listed().contains(&evil_turn));
+
+    // The team signs its push: pulled, and who signed it is said.
+    let u1 = team.turn();
+    team.bash("echo team v2 > a.txt");
+    let tsock = team.m.socket();
+    let tsock = tsock.to_str().unwrap();
+    let _ = rw_ok(
+        &s3,
+        &[
+            "push",
+            "s3://fleet/team-signed",
+            "--sign",
+            team_key.to_str().unwrap(),
+            "--json",
+            "--socket",
+            tsock,
+        ],
+    );
+    let out = rw_trusting(
+        &s3,
+        &trust,
+        &["pull", "s3://fleet/team-signed", "--socket", rsock],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("signed by the team"), "{text}");
+    assert!(listed().contains(&u1));
+
+    // A signed bundle altered after it was signed (rows rewritten, frames hashed again, the
+    // signature kept) is refused by import too.
+    let file = team.m.tmp.path().join("signed.rwb");
+    let _ = rw_ok(
+        &s3,
+        &[
+            "export",
+            file.to_str().unwrap(),
+            "--sign",
+            team_key.to_str().unwrap(),
+            "--json",
+            "--socket",
+            tsock,
+        ],
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    let sig_at = rewindfs::store::bundle::scan(&bytes[..])
+        .unwrap()
+        .into_iter()
+        .find(|f| f.kind == rewindfs::store::bundle::SIGNATURE)
+        .expect("the export is signed")
+        .offset as usize
+        - 41;
+    let mut o = crate::hostile::open_bundle(&bytes[..sig_at]);
+    for r in o.rows.iter_mut().filter(|r| r.t == "checkpoints") {
+        r.r.insert("began_at".into(), serde_json::json!(1));
+    }
+    let mut forged = crate::hostile::write_bundle(&o);
+    forged.extend_from_slice(&bytes[sig_at..]);
+    let forged_file = team.m.tmp.path().join("forged.rwb");
+    std::fs::write(&forged_file, &forged).unwrap();
+    let out = rw_trusting(
+        &s3,
+        &trust,
+        &["import", forged_file.to_str().unwrap(), "--socket", rsock],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("altered after it was signed"),
+        "{text}"
+    );
+    // The untouched one is fine (and already here).
+    let out = rw_trusting(
+        &s3,
+        &trust,
+        &["import", file.to_str().unwrap(), "--socket", rsock],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

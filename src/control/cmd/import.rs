@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::bundle::ImportReport;
+use crate::store::bundle::{ImportReport, Trust};
 
 /// Imports the bundle at `path` (absolute).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +31,9 @@ pub struct ImportReply {
     pub already_imported: bool,
     /// The workspace the bundle came from.
     pub workspace: String,
+    /// Who signed it: the comment of a trusted key, or an untrusted key (absent: unsigned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }
 
 impl ImportReply {
@@ -44,6 +47,7 @@ impl ImportReply {
             blob_bytes: r.blob_bytes,
             already_imported: r.already,
             workspace: r.workspace,
+            signed_by: None,
         }
     }
 }
@@ -67,9 +71,16 @@ impl Import {
                 String::from_utf8_lossy(OsStr::as_bytes(path.as_os_str()))
             ))
         })?;
-        let r = d
+        let trust = match &d.trust_file {
+            Some(f) => Trust::load(f).map_err(ControlError::Invalid)?,
+            None => Trust::default(),
+        };
+        let (r, signed_by) = d
             .engine
-            .import(std::io::BufReader::with_capacity(1 << 20, file))?;
-        Ok(ImportReply::of(r))
+            .import(std::io::BufReader::with_capacity(1 << 20, file), &trust)?;
+        Ok(ImportReply {
+            signed_by,
+            ..ImportReply::of(r)
+        })
     }
 }

@@ -31,12 +31,16 @@
 mod check;
 mod import;
 mod read;
+mod sign;
 mod staging;
 mod write;
 
 pub use self::import::{ImportPlan, ImportReport};
 pub use self::read::{FrameAt, Staged, assemble, scan};
+pub use self::sign::{SIGNATURE, Trust, generate_key, load_key, public_line, sign_file};
 pub use self::write::BundleWriter;
+/// A signing key (Ed25519), as [`load_key`] reads it.
+pub use ed25519_dalek::SigningKey;
 
 use std::io;
 
@@ -261,7 +265,7 @@ mod tests {
     }
 
     fn import(s: &Store, b: &[u8]) -> ImportReport {
-        let staged = s.stage_bundle(b, None).unwrap();
+        let staged = s.stage_bundle(b, None, &Trust::default()).unwrap();
         s.import_staged(&staged, None).unwrap()
     }
 
@@ -309,7 +313,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::open(d.path(), false).unwrap();
         let good = bundle(&[], &[b"hello blob", b"another"]);
-        let staged = s.stage_bundle(&good[..], None).unwrap();
+        let staged = s.stage_bundle(&good[..], None, &Trust::default()).unwrap();
         assert_eq!(staged.blobs, 2);
         staged.discard(&s, None).unwrap();
         assert!(!s.blobs.exists(&blake3::hash(b"another").to_hex()));
@@ -318,7 +322,7 @@ mod tests {
         assert_eq!(&good[second..second + 1], &[BLOB]);
         let mut bad = good.clone();
         bad[second + 41 + 2] ^= 1;
-        match s.stage_bundle(&bad[..], None) {
+        match s.stage_bundle(&bad[..], None, &Trust::default()) {
             Err(BundleError::Corrupt { offset, what }) => {
                 assert_eq!(offset, second as u64, "{what}");
                 assert!(what.contains("does not match"), "{what}");
@@ -327,7 +331,10 @@ mod tests {
         }
         // Cut short anywhere: refused, naming where.
         for cut in [5, 12, 30, good.len() - 1] {
-            let e = s.stage_bundle(&good[..cut], None).unwrap_err().to_string();
+            let e = s
+                .stage_bundle(&good[..cut], None, &Trust::default())
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("truncated") || e.contains("too short"),
                 "{cut}: {e}"

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 
+use super::sign::{self, SIGNATURE, Trust};
 use super::staging::Staging;
 use super::*;
 use crate::store::{BlobRef, Store};
@@ -66,6 +67,8 @@ impl<R: Read> Read for PayloadReader<'_, R> {
 /// a staging file: see `staging.rs`).
 pub struct Staged {
     pub manifest: Manifest,
+    /// Who signed it (a trusted key's comment, or an untrusted key), if anyone did.
+    pub signed_by: Option<String>,
     /// The rows, the blobs' names and sizes, and what the import works out from them.
     pub(super) db: Staging,
     /// Blob frames in the bundle.
@@ -266,17 +269,20 @@ impl Store {
         &self,
         src: impl Read,
         capture: crate::store::gc::Capture<'_>,
+        trust: &Trust,
     ) -> std::result::Result<Staged, BundleError> {
         let db = Staging::create(&self.blobs.dir().join("tmp"))?;
-        match self.stage_into(src, &db) {
-            Ok((manifest, blobs)) => Ok(Staged {
+        match self.stage_into(src, &db, trust) {
+            Ok((manifest, blobs, signed_by)) => Ok(Staged {
                 manifest,
+                signed_by,
                 db,
                 blobs,
             }),
             Err(e) => {
                 let staged = Staged {
                     manifest: Manifest::default(),
+                    signed_by: None,
                     db,
                     blobs: 0,
                 };
@@ -288,15 +294,17 @@ impl Store {
         }
     }
 
-    /// Reads the bundle into `db`: its manifest and how many blob frames it had.
+    /// Reads the bundle into `db`: its manifest, how many blob frames it had, and who signed
+    /// it (judged by `trust`).
     fn stage_into(
         &self,
         src: impl Read,
         db: &Staging,
-    ) -> std::result::Result<(Manifest, u64), BundleError> {
+        trust: &Trust,
+    ) -> std::result::Result<(Manifest, u64, Option<String>), BundleError> {
         let mut r = Counted { r: src, pos: 0 };
         let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
-        read_header(&mut r)?;
+        let mut digest = sign::Digest::new(&read_header(&mut r)?);
         let mut frames = 0u64;
         let mut rows_seen = 0u64;
         let mut blobs = 0u64;
@@ -393,6 +401,7 @@ impl Store {
                             "frame 'R': its content does not match its hash".into(),
                         ));
                     }
+                    digest.frame(&fh);
                 }
                 MANIFEST => {
                     if len > MAX_LINE {
@@ -409,13 +418,12 @@ impl Store {
                     let m: Manifest = serde_json::from_slice(&buf)
                         .map_err(|e| corrupt(offset, format!("the manifest: {e}")))?;
                     check_manifest(&m, offset, frames, rows_seen, blobs)?;
-                    let mut rest = [0u8; 1];
-                    if r.fill(&mut rest).unwrap_or(true) {
-                        return Err(corrupt(r.pos - 1, "bytes after the manifest".into()));
-                    }
+                    digest.frame(&fh);
+                    let signature = read_signature(&mut r)?;
+                    let signed_by = trust.judge(&digest.finish(), signature.as_deref())?;
                     db.conn.execute_batch("COMMIT; BEGIN;")?;
                     check_checkpoints(&m, db, offset)?;
-                    return Ok((m, blobs));
+                    return Ok((m, blobs, signed_by));
                 }
                 k => return Err(corrupt(offset, format!("a frame of unknown kind {k:#04x}"))),
             }
@@ -507,8 +515,42 @@ fn check_checkpoints(
     Ok(())
 }
 
-/// The bundle's header: its magic and a format this build reads.
-fn read_header(r: &mut Counted<impl Read>) -> std::result::Result<(), BundleError> {
+/// What follows the manifest: nothing, or a signature frame (its payload), and then nothing.
+fn read_signature(r: &mut Counted<impl Read>) -> std::result::Result<Option<Vec<u8>>, BundleError> {
+    let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
+    let offset = r.pos;
+    let mut fh = [0u8; 41];
+    match r.fill(&mut fh) {
+        Ok(false) => return Ok(None),
+        Ok(true) if fh[0] == SIGNATURE => {}
+        _ => return Err(corrupt(offset, "bytes after the manifest".into())),
+    }
+    let len = u64::from_le_bytes(fh[1..9].try_into().unwrap_or_default());
+    if len > sign::MAX_SIGNATURE {
+        return Err(corrupt(offset, format!("a signature frame of {len} bytes")));
+    }
+    let mut payload = vec![0u8; len as usize];
+    if !r.fill(&mut payload).unwrap_or(false) && len > 0 {
+        return Err(corrupt(
+            offset,
+            "the signature frame is cut short (truncated)".into(),
+        ));
+    }
+    if blake3::hash(&payload).as_bytes()[..] != fh[9..41] {
+        return Err(corrupt(
+            offset,
+            "the signature frame does not match its hash".into(),
+        ));
+    }
+    let mut rest = [0u8; 1];
+    if r.fill(&mut rest).unwrap_or(true) {
+        return Err(corrupt(r.pos - 1, "bytes after the signature".into()));
+    }
+    Ok(Some(payload))
+}
+
+/// The bundle's header: its magic and a format this build reads (its 12 bytes).
+fn read_header(r: &mut Counted<impl Read>) -> std::result::Result<[u8; 12], BundleError> {
     let corrupt = |offset: u64, what: String| BundleError::Corrupt { offset, what };
     let mut head = [0u8; 12];
     match r.fill(&mut head) {
@@ -530,7 +572,7 @@ fn read_header(r: &mut Counted<impl Read>) -> std::result::Result<(), BundleErro
             format!("bundle format {version}; this rewindfs reads format {FORMAT}"),
         ));
     }
-    Ok(())
+    Ok(head)
 }
 
 /// The manifest (at `offset`) counts what was read before it, and names a store schema this
