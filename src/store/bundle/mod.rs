@@ -29,6 +29,8 @@
 //! `import.rs` (what an import adds, and adding it in one transaction).
 
 mod check;
+#[cfg(test)]
+mod fuzz;
 mod import;
 mod read;
 mod sign;
