@@ -10,7 +10,8 @@
 //! - `sys` (raw system calls, relative to a directory fd; /proc), `locks` (taking a lock, one
 //!   way: a poisoned one fails closed), `faults` (test-only fault injection); beside the layers, `mounts` (the mount table), `procs` (processes left
 //!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
-//!   store), used by the CLI.
+//!   store), used by the CLI; `wspath` (the workspace path type, which only a path inside the
+//!   workspace can be), used by every layer.
 //!
 //! The binary (`main.rs`) parses the command line and calls one function per command, in
 //! `src/commands/` (a module of the binary, not of this library).
