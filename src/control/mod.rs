@@ -37,6 +37,9 @@ pub struct Daemon {
     pub retention: crate::store::gc::Policy,
     /// Which signed history imports accept (`store/bundle/sign.rs`), read at each import.
     pub trust_file: Option<PathBuf>,
+    /// The directories this daemon wrote forks into since it started (`diff` with a fork reads
+    /// only a fork; after a restart, one whose store records this workspace as its origin).
+    pub forks: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Daemon {

@@ -983,3 +983,90 @@ fn a_rewind_left_unfinished_never_keeps_the_workspace_from_mounting_and_undo_rea
     m.umount();
     drop(small);
 }
+
+/// Row 9 of issue 29: refusals say what, where and what to do, once. A bundle with no
+/// checkpoint is refused (it said "already imported"); a bundle path outside the workspace is
+/// named (it gave `Invalid cross-device link`), once; a 900 KB session id is refused, not
+/// stored; `register_agent` of init (every process on the host) is refused; `diff --fork` of a
+/// directory that is not a fork of this workspace (`/etc`) is refused.
+#[test]
+fn small_refusals_name_what_and_say_it_once() {
+    require_fuse();
+    let mut a = Agent::new(|d| fs::write(d.join("a.txt"), "a\n").unwrap());
+    a.turn();
+    a.bash("echo b > a.txt");
+    let good = open_bundle(&export(&mut a));
+    let other = Mounted::new();
+    let mut c = Client::connect(&other.socket()).unwrap();
+    let empty = Opened {
+        blobs: Vec::new(),
+        rows: Vec::new(),
+        manifest: Manifest {
+            checkpoints: Vec::new(),
+            ..good.manifest.clone()
+        },
+    };
+    let e = import_bytes(&mut c, other.tmp.path(), &write_bundle(&empty)).unwrap_err();
+    assert!(e.contains("holds no checkpoint"), "{e}");
+    // Through the CLI: the refusal, its row and its path, said once.
+    let mut o = open_bundle(&write_bundle(&good));
+    let row = o.rows.iter_mut().find(|r| r.t == "captures").unwrap();
+    row.r
+        .insert("path".into(), path_value(b"../../etc/cron.d/x"));
+    let file = other.tmp.path().join("dotdot.rwb");
+    fs::write(&file, write_bundle(&o)).unwrap();
+    let out = crate::support::rewindfs(&[
+        "import",
+        file.to_str().unwrap(),
+        "--socket",
+        other.socket().to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("../../etc/cron.d/x") && err.contains("(a `..` component)"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("not a path inside the workspace").count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("cross-device"), "{err}");
+    // A 900 KB session id.
+    let huge = "s".repeat(900 << 10);
+    let e = c
+        .request(
+            "begin_message",
+            json!({"session_id": huge, "user_message_id": crate::agent::uuid()}),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not a session id") && e.len() < 1000,
+        "{}",
+        &e[..e.len().min(300)]
+    );
+    let l = c.request("list_checkpoints", json!({})).unwrap();
+    assert!(!l.to_string().contains("sssssssss"));
+    // init as the agent.
+    let e = c
+        .request("register_agent", json!({"pid": 1}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pid 1") && e.contains("every process"), "{e}");
+    // A diff against a directory that is no fork of this workspace.
+    let u = crate::agent::uuid();
+    c.request(
+        "begin_message",
+        json!({"session_id": "s", "user_message_id": u}),
+    )
+    .unwrap();
+    let e = c
+        .request("diff", json!({"user_message_id": u, "fork_dir": "/etc"}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not a fork of"), "{e}");
+    // The daemon is still serving.
+    c.request("status", json!({})).unwrap();
+}

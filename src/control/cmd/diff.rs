@@ -94,6 +94,34 @@ impl Command for Diff {
     type Reply = DiffReply;
 }
 
+/// `dir` is a fork of this workspace: this daemon wrote it, or its store (the one its mount
+/// uses, else its default one) begins with a `fork` origin naming this workspace. A diff reads
+/// every file of `dir` with the daemon's rights, so it reads only what this daemon wrote.
+fn is_fork_of(d: &Daemon, dir: &Path) -> Result<(), ControlError> {
+    if crate::locks::Locked::locked(&d.forks).contains(dir) {
+        return Ok(());
+    }
+    let store = match crate::mounts::mount_at(dir) {
+        Ok(Some(m)) if m.fstype == crate::mounts::FSTYPE => Some(m.source),
+        _ => crate::config::default_store(dir).ok(),
+    };
+    let origin = store.and_then(|s| crate::store::first_origin(&s).ok().flatten());
+    match origin {
+        Some(o)
+            if o.kind == crate::store::OriginKind::Fork
+                && Path::new(&o.workspace) == d.workspace =>
+        {
+            Ok(())
+        }
+        _ => Err(ControlError::Invalid(format!(
+            "diff: {} is not a fork of {} made by `rewindfs fork` (its store records no such \
+             origin; a fork made with its own --store must be mounted for this)",
+            dir.display(),
+            d.workspace.display()
+        ))),
+    }
+}
+
 impl Diff {
     pub(super) fn apply(self, d: &Daemon) -> Result<DiffReply, ControlError> {
         if self.fork_dir.is_some() && (self.to_message_id.is_some() || self.scope != Scope::All) {
@@ -103,6 +131,7 @@ impl Diff {
         }
         if let Some(dir) = &self.fork_dir {
             let dir = super::fork::destination(d, dir)?;
+            is_fork_of(d, &dir)?;
             // What differs is the fork's: its paths are under the fork.
             return Ok(DiffReply::of(
                 &dir,

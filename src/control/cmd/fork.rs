@@ -89,6 +89,7 @@ impl Fork {
         let r = d
             .engine
             .fork(&self.user_message_id, &dir, self.trust_imported)?;
+        crate::locks::Locked::locked(&d.forks).insert(dir.clone());
         Ok(ForkReply {
             dir,
             checkpoint: r.checkpoint,
