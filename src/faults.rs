@@ -49,6 +49,13 @@ pub fn pause_fork_files() -> Option<Duration> {
     read("REWINDFS_TEST_PAUSE_FORK_FILES_MS").map(Duration::from_millis)
 }
 
+/// `REWINDFS_TEST_PAUSE_PULL_MS=N`: `rewindfs pull` waits N ms once it has put a history back
+/// together as a bundle, before importing it (a test's window for another user to look for the
+/// bundle, which must be private).
+pub fn pause_pull() -> Option<Duration> {
+    read("REWINDFS_TEST_PAUSE_PULL_MS").map(Duration::from_millis)
+}
+
 /// `REWINDFS_TEST_PUSH_FAIL_AFTER=N`: a push fails after uploading N blobs, as one cut off by
 /// the network would (the next push must resume, skipping what is there).
 pub fn push_fail_after() -> Option<u64> {

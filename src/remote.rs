@@ -287,6 +287,9 @@ impl Remote {
         }
         res?;
         std::io::Write::flush(&mut w)?;
+        if let Some(d) = crate::faults::pause_pull() {
+            std::thread::sleep(d);
+        }
         Ok(())
     }
 }

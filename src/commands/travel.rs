@@ -388,8 +388,10 @@ pub(crate) fn import_cmd(
 /// daemon at `socket` can write and read: when root runs the command for another user's daemon,
 /// it is given to that user. Never a predictable name in a directory others can write.
 fn private_tmp(what: &str, socket: &Path) -> anyhow::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix(&format!("rewindfs-{what}-"))
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .context("making a private temporary directory")?;
     if rustix::process::geteuid().is_root() {

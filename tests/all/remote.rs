@@ -457,3 +457,86 @@ fn with_signing_required_a_second_writer_to_the_prefix_cannot_make_pull_apply_it
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Row 4 of issue 29: `pull` put each history together as `/tmp/rewindfs-pull-<pid>.rwb`, 0644,
+/// without `O_EXCL`: another user read the whole pulled history (and could have swapped it
+/// before the import). Now it is put together in a private (0700) temporary directory: another
+/// user looking in `$TMPDIR` while the pull holds the bundle (paused there by the tests' fault
+/// injection) reads nothing of it, and nothing is left behind.
+#[test]
+fn pull_keeps_the_bundle_it_assembles_private() {
+    require_fuse();
+    let s3 = s3();
+    let remote = "s3://fleet/private-pull";
+    let mut a =
+        Agent::new(|d| std::fs::write(d.join("secret.txt"), "the team's secret\n").unwrap());
+    a.turn();
+    a.bash("echo more secret >> secret.txt");
+    let sock = a.m.socket();
+    let _ = rw_ok(
+        &s3,
+        &["push", remote, "--json", "--socket", sock.to_str().unwrap()],
+    );
+    let b = Mounted::new();
+    let shared = b.tmp.path().join("shared-tmp");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(
+        &shared,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        b.tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bsock = b.socket();
+    let pull = Command::new(BIN)
+        .args(["pull", remote, "--socket", bsock.to_str().unwrap()])
+        .env("AWS_ENDPOINT_URL", &s3.url)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("NO_PROXY", "127.0.0.1")
+        .env("TMPDIR", &shared)
+        .env("REWINDFS_TEST_PAUSE_PULL_MS", "1500")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the pull holds the bundle: another user sees a private directory, and reads nothing.
+    assert!(wait_until(20, || std::fs::read_dir(&shared)
+        .unwrap()
+        .next()
+        .is_some()));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let looked = crate::support::sh_as_nobody(
+        &shared,
+        "ls -la . ; find . -type f -exec cat {} + 2>/dev/null | grep -c secret || true",
+    );
+    let dirs: Vec<String> = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    for d in &dirs {
+        let md = std::fs::symlink_metadata(d).unwrap();
+        assert!(md.is_dir(), "{d} is not a directory");
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777,
+            0o700,
+            "{d}"
+        );
+    }
+    assert_eq!(looked.lines().last(), Some("0"), "{looked}");
+    let out = pull.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_dir(&shared).unwrap().next().is_none(),
+        "the pull left files behind"
+    );
+}
