@@ -14,6 +14,7 @@ use std::path::Path;
 
 use super::{Engine, Target};
 use crate::store::Kind;
+use crate::store::gc::human_bytes;
 use crate::sys;
 
 /// Room kept for the database, the journal and the log besides the blobs.
@@ -58,24 +59,8 @@ impl Engine {
              needs about {}; nothing was changed. Free space on that filesystem, or drop old \
              checkpoints (`rewindfs gc --max-store-bytes SIZE`), then repeat",
             dir.parent().unwrap_or(dir).display(),
-            human(free),
-            human(needed)
+            human_bytes(free),
+            human_bytes(needed)
         ))
-    }
-}
-
-/// Bytes for people: `1.5 MiB`.
-pub(super) fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
