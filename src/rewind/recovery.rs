@@ -169,63 +169,61 @@ impl Engine {
 
     /// Finishes one interrupted rewind (see [`Engine::recover`]).
     fn finish(&self, r: &crate::store::RewindRow) -> Result<(), RewindError> {
-        {
-            let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
-                RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
-            })?;
-            // A journalled plan never names a path outside the workspace (it was checked
-            // before it was journalled); one that does was altered, and is left out rather
-            // than applied or allowed to stop every later mount.
-            targets.retain(|t| {
-                let ok = crate::wspath::WsPath::is_valid(&t.path);
-                if !ok {
-                    tracing::error!(
-                        "rewind {}: its journalled plan names {:?}, which is not a path inside the \
-                         workspace: left out",
-                        r.id,
-                        String::from_utf8_lossy(&t.path)
-                    );
-                }
-                ok
-            });
-            let since = self.changed_since(r.checkpoint, &targets)?;
-            tracing::warn!(
-                "finishing rewind {} interrupted by a crash ({} paths{})",
-                r.id,
-                targets.len(),
-                if since.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; {} left as they were changed since it began: {}",
-                        since.len(),
-                        shown(&since)
-                    )
-                }
-            );
-            let todo: Vec<Target> = targets
-                .iter()
-                .filter(|t| !since.contains(&t.path))
-                .cloned()
-                .collect();
-            // Captured under the rewind's own checkpoint, as its live steps were: undo reads
-            // only that one.
-            let captured = self
-                .store
-                .captures_in(r.checkpoint)?
-                .into_iter()
-                .map(|c| (c.path, c.actors));
-            let own = self.recorder.recovering(r.checkpoint, captured);
-            apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
-            drop(own);
-            // An undo or redo also moves the rewind it undid or redid on the stack.
-            self.store.finish_rewind(r)?;
-            // What its plan named, unless another unfinished plan names it too.
-            self.scratch
-                .locked()
-                .extend(targets.iter().filter_map(|t| t.blob.clone()));
-            self.discard();
-        }
+        let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
+            RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
+        })?;
+        // A journalled plan never names a path outside the workspace (it was checked
+        // before it was journalled); one that does was altered, and is left out rather
+        // than applied or allowed to stop every later mount.
+        targets.retain(|t| {
+            let ok = crate::wspath::WsPath::is_valid(&t.path);
+            if !ok {
+                tracing::error!(
+                    "rewind {}: its journalled plan names {:?}, which is not a path inside the \
+                     workspace: left out",
+                    r.id,
+                    String::from_utf8_lossy(&t.path)
+                );
+            }
+            ok
+        });
+        let since = self.changed_since(r.checkpoint, &targets)?;
+        tracing::warn!(
+            "finishing rewind {} interrupted by a crash ({} paths{})",
+            r.id,
+            targets.len(),
+            if since.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} left as they were changed since it began: {}",
+                    since.len(),
+                    shown(&since)
+                )
+            }
+        );
+        let todo: Vec<Target> = targets
+            .iter()
+            .filter(|t| !since.contains(&t.path))
+            .cloned()
+            .collect();
+        // Captured under the rewind's own checkpoint, as its live steps were: undo reads
+        // only that one.
+        let captured = self
+            .store
+            .captures_in(r.checkpoint)?
+            .into_iter()
+            .map(|c| (c.path, c.actors));
+        let own = self.recorder.recovering(r.checkpoint, captured);
+        apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
+        drop(own);
+        // An undo or redo also moves the rewind it undid or redid on the stack.
+        self.store.finish_rewind(r)?;
+        // What its plan named, unless another unfinished plan names it too.
+        self.scratch
+            .locked()
+            .extend(targets.iter().filter_map(|t| t.blob.clone()));
+        self.discard();
         Ok(())
     }
 
