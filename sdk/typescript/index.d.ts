@@ -38,6 +38,15 @@ export interface RewindFilesResult {
   changedMeanwhile?: string[];
   /** Absolute paths it began to restore, then left partly restored (another process changed them). */
   partiallyRestored?: string[];
+  /** What history from elsewhere (an import or pull) would have granted and was withheld. */
+  withheld?: Array<{ path: string; what: string[] }>;
+  /** What the rewind changes besides content: mode and owner [from (null: new), to], attributes set (+) or removed (-). */
+  attributeChanges?: Array<{
+    path: string;
+    mode?: [string | null, string];
+    owner?: [string | null, string];
+    xattrs?: string[];
+  }>;
 }
 
 export type Scope = "tool" | "agent" | "all";
@@ -78,7 +87,7 @@ export class RewindfsClient {
   registerAgent(pid: number, sessionId?: string): Promise<Record<string, never>>;
   rewindFiles(
     userMessageId: string,
-    opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[]; sessionId?: string },
+    opts?: { dryRun?: boolean; scope?: Scope; force?: boolean; paths?: string[]; sessionId?: string; trustImported?: boolean },
   ): Promise<RewindFilesResult>;
   /** Undoes the newest rewind not yet undone (a stack; `sessionId`: that session's own); refused over changes made since unless `force`. */
   undoRewind(opts?: { dryRun?: boolean; force?: boolean; sessionId?: string }): Promise<StackResult & { undone?: string }>;

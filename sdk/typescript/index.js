@@ -47,7 +47,7 @@ function toResult(v) {
     conflicts: v.conflicts ?? [],
   };
   // rewindfs's additions, as the daemon gives them (absent: none).
-  for (const k of ["error", "rewindId", "conflictsBy", "omitted", "changedMeanwhile", "partiallyRestored"]) {
+  for (const k of ["error", "rewindId", "conflictsBy", "omitted", "changedMeanwhile", "partiallyRestored", "withheld", "attributeChanges"]) {
     if (v[k] !== undefined) r[k] = v[k];
   }
   return r;
@@ -116,7 +116,7 @@ export class RewindfsClient {
   registerAgent(pid, sessionId) {
     return this.request("register_agent", { pid, session_id: sessionId });
   }
-  async rewindFiles(userMessageId, { dryRun = false, scope = "tool", force = false, paths, sessionId } = {}) {
+  async rewindFiles(userMessageId, { dryRun = false, scope = "tool", force = false, paths, sessionId, trustImported = false } = {}) {
     const v = await this.request("rewind_files", {
       user_message_id: userMessageId,
       dry_run: dryRun,
@@ -124,6 +124,8 @@ export class RewindfsClient {
       force,
       paths,
       session_id: sessionId,
+      // Only when asked: what history from elsewhere would grant (withheld by default).
+      trust_imported: trustImported || undefined,
     });
     return toResult(v);
   }

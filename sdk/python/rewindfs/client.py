@@ -57,6 +57,12 @@ class RewindFilesResult:
     changedMeanwhile: list[str] = field(default_factory=list)
     #: Paths it began to restore and then left, partly restored, because another process changed them.
     partiallyRestored: list[str] = field(default_factory=list)
+    #: What history from elsewhere (an import or pull) would have granted and was withheld:
+    #: ``[{path, what: ["set-user-ID bit", "attribute security.capability", ...]}]``.
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    #: What the rewind changes besides content: ``[{path, mode?: [from, to], owner?: [from, to],
+    #: xattrs?: ["+name", "-name"]}]``.
+    attributeChanges: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> "RewindFilesResult":
@@ -73,6 +79,8 @@ class RewindFilesResult:
             omitted=v.get("omitted"),
             changedMeanwhile=list(v.get("changedMeanwhile", [])),
             partiallyRestored=list(v.get("partiallyRestored", [])),
+            withheld=list(v.get("withheld", [])),
+            attributeChanges=list(v.get("attributeChanges", [])),
         )
 
 
@@ -149,7 +157,7 @@ def _payload(line: bytes, request_id: str) -> dict[str, Any]:
     raise RewindfsError(f"unexpected response: {line!r}")
 
 
-def _rewind_fields(user_message_id: str, dry_run: bool, scope: str, force: bool, paths: Optional[Sequence[str]], session_id: Optional[str] = None) -> dict[str, Any]:
+def _rewind_fields(user_message_id: str, dry_run: bool, scope: str, force: bool, paths: Optional[Sequence[str]], session_id: Optional[str] = None, trust_imported: bool = False) -> dict[str, Any]:
     return {
         "user_message_id": user_message_id,
         "dry_run": dry_run,
@@ -157,6 +165,8 @@ def _rewind_fields(user_message_id: str, dry_run: bool, scope: str, force: bool,
         "force": force,
         "paths": list(paths) if paths is not None else None,
         "session_id": session_id,
+        # Only when asked: what history from elsewhere would grant (withheld by default).
+        "trust_imported": True if trust_imported else None,
     }
 
 
@@ -212,8 +222,9 @@ class RewindfsClient:
         force: bool = False,
         paths: Optional[Sequence[str]] = None,
         session_id: Optional[str] = None,
+        trust_imported: bool = False,
     ) -> RewindFilesResult:
-        return RewindFilesResult.from_json(self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id)))
+        return RewindFilesResult.from_json(self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id, trust_imported)))
 
     def undo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
         """Undoes the newest rewind not yet undone (a stack; of ``session_id``'s rewinds when
@@ -299,8 +310,9 @@ class AsyncRewindfsClient:
         force: bool = False,
         paths: Optional[Sequence[str]] = None,
         session_id: Optional[str] = None,
+        trust_imported: bool = False,
     ) -> RewindFilesResult:
-        v = await self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id))
+        v = await self.request("rewind_files", **_rewind_fields(user_message_id, dry_run, scope, force, paths, session_id, trust_imported))
         return RewindFilesResult.from_json(v)
 
     async def undo_rewind(self, dry_run: bool = False, force: bool = False, session_id: Optional[str] = None) -> dict[str, Any]:
