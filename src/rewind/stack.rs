@@ -191,6 +191,8 @@ impl Engine {
         let changed = out.targets.len();
         done.outcome = out;
         done.id = Some(id);
+        // An unfinished rewind undone is finished with: `status` no longer names it.
+        self.unfinished.locked().retain(|(u, _)| *u != rewind.id);
         let stack = self.store.stack()?;
         done.undo_depth = stack.undo_depth();
         done.redo_depth = stack.redo_depth();

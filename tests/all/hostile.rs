@@ -967,6 +967,8 @@ fn a_rewind_left_unfinished_never_keeps_the_workspace_from_mounting_and_undo_rea
     fs::remove_file(filler).unwrap();
     c.request("undo_rewind", json!({})).unwrap();
     assert_eq!(tree(&m.dir), before);
+    let st = c.request("status", json!({})).unwrap();
+    assert!(st.get("unfinishedRewinds").is_none(), "{st}");
     drop(c);
     m.umount();
     m.mount(&[]);
