@@ -355,7 +355,25 @@ fn print_attribute_changes(changes: &[AttrChange], would: bool, ws: &Path) {
         "{verb} modes, owners or attributes of {} path(s):",
         changes.len()
     );
-    for c in changes {
+    // Those that touch a path's privileges first (set-user/group-ID or sticky bits, an
+    // attribute, another owner for a path that is there), then the rest; at most SHOWN of them
+    // (`--json` lists every one).
+    const SHOWN: usize = 20;
+    let weighty = |c: &&AttrChange| {
+        !c.xattrs.is_empty()
+            || c.owner.as_ref().is_some_and(|(from, _)| from.is_some())
+            || c.mode
+                .as_ref()
+                .is_some_and(|(_, to)| u32::from_str_radix(to, 8).is_ok_and(|m| m & 0o7000 != 0))
+    };
+    let (first, rest): (Vec<&AttrChange>, Vec<&AttrChange>) = changes.iter().partition(weighty);
+    if changes.len() > SHOWN {
+        println!(
+            "  (the first {SHOWN}, those that touch privileges first; --json lists all {})",
+            changes.len()
+        );
+    }
+    for c in first.into_iter().chain(rest).take(SHOWN) {
         let mut parts = Vec::new();
         let from = |f: &Option<String>| f.clone().unwrap_or_else(|| "(new)".into());
         if let Some((f, t)) = &c.mode {
