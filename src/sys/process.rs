@@ -347,6 +347,17 @@ pub fn proc_status(pid: u32) -> Option<(u32, u32, String)> {
     Some((tgid?, ppid?, name))
 }
 
+/// Whether this process is in the initial pid namespace (the host's: its pid 1 is the host's
+/// init), not a container's own. Unknown (no `/proc`) counts as the host's.
+pub fn in_initial_pid_namespace() -> bool {
+    /// The inode of the initial pid namespace (`PROC_PID_INIT_INO`), fixed by the kernel.
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    match std::fs::metadata("/proc/self/ns/pid") {
+        Ok(md) => std::os::unix::fs::MetadataExt::ino(&md) == PROC_PID_INIT_INO,
+        Err(_) => true,
+    }
+}
+
 /// The parent pid of a process (for the hook command's agent).
 pub fn parent_pid(pid: u32) -> Option<u32> {
     proc_status(pid).map(|(_, ppid, _)| ppid)

@@ -38,15 +38,17 @@ impl RegisterAgent {
         if !crate::sys::process_alive(self.pid) {
             return Err(ControlError::NoProcess(self.pid));
         }
-        // Every process descends from init (and kthreadd's children are the kernel's): as the
-        // agent, it would make every process on the host the agent's shell. The daemon is never
-        // an agent of its own workspace.
-        if self.pid <= 2 || self.pid == crate::sys::getpid() {
+        // On the host, every process descends from init (and kthreadd's children are the
+        // kernel's): as the agent, it would make every process on the host the agent's shell. In
+        // a container's own pid namespace pid 1 may well be the agent (its entrypoint). The
+        // daemon is never an agent of its own workspace.
+        let host_init = self.pid <= 2 && crate::sys::in_initial_pid_namespace();
+        if host_init || self.pid == crate::sys::getpid() {
             return Err(ControlError::Invalid(format!(
                 "register_agent: pid {} is {}; register the agent's own process (the Claude Code \
                  CLI's pid)",
                 self.pid,
-                if self.pid <= 2 {
+                if host_init {
                     "the root of every process on the host (every process would be the agent's)"
                 } else {
                     "the rewindfs daemon itself"
