@@ -464,7 +464,7 @@ impl Engine {
         let free = crate::sys::open_dir_path(self.store.blobs.dir())
             .and_then(|fd| crate::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
             .ok()
-            .map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+            .map(|v| space::free_blocks(&v).saturating_mul(v.f_frsize));
         let (n, at) = self.recorder.refused_full();
         (free, n, at)
     }

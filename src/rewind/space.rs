@@ -22,6 +22,16 @@ const SLACK: u64 = 1 << 20;
 /// Per path, for its rows.
 const PER_PATH: u64 = 1 << 10;
 
+/// Blocks this daemon may still write on a filesystem: root may use the blocks kept back for
+/// it, others may not.
+pub(super) fn free_blocks(vfs: &rustix::fs::StatVfs) -> u64 {
+    if sys::geteuid() == 0 {
+        vfs.f_bfree
+    } else {
+        vfs.f_bavail
+    }
+}
+
 impl Engine {
     /// `Err`, in words that say how much is needed, how much is free and where, when the
     /// store's filesystem cannot hold what applying `targets` would capture.
@@ -34,7 +44,7 @@ impl Engine {
             return Ok(());
         };
         let block = vfs.f_frsize.max(512);
-        let free = vfs.f_bavail.saturating_mul(block);
+        let free = free_blocks(&vfs).saturating_mul(block);
         let mut needed = SLACK;
         let mut files = 0u64;
         for t in targets {
