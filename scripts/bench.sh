@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — agent-like workloads, run natively and through a rewindfs mount in the same run,
-# on a fresh ext4 loop filesystem (design.md §6; issues 2 item 6 and 6). A benchmark, not a
+# on a fresh ext4 loop filesystem (docs/design.md §6; issues 2 item 6 and 6). A benchmark, not a
 # test: it prints seconds and the ratio mount/native per workload. Runs as root.
 #
 # Usage:
@@ -62,7 +62,7 @@
 #                 against native `rm -rf` + `cp -a` of a backup copy (quick: 1k)
 # A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
 #
-# Layout: everything lives on one fresh ext4 loop filesystem $MNT (design.md §6: the root
+# Layout: everything lives on one fresh ext4 loop filesystem $MNT (docs/design.md §6: the root
 # filesystem here has no journal and ages badly): $MNT/native/work (plain directory),
 # $MNT/mounted/work (rewindfs mounted in place over it, store in $MNT/store-rewindfs),
 # $MNT/bindfs/{src,work}, $MNT/fuse-overlayfs/{lower,upper,workdir,work}, $MNT/data (the
@@ -280,7 +280,7 @@ if [ "$USE_LOOP" = 1 ]; then
   fi
 fi
 if [ "$USE_LOOP" = 0 ]; then
-  warn "not using a fresh ext4 loop filesystem: numbers from an aged or journal-less filesystem are not comparable (design.md §6)"
+  warn "not using a fresh ext4 loop filesystem: numbers from an aged or journal-less filesystem are not comparable (docs/design.md §6)"
   FS_DESC="plain directory on $(df --output=fstype "$BASE" | tail -1) ($BASE)"
 fi
 log "working in $MNT — $FS_DESC"

@@ -1,4 +1,4 @@
-//! Who made a change: the actor behind a FUSE request's pid (design.md §3).
+//! Who made a change: the actor behind a FUSE request's pid (docs/design.md §3).
 //!
 //! Two sources, both kept here under the recorder's `actors` lock:
 //! - **tool spans** (from the agent's PreToolUse/PostToolUse hooks): a change to the file of

@@ -1,7 +1,7 @@
 //! A rewind applied through the mount, and what others change meanwhile.
 //!
 //! A live rewind (undo, redo) changes the tree as any process would, through the mount, so
-//! that editors and watchers see its changes (design.md §2, "A rewind is itself a change"). It
+//! that editors and watchers see its changes (docs/design.md §2, "A rewind is itself a change"). It
 //! holds no lock over the tree while it plans and applies; instead [`Recorder::watch`] notes,
 //! from the moment planning begins, every path anyone else changes, and the rewind's own
 //! requests — recognised by the process that makes them (the daemon's helper, a single
@@ -132,7 +132,7 @@ impl Recorder {
 
     /// [`Recorder::watch`], for a rewind of `session`'s checkpoint (or an undo or redo of such
     /// a rewind): what it changes is recorded as that session's work, so another session's
-    /// rewind leaves it alone (design.md §3).
+    /// rewind leaves it alone (docs/design.md §3).
     pub fn watch_for(&self, session: Option<&str>) -> Watch<'_> {
         let _all = self.gate.exclusive();
         *self.meanwhile.locked() = Some(Changed::default());

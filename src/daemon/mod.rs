@@ -144,7 +144,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
 }
 
 /// Refuses a store that belongs to someone else, and makes this one private: modes looser
-/// than 0700 / 0600 are tightened, and the log says which (design.md §3).
+/// than 0700 / 0600 are tightened, and the log says which (docs/design.md §3).
 pub(super) fn make_private(store: &Path) -> anyhow::Result<()> {
     let tightened = crate::store::private::secure(store, true)?;
     if !tightened.is_empty() {

@@ -11,7 +11,7 @@
 //!   then never the one changed (a private copy is). Other attribute changes go by path;
 //! - the observer's `before` runs before anything changes — for a change to content, with the
 //!   bytes it overwrites and the fd to read them from, so the pre-image costs what the change
-//!   overwrites (design.md §6b) — and `after` once it succeeded. A file with no name left is
+//!   overwrites (docs/design.md §6b) — and `after` once it succeeded. A file with no name left is
 //!   not observed: nothing in the workspace shows it any more;
 //! - set-user/group-ID bits are cleared here, not by the backing filesystem, when the caller
 //!   lacks `CAP_FSETID` (`FUSE_HANDLE_KILLPRIV_V2`; the daemon has the capability itself).

@@ -4,7 +4,7 @@
 //! and caches listings itself. Each request opens the directory by path, reads on from the
 //! backing filesystem's own position cookie (which stays valid while the directory changes),
 //! and closes it: no directory fd outlives a request, so walking a tree holds none (the
-//! open-file limit, design.md §6).
+//! open-file limit, docs/design.md §6).
 //!
 //! Invariants: `.` is the node itself and `..` is the root's own id for the root (the kernel
 //! looks neither up); readdirplus counts a lookup for every entry its reply carries and for

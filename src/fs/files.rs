@@ -8,7 +8,7 @@
 //!
 //! Invariants:
 //! - at most one fd per node, and at most [`NODE_FILES`] in all (the open-file limit is 20,000
-//!   and cannot be raised: design.md §6). A full cache closes a batch of fds that can be opened
+//!   and cannot be raised: docs/design.md §6). A full cache closes a batch of fds that can be opened
 //!   again as they were ([`Core::reopenable`]), never a pinned one;
 //! - an fd opened by path is checked against the node's backing `(dev, ino)` (`ESTALE`
 //!   otherwise): the cache never holds another file's fd under a node;
@@ -99,7 +99,7 @@ pub(super) struct Target<'a> {
 /// Batches of fds waiting for the closer; past this a release closes its fd itself.
 const CLOSE_QUEUE: usize = 1024;
 
-/// Node fds kept at most (the open-file limit is 20,000, and cannot be raised: design.md §6).
+/// Node fds kept at most (the open-file limit is 20,000, and cannot be raised: docs/design.md §6).
 const NODE_FILES: usize = 4096;
 /// Node fds closed at once when the cache is full (in one batch, on the closer thread).
 const NODE_FILES_EVICT: usize = 256;

@@ -70,7 +70,7 @@ struct Extra {
 
 /// The table. Each name is stored once, in its node; the `(parent, name) → node` index holds
 /// only the hash and the node id (the index used to hold a second copy of every name, and with
-/// a per-node reverse map it took ~350 bytes per inode; design.md §6 sets 64 MiB for 100k).
+/// a per-node reverse map it took ~350 bytes per inode; docs/design.md §6 sets 64 MiB for 100k).
 #[derive(Default, Debug)]
 struct Table {
     nodes: HashMap<u64, Node>,

@@ -159,7 +159,7 @@ fn set_time(t: Option<TimeOrNow>) -> crate::sys::SetTime {
 
 impl Filesystem for RewindFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // Each of these removes round trips or is needed for correctness (see design.md §6).
+        // Each of these removes round trips or is needed for correctness (see docs/design.md §6).
         for flag in [
             // Every listing carries attributes, not only its first request
             // (`FUSE_READDIRPLUS_AUTO` is left off): find, grep -r and git read a whole

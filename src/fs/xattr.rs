@@ -2,7 +2,7 @@
 //!
 //! The kernel reads `security.capability` before a write or chown, which may have to drop it,
 //! so that question is answered from the inode table when it can be (`Inodes::no_caps`,
-//! design.md §6). Invariant: a file is known to have no such attribute only while nothing set
+//! docs/design.md §6). Invariant: a file is known to have no such attribute only while nothing set
 //! or removed it — every setxattr and removexattr comes through here and forgets that
 //! knowledge before it acts (`Inodes::forget_no_caps`), and an answer read from the disk
 //! before then cannot restore it (`Inodes::learn_no_caps`, with the epoch read first).

@@ -1,7 +1,7 @@
 //! Planning a rewind: which paths it changes, and to what.
 //!
 //! [`Engine::plan`] runs in named steps. Scope `tool` is the SDK's own rewind, path by path
-//! ([`Engine::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (design.md §2): the state
+//! ([`Engine::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (docs/design.md §2): the state
 //! wanted for each path the scope covers ([`Engine::wanted_by_actors`]), then only the paths
 //! whose wanted state differs from the present become targets, with their line counts
 //! ([`Engine::keep_differing`]), then an `agent` rewind over someone else's changes is refused
@@ -360,8 +360,8 @@ fn refuse_bad_paths(hist: &History) -> Result<(), RewindError> {
     Ok(())
 }
 
-/// Scope `agent` refuses to rewind over changes someone else also made (design.md §2) unless
-/// `force` is given; scope `tool` over another session's changes (design.md §3), though not over
+/// Scope `agent` refuses to rewind over changes someone else also made (docs/design.md §2) unless
+/// `force` is given; scope `tool` over another session's changes (docs/design.md §3), though not over
 /// an external edit alone (the SDK's behaviour). The outcome says so, naming who, and a real
 /// rewind fails with its words.
 fn refuse_on_conflicts(req: &Request, out: &mut Outcome) {
@@ -551,7 +551,7 @@ fn walk(root: BorrowedFd<'_>, rel: &Path, out: &mut Vec<Vec<u8>>) {
     }
 }
 
-/// Which session changed what since a checkpoint, when several did (design.md §3, "Many
+/// Which session changed what since a checkpoint, when several did (docs/design.md §3, "Many
 /// sessions, one tree"): a rewind of a session restores only what its own actors changed, and
 /// a path another session also changed is a conflict. With one session at work (the common
 /// case) this changes nothing.

@@ -1,4 +1,4 @@
-//! Undo and redo: the stack of rewinds (design.md §2, "A rewind is itself a change").
+//! Undo and redo: the stack of rewinds (docs/design.md §2, "A rewind is itself a change").
 //!
 //! `undo` undoes the newest rewind not yet undone, again and again back to the first; `redo`
 //! re-applies the last one undone, in order, until a new rewind clears what can be redone (the

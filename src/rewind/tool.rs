@@ -188,7 +188,7 @@ impl Engine {
 
     /// The state a tracked file goes back to (`None`: it is as it was then, or its first tool
     /// change is not on record): first changed by a tool before checkpoint `c` began, its state
-    /// at `c`'s start; otherwise its state just before that first tool change (design.md §2),
+    /// at `c`'s start; otherwise its state just before that first tool change (docs/design.md §2),
     /// completed if only its ranges were saved.
     fn tool_target(
         &self,

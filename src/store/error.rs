@@ -19,7 +19,7 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
-    /// The store, or something in it, belongs to another user (design.md §3).
+    /// The store, or something in it, belongs to another user (docs/design.md §3).
     #[error("{path} is owned by {owner}, not by you ({you}): {fix}")]
     NotYours {
         path: String,

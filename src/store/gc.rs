@@ -1,7 +1,7 @@
 //! Retention: drop the oldest checkpoints until the store is within its size budget and age
 //! limit.
 //!
-//! Rules (design.md §5):
+//! Rules (docs/design.md §5):
 //! - checkpoints go oldest first, and never the current one (`keep_from` and later), so a
 //!   rewind to any checkpoint still kept sees every capture it needs (those at or after it);
 //! - a dropped checkpoint keeps its row, marked `dropped_at`/`dropped_why`, so a rewind to it
@@ -11,7 +11,7 @@
 //!   reads — the first capture of each path since the session began (and since each directory
 //!   rename), the renames, and the actors of what it deletes; the capture before a tool's
 //!   first change of a path in the session (`tracked`) stays too; and the change log's entries
-//!   of other sessions, which say whose work a path is (design.md §3, "Many sessions, one
+//!   of other sessions, which say whose work a path is (docs/design.md §3, "Many sessions, one
 //!   tree"), stay until no live session's history reaches back to them;
 //! - every other session still at work keeps its whole history: nothing from its first
 //!   checkpoint on is dropped (captures go to whichever checkpoint began last, so a later
@@ -31,7 +31,7 @@
 //! (`Capture`, the recorder's capture lock), a few hundred at a time, each checked again then —
 //! its row gone, the journal applied and no adoption being resolved (`applying`) — so a capture
 //! that stored the same content meanwhile keeps it. No change waits for more than one such
-//! batch (design.md §4: the kernel aborts a mount whose requests wait too long).
+//! batch (docs/design.md §4: the kernel aborts a mount whose requests wait too long).
 
 use std::collections::HashSet;
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
 //! The store: what every change overwrote, kept outside the workspace — SQLite for the rows
 //! (checkpoints, captures, the change log, rewinds) and a content-addressed directory for the
-//! bytes. `schema/store.md` describes every table and consistency rule; design.md §5 is the
+//! bytes. `schema/store.md` describes every table and consistency rule; docs/design.md §5 is the
 //! contract.
 //!
 //! ```text

@@ -411,7 +411,7 @@ impl CheckpointKind {
     }
 }
 
-/// Which paths a rewind restores (design.md §2).
+/// Which paths a rewind restores (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {

@@ -1,4 +1,4 @@
-//! The store is private (design.md §3): it holds what a rewind writes into the workspace, so
+//! The store is private (docs/design.md §3): it holds what a rewind writes into the workspace, so
 //! no one but the user who mounts may read, replace or add anything in it.
 //!
 //! - Everything the store creates gets its mode explicitly, whatever the umask (the daemon

@@ -24,7 +24,7 @@ pub fn uuid() -> String {
 
 impl Agent {
     /// The `filesChanged` of a reply, relative to the workspace: each must be absolute and
-    /// under the workspace, as the SDK answers (design.md §2). Sorted.
+    /// under the workspace, as the SDK answers (docs/design.md §2). Sorted.
     pub fn files(&self, v: &serde_json::Value) -> Vec<String> {
         let mut f: Vec<String> = v["filesChanged"]
             .as_array()

@@ -261,7 +261,7 @@ impl Run {
         }
     }
 
-    /// What the tool scope must do (design.md §2; tests/clients/FINDINGS.md §4), from the model:
+    /// What the tool scope must do (docs/design.md §2; tests/clients/FINDINGS.md §4), from the model:
     /// per tracked path, in tracked order, its target (its state when turn `t` began if a tool
     /// had changed it by then, else its state just before its first tool change); the dry run
     /// lists it if a line of the texts differs (reading through symlinks) or the target is

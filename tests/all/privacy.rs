@@ -1,4 +1,4 @@
-//! The store is private, and a rewind trusts nothing it has not verified (design.md §3,
+//! The store is private, and a rewind trusts nothing it has not verified (docs/design.md §3,
 //! issue 24 §1): another user (uid 65534) can read, replace or add nothing in the store; a
 //! blob changed or removed behind the daemon's back is refused by a dry run, a diff, a rewind
 //! and an undo, which name the path, the checkpoint and the blob, and change nothing; a store

@@ -1,4 +1,4 @@
-//! Rewind through a real mount: one test per observed SDK behaviour (design.md §2), then the
+//! Rewind through a real mount: one test per observed SDK behaviour (docs/design.md §2), then the
 //! agent and all scopes, conflicts, undo, and the response shapes.
 
 use std::fs;

@@ -1,4 +1,4 @@
-//! Many agents, one tree (design.md §3): each session keeps its own checkpoints, and a rewind
+//! Many agents, one tree (docs/design.md §3): each session keeps its own checkpoints, and a rewind
 //! of one session restores what its own actors changed, never another's work — or says whose
 //! change stands in the way.
 

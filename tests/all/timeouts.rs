@@ -1,4 +1,4 @@
-//! A long rewind must not kill the mount (design.md §4): kernels with FUSE request timeouts
+//! A long rewind must not kill the mount (docs/design.md §4): kernels with FUSE request timeouts
 //! (Linux >= 6.14, `/proc/sys/fs/fuse/max_request_timeout`) abort the whole connection when a
 //! request waits too long, and a rewind used to hold every writer off while it planned and
 //! applied. It now holds nobody: it applies through the mount, and a writer's request never

@@ -1,4 +1,4 @@
-//! Undo and redo through a real mount (design.md §2, "A rewind is itself a change"): every
+//! Undo and redo through a real mount (docs/design.md §2, "A rewind is itself a change"): every
 //! rewind, undo and redo gives back everything — directories' modes, owners and extended
 //! attributes as exactly as files' — and undo/redo work as a stack.
 

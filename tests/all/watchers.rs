@@ -1,4 +1,4 @@
-//! Rewinds that editors, dev servers and watchers see (design.md §2, "A rewind is itself a
+//! Rewinds that editors, dev servers and watchers see (docs/design.md §2, "A rewind is itself a
 //! change"): a rewind, undo or redo changes the tree through the mount, so an inotify watch on
 //! the mount gets the events a process making the same changes would cause; a file restored in
 //! place keeps its inode; a change someone makes while a rewind runs is left as they made it

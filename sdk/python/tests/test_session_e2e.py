@@ -83,7 +83,7 @@ class StandInClient:
 
 
 def expected_tool(turn: int, snapshots: list[dict], final: dict) -> dict:
-    """The SDK's rule (design.md §2) from the recorded states, for files written by a tool."""
+    """The SDK's rule (docs/design.md §2) from the recorded states, for files written by a tool."""
     first: dict[str, int] = {}
     before_first: dict[str, object] = {}
     # state just before a Write in turn t = state after the shell steps before it in that turn;

@@ -1,5 +1,5 @@
 //! `tool_use`: a tool span opens (`pre`) or closes (`post`): the agent's own file tools'
-//! writes inside a span are `tool` changes (design.md §3).
+//! writes inside a span are `tool` changes (docs/design.md §3).
 
 use serde::{Deserialize, Serialize};
 

@@ -34,7 +34,7 @@ impl Blobs {
     }
 
     /// Reads a whole blob and checks that it hashes to its name: what a rewind, undo, dry run
-    /// or diff uses of a blob, it has verified (design.md §3, "The store is private").
+    /// or diff uses of a blob, it has verified (docs/design.md §3, "The store is private").
     ///
     /// # Errors
     /// `NotFound` when the blob is missing, `InvalidData` when its content does not hash to its

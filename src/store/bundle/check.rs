@@ -1,5 +1,5 @@
 //! Checking one bundle row before anything uses it: a bundle is input from someone else
-//! (design.md §5, "History from elsewhere is untrusted").
+//! (docs/design.md §5, "History from elsewhere is untrusted").
 //!
 //! Every path a row names (a capture's, a rename's two sides, a tracked file's, the change
 //! log's) must be a [`WsPath`]; ids, sizes and offsets are integers in range; blob names are
