@@ -81,3 +81,25 @@ impl Filter {
             || set.is_match(Path::new(OsStr::from_bytes(p)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_admits_its_paths_what_lies_beneath_and_its_globs_only() {
+        let f = Filter::new(&["./src/".into(), "*.md".into()]).unwrap();
+        for yes in ["src", "src/a.rs", "src/deep/b.rs", "README.md"] {
+            assert!(f.matches(yes.as_bytes()), "{yes}");
+        }
+        for no in ["srcx", "lib/a.rs", "docs/a.txt"] {
+            assert!(!f.matches(no.as_bytes()), "{no}");
+        }
+        assert!(Filter::new(&[]).unwrap().matches(b"anything"));
+        for bad in ["/etc", "a/../../b", ".."] {
+            assert!(Filter::new(&[bad.into()]).is_err(), "{bad}");
+        }
+        let exact = Filter::exactly([b"a".to_vec()].into_iter().collect());
+        assert!(exact.matches(b"a") && !exact.matches(b"a/b"));
+    }
+}

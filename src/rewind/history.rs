@@ -185,3 +185,114 @@ impl History {
             .unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Actor, Kind, Op, Purpose};
+
+    fn cap(id: i64, path: &str, kind: Kind) -> Capture {
+        Capture {
+            id,
+            checkpoint: 1,
+            path: path.as_bytes().to_vec(),
+            purpose: Purpose::Checkpoint,
+            pre: PreImage {
+                kind,
+                size: id as u64,
+                ..PreImage::absent()
+            },
+            actor: Actor::Shell,
+            actors: Actor::Shell.bit(),
+            op: Op::Write,
+        }
+    }
+
+    fn mv(seq: i64, src: &str, dst: &str, after: i64, exchange: bool) -> crate::store::Move {
+        crate::store::Move {
+            seq,
+            checkpoint: 1,
+            src: src.as_bytes().to_vec(),
+            dst: dst.as_bytes().to_vec(),
+            exchange,
+            after_capture: after,
+            actor: Actor::Shell,
+        }
+    }
+
+    fn history(caps: Vec<Capture>, moves: Vec<crate::store::Move>) -> History {
+        let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
+        for c in caps {
+            by_path.entry(c.path.clone()).or_default().push(c);
+        }
+        History { by_path, moves }
+    }
+
+    /// What a lineage says, in words: `pre <kind> <capture id>`, `partial`, `now <path>`.
+    fn said(l: Lineage) -> String {
+        match l {
+            Lineage::Pre(p) => format!("pre {} {}", p.kind.as_str(), p.size),
+            Lineage::Partial(c, at) => format!("partial {} {}", c.id, String::from_utf8_lossy(&at)),
+            Lineage::Current(at) => format!("now {}", String::from_utf8_lossy(&at)),
+        }
+    }
+
+    /// The state of a path when the checkpoint began, followed forward through captures and
+    /// renames (docs/design.md §2): table-driven, without a mount.
+    #[test]
+    fn a_path_is_followed_forward_through_captures_and_renames() {
+        // 1: d/f captured; 2: the rename d -> e (after capture 1); 3: e/f captured again;
+        // 4: x captured; then the exchange x <-> y (after capture 4); 5: y captured.
+        let h = history(
+            vec![
+                cap(1, "d/f", Kind::File),
+                cap(3, "e/f", Kind::File),
+                cap(4, "x", Kind::File),
+                cap(5, "y", Kind::Dir),
+            ],
+            vec![mv(1, "d", "e", 1, false), mv(2, "x", "y", 4, true)],
+        );
+        let cases = [
+            // Captured before anything moved: its own capture.
+            ("d/f", "pre file 1"),
+            // Beneath the rename's source, never captured: where the rename took it, now.
+            ("d/g", "now e/g"),
+            // Beneath the rename's target: not there when the checkpoint began.
+            ("e/g", "pre absent 0"),
+            // Captured before the exchange: its own capture. The other side was captured only
+            // after it (capture 5 is of what the exchange put there): what was at `y` when the
+            // checkpoint began is what the exchange took to `x`, as it is now.
+            ("x", "pre file 4"),
+            ("y", "now x"),
+            // Untouched: as it is now.
+            ("z/w", "now z/w"),
+        ];
+        for (q, want) in cases {
+            assert_eq!(said(h.lineage(q.as_bytes())), want, "{q}");
+        }
+        // Names at the start and now, through the rename.
+        assert_eq!(h.name_now(b"d/f", (1, 0)), b"e/f");
+        assert_eq!(h.name_at_start(b"e/f", (3, 0)), b"d/f");
+        assert_eq!(h.name_at_start(b"e/f", (0, 0)), b"e/f");
+        assert_eq!(h.actors(b"d/f"), Actor::Shell.bit());
+        assert_eq!(h.actors(b"nowhere"), 0);
+    }
+
+    /// A range capture is completed from what follows it: its lineage says so, with the name it
+    /// was taken under.
+    #[test]
+    fn a_range_capture_is_completed_from_its_next_state() {
+        let mut c = cap(1, "big", Kind::File);
+        c.pre.partial = true;
+        let h = history(vec![c], vec![mv(1, "big", "moved", 1, false)]);
+        assert_eq!(said(h.lineage(b"big")), "partial 1 big");
+    }
+
+    #[test]
+    fn under_and_rebase_keep_to_whole_components() {
+        assert_eq!(under(b"a/b", b"a"), Some(b"/b".to_vec()));
+        assert_eq!(under(b"ab/c", b"a"), None);
+        assert_eq!(under(b"a", b"a"), None);
+        assert_eq!(rebase(b"/b", b"x/y"), b"x/y/b");
+    }
+}
