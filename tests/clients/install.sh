@@ -40,6 +40,11 @@ if [ "$have_py" != "$CLAUDE_AGENT_SDK_PY" ] || ! "$venv/bin/python" -c 'import p
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
         "claude-agent-sdk==$CLAUDE_AGENT_SDK_PY" pytest
 fi
+have_qoder="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("qoder-agent-sdk"))' 2>/dev/null || true)"
+if [ "${REWINDFS_CLIENTS_SKIP_QODER:-0}" != 1 ] && [ "$have_qoder" != "$QODER_AGENT_SDK_PY" ]; then
+    log "installing qoder-agent-sdk==$QODER_AGENT_SDK_PY into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "qoder-agent-sdk==$QODER_AGENT_SDK_PY"
+fi
 cli_py="$("$venv/bin/python" -c 'import claude_agent_sdk, os; print(os.path.join(os.path.dirname(claude_agent_sdk.__file__), "_bundled", "claude"))')"
 if [ ! -x "$cli_py" ]; then
     log "error: the claude-agent-sdk wheel brought no CLI at $cli_py (no wheel for this platform?)"; exit 1
