@@ -401,13 +401,15 @@ pub enum Command {
     /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool
     /// calls become rewindfs checkpoints and tool spans; --remove takes them out again.
     Setup {
-        /// The agent whose settings to write: `claude` (Claude Code).
-        #[arg(value_parser = ["claude"])]
+        /// The agent whose settings to write: `claude` (Claude Code) or `qoder` (the Qoder CLI).
+        #[arg(value_parser = ["claude", "qoder"])]
         agent: String,
-        /// The project whose .claude/settings.json to write (default: the current directory).
+        /// The project whose .claude/settings.json (.qoder/settings.json) to write (default: the
+        /// current directory).
         #[arg(long, conflicts_with = "user")]
         project: Option<PathBuf>,
-        /// Write the user's ~/.claude/settings.json instead (every project).
+        /// Write the user's ~/.claude/settings.json (~/.qoder/settings.json) instead (every
+        /// project).
         #[arg(long)]
         user: bool,
         /// Take the hooks out instead.

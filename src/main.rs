@@ -218,11 +218,11 @@ fn run() -> anyhow::Result<ExitCode> {
             command,
         } => return workspace::exec(dir, store, scope, command),
         Command::Setup {
-            agent: _,
+            agent,
             project,
             user,
             remove,
-        } => workspace::setup(project, user, remove)?,
+        } => workspace::setup(&agent, project, user, remove)?,
         Command::Agent {
             pid,
             session,

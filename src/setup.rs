@@ -1,6 +1,7 @@
-//! `rewindfs setup claude`: writes the hooks of `rewindfs hook` into a Claude Code settings
-//! file (a project's `.claude/settings.json`, or the user's `~/.claude/settings.json`), and
-//! takes them out again with `--remove`. Idempotent: hooks already there are not added twice, a
+//! `rewindfs setup claude|qoder`: writes the hooks of `rewindfs hook` into an agent CLI's
+//! settings file (a project's `.claude/settings.json` or `.qoder/settings.json`, or the user's
+//! `~/.claude/settings.json` or `~/.qoder/settings.json`: the Qoder CLI reads command hooks in
+//! Claude Code's form), and takes them out again with `--remove`. Idempotent: hooks already there are not added twice, a
 //! file that needs no change is not written, and everything else in the file is kept as it was,
 //! in its order. The hook's command names the binary by its absolute path, quoted for the shell
 //! the CLI runs it with when the path needs it.
@@ -8,6 +9,42 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
+
+/// An agent CLI whose settings file takes command hooks in Claude Code's form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// Claude Code (`.claude/settings.json`).
+    Claude,
+    /// The Qoder CLI (`.qoder/settings.json`).
+    Qoder,
+}
+
+impl Agent {
+    /// The agent a `setup` argument names.
+    pub fn parse(s: &str) -> Option<Agent> {
+        match s {
+            "claude" => Some(Agent::Claude),
+            "qoder" => Some(Agent::Qoder),
+            _ => None,
+        }
+    }
+
+    /// Its settings file beneath `dir` (a project, or the home directory).
+    pub fn settings_in(self, dir: &Path) -> PathBuf {
+        match self {
+            Agent::Claude => dir.join(".claude/settings.json"),
+            Agent::Qoder => dir.join(".qoder/settings.json"),
+        }
+    }
+
+    /// Its name for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Agent::Claude => "claude",
+            Agent::Qoder => "qodercli",
+        }
+    }
+}
 
 /// The events `rewindfs hook` handles, and whether the event takes a tool matcher.
 const EVENTS: &[(&str, bool)] = &[

@@ -38,16 +38,23 @@ pub(crate) fn warn_unprotected(store: &Path) {
 }
 
 /// `rewindfs setup claude`: the settings file, then what was done to it.
-pub(crate) fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyhow::Result<()> {
+pub(crate) fn setup(
+    agent: &str,
+    project: Option<PathBuf>,
+    user: bool,
+    remove: bool,
+) -> anyhow::Result<()> {
+    let agent = rewindfs::setup::Agent::parse(agent)
+        .with_context(|| format!("no agent {agent:?}: `claude` or `qoder`"))?;
     let path = if user {
         let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
-        PathBuf::from(home).join(".claude/settings.json")
+        agent.settings_in(Path::new(&home))
     } else {
         let dir = match project {
             Some(p) => p,
             None => std::env::current_dir()?,
         };
-        std::path::absolute(dir)?.join(".claude/settings.json")
+        agent.settings_in(&std::path::absolute(dir)?)
     };
     if remove {
         let o = rewindfs::setup::remove(&path)?;
@@ -65,9 +72,10 @@ pub(crate) fn setup(project: Option<PathBuf>, user: bool, remove: bool) -> anyho
         println!("{}: the rewindfs hooks are there already", o.path.display());
     } else {
         println!(
-            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting claude, and `rewindfs list` shows a checkpoint per prompt",
+            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting {}, and `rewindfs list` shows a checkpoint per prompt",
             o.path.display(),
-            o.changed
+            o.changed,
+            agent.name()
         );
     }
     Ok(())
