@@ -1,5 +1,7 @@
-//! `rewindfs hook`: Claude Code's command hooks, for users of the plain CLI (`rewindfs setup
-//! claude` writes them into a settings file).
+//! `rewindfs hook`: the command hooks of Claude Code and the Qoder CLI, for users of the plain
+//! CLIs (`rewindfs setup claude|qoder` writes them into a settings file). The Qoder CLI's hooks
+//! have Claude Code's events and fields, with `request_set_id` where Claude Code has
+//! `prompt_id` (tests/clients/qoder/WIRE.md).
 //!
 //! What each event tells the daemon (tests/clients/FINDINGS.md records what the CLI sends):
 //! - **UserPromptSubmit**: the CLI that runs the hook (`$CLAUDE_PID`) is the agent, and the
@@ -78,7 +80,12 @@ pub fn handle(
         .as_str()
         .unwrap_or("default")
         .to_string();
-    let prompt_id = input["prompt_id"].as_str().filter(|p| !p.is_empty());
+    // Claude Code's `prompt_id`, or the Qoder CLI's `request_set_id`: a key the prompt's
+    // transcript entry carries too, to learn its message uuid from later (`transcript.rs`).
+    let prompt_id = input["prompt_id"]
+        .as_str()
+        .or_else(|| input["request_set_id"].as_str())
+        .filter(|p| !p.is_empty());
     let transcript = input["transcript_path"].as_str().map(Path::new);
     let unbound = match event {
         "UserPromptSubmit" => {

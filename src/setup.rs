@@ -184,7 +184,7 @@ fn write(path: &Path, settings: &Map<String, Value>) -> Result<(), SetupError> {
 ///
 /// # Errors
 /// The file cannot be read or written, or is not a JSON object.
-pub fn install(path: &Path, command: &str) -> Result<Outcome, SetupError> {
+pub fn install(path: &Path, command: &str, agent: Agent) -> Result<Outcome, SetupError> {
     let mut settings = read(path)?;
     let hooks = settings
         .entry("hooks")
@@ -212,7 +212,9 @@ pub fn install(path: &Path, command: &str) -> Result<Outcome, SetupError> {
             continue;
         }
         let mut group = json!({"hooks": [{"type": "command", "command": command}]});
-        if *matcher {
+        // Claude Code's "every tool" is `*`; the Qoder CLI tests a matcher as a regular
+        // expression (where `*` alone is none) and runs a group without one for every tool.
+        if *matcher && agent == Agent::Claude {
             group["matcher"] = json!("*");
         }
         list.push(group);
@@ -274,9 +276,9 @@ mod tests {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}]}});
         std::fs::write(&p, theirs.to_string()).unwrap();
-        let first = install(&p, "/usr/local/bin/rewindfs hook").unwrap();
+        let first = install(&p, "/usr/local/bin/rewindfs hook", Agent::Claude).unwrap();
         assert_eq!(first.changed, EVENTS.len());
-        let again = install(&p, "/other/place/rewindfs hook").unwrap();
+        let again = install(&p, "/other/place/rewindfs hook", Agent::Claude).unwrap();
         assert_eq!(again.changed, 0, "installed twice");
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(v["model"], json!("x"));
@@ -289,7 +291,9 @@ mod tests {
         assert_eq!(v, theirs, "only ours went");
         assert_eq!(remove(&p).unwrap().changed, 0);
         std::fs::write(&p, "[1]").unwrap();
-        let e = install(&p, "rewindfs hook").unwrap_err().to_string();
+        let e = install(&p, "rewindfs hook", Agent::Claude)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("settings.json") && e.contains("not a JSON object"),
             "{e}"
@@ -332,7 +336,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("settings.json");
         std::fs::write(&p, r#"{"zeta": 1, "alpha": {"b": 2, "a": 1}}"#).unwrap();
-        assert_eq!(install(&p, &spaced).unwrap().changed, EVENTS.len());
+        assert_eq!(
+            install(&p, &spaced, Agent::Claude).unwrap().changed,
+            EVENTS.len()
+        );
         let text = std::fs::read_to_string(&p).unwrap();
         let z = text.find("\"zeta\"").unwrap();
         assert!(
@@ -345,7 +352,11 @@ mod tests {
         );
         let before = std::fs::metadata(&p).unwrap().modified().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(install(&p, &spaced).unwrap().changed, 0, "found as ours");
+        assert_eq!(
+            install(&p, &spaced, Agent::Claude).unwrap().changed,
+            0,
+            "found as ours"
+        );
         assert_eq!(
             std::fs::metadata(&p).unwrap().modified().unwrap(),
             before,

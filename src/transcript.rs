@@ -1,10 +1,13 @@
-//! Claude Code session transcripts (`~/.claude/projects/<dir>/<session>.jsonl`): where the
-//! uuid of a typed prompt's user message can be read once the CLI has written it.
+//! Agent CLI session transcripts (Claude Code's `~/.claude/projects/<dir>/<session>.jsonl`, the
+//! Qoder CLI's `~/.qoder/projects/<dir>/<session>.jsonl`): where the uuid of a typed prompt's
+//! user message can be read once the CLI has written it.
 //!
-//! The CLI appends a prompt's entry only after its UserPromptSubmit hooks have returned (and
-//! flushes on a timer), so the hooks cannot see it; but the entry carries `promptId`, equal to
-//! the `prompt_id` every hook of that prompt receives (tests/clients/FINDINGS.md §3). That
-//! pair is how a checkpoint begun at UserPromptSubmit learns its message uuid later.
+//! Both CLIs append a prompt's entry only after its UserPromptSubmit hooks have returned, so
+//! those hooks cannot see it; but the entry carries the key the hooks were given: Claude Code's
+//! `promptId`, equal to the `prompt_id` every hook of that prompt receives
+//! (tests/clients/FINDINGS.md §3), and the Qoder CLI's `requestSetId`, equal to its
+//! UserPromptSubmit hook's `request_set_id` (tests/clients/qoder/WIRE.md). That pair is how a
+//! checkpoint begun at UserPromptSubmit learns its message uuid later.
 //!
 //! Only lines that contain one of the wanted prompt ids are parsed, so a long transcript costs
 //! one read and a substring search per line.
@@ -35,18 +38,25 @@ pub fn prompt_uuids(
         let Ok(text) = std::str::from_utf8(&line) else {
             continue;
         };
-        if !text.contains("\"promptId\"") || !prompt_ids.iter().any(|id| text.contains(id.as_str()))
+        if !(text.contains("\"promptId\"") || text.contains("\"requestSetId\""))
+            || !prompt_ids.iter().any(|id| text.contains(id.as_str()))
         {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(text) else {
             continue; // a line being written
         };
-        let (Some(pid), Some(uuid)) = (v["promptId"].as_str(), v["uuid"].as_str()) else {
+        let Some(uuid) = v["uuid"].as_str() else {
             continue;
         };
-        if prompt_ids.contains(pid) && is_typed_prompt(&v) && !out.contains_key(pid) {
-            out.insert(pid.to_string(), uuid.to_string());
+        // Qoder's entries carry both: its own `promptId` (which no hook is given) and the
+        // `requestSetId` its hooks are.
+        for key in [&v["promptId"], &v["requestSetId"]] {
+            if let Some(pid) = key.as_str() {
+                if prompt_ids.contains(pid) && is_typed_prompt(&v) && !out.contains_key(pid) {
+                    out.insert(pid.to_string(), uuid.to_string());
+                }
+            }
         }
     }
     Ok(out)
@@ -117,5 +127,21 @@ mod tests {
             "a torn last line and an unwritten prompt are absent: {got:?}"
         );
         assert_eq!(latest_prompt_uuid(&t).as_deref(), Some("u2"));
+    }
+
+    /// The Qoder CLI's typed prompt carries `requestSetId` (its hooks' `request_set_id`); its
+    /// tool results carry its own `promptId`, never given to hooks.
+    #[test]
+    fn a_qoder_prompts_uuid_is_found_by_its_request_set_id() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("s.jsonl");
+        let lines = [
+            r#"{"type":"user","uuid":"m1","promptId":"own-1","requestSetId":"rs1","origin":{"kind":"human"},"message":{"role":"user","content":[{"type":"text","text":"first"}]}}"#,
+            r#"{"type":"user","uuid":"r1","promptId":"own-1","message":{"content":[{"type":"tool_result","content":"ok"}]}}"#,
+        ];
+        std::fs::write(&t, lines.join("\n")).unwrap();
+        let want: HashSet<String> = ["rs1", "own-1"].map(String::from).into();
+        let got = prompt_uuids(&t, &want).unwrap();
+        assert_eq!(got.get("rs1").map(String::as_str), Some("m1"));
     }
 }

@@ -67,7 +67,7 @@ pub(crate) fn setup(
     }
     let exe = std::env::current_exe().context("finding the rewindfs binary")?;
     let command = rewindfs::setup::command_for(&exe);
-    let o = rewindfs::setup::install(&path, &command)?;
+    let o = rewindfs::setup::install(&path, &command, agent)?;
     if o.changed == 0 {
         println!("{}: the rewindfs hooks are there already", o.path.display());
     } else {

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -74,6 +75,8 @@ def options(ws: str, base: str, scenario: Path, **extra: Any) -> Any:
         "FAKE_QODER_SCENARIO": str(scenario),
         # The CLI's own backups, outside the workspace (with_rewindfs warns otherwise).
         "QODER_INTERNAL_DAEMON_FILE_CHECKPOINT_ROOT": os.path.join(base, "qoder-history"),
+        # Its user settings and transcripts: this test's own, not the machine's ~/.qoder.
+        "QODER_CONFIG_DIR": os.path.join(base, "qoder-config"),
     }
     return QoderAgentOptions(cwd=ws, cli_path=str(FAKE), auth=qodercli_auth(), env=env, **extra)
 
@@ -394,4 +397,55 @@ async def custom_transport() -> list[str]:
 def test_a_custom_transport_registers_the_cli_by_pid() -> None:
     require()
     problems = asyncio.run(custom_transport())
+    assert not problems, "\n".join(problems)
+
+
+async def plain_cli(name: str) -> list[str]:
+    """The Qoder CLI alone, with ``rewindfs setup qoder``'s command hooks in the project's
+    ``.qoder/settings.json`` (no adapter in the host): each prompt's checkpoint begins at its
+    UserPromptSubmit hook under the hook's ``request_set_id`` and takes the message uuid from
+    the transcript (its ``requestSetId``) at a later hook of the turn. Then rewindfs answers, by
+    the uuids the CLI itself gave the prompts, as the CLI's own ``rewind_files`` does."""
+    from qoder_agent_sdk import QoderSDKClient, UserMessage
+
+    from rewindfs import qoder
+
+    scenario = SCENARIOS / f"{name}.json"
+    spec = json.loads(scenario.read_text())
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rwfs-qoder-") as base:
+        ws, store = os.path.join(base, "ws"), os.path.join(base, "store")
+        os.mkdir(ws)
+        setup_tree(ws, spec.get("setup", {}))
+        with Mount(ws, store) as m:
+            out = subprocess.run([rewindfs_bin(), "setup", "qoder", "--project", ws], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            rw = await AsyncRewindfsClient.connect(m.socket)
+            opts = options(ws, base, scenario, extra_args={"replay-user-messages": None})
+            opts.env["REWINDFS_SOCKET"] = m.socket
+            turns: list[str] = []
+            async with QoderSDKClient(opts) as client:
+                for i, _ in enumerate(spec["turns"]):
+                    await client.query(f"turn {i}")  # the CLI picks the uuid, as for a typed prompt
+                    async for msg in client.receive_response():
+                        if isinstance(msg, UserMessage) and isinstance(msg.content, str) and msg.uuid:
+                            turns.append(msg.uuid)
+                if len(turns) != len(spec["turns"]):
+                    return [f"replayed prompts: {turns}"]
+                listed = [c["uuid"] for c in await rw.list_checkpoints()]
+                missing = [u for u in turns if u not in listed]
+                if missing:
+                    problems.append(f"checkpoints not bound to the CLI's uuids: {missing} (listed {listed})")
+                for k, u in enumerate(turns):
+                    cli = await cli_answer(client.rewind_files(u, dry_run=True))
+                    mine = await mine_answer(qoder.rewind_files(rw, u, dry_run=True))
+                    problems += [f"turn {k} dry run: {d}" for d in same(cli, mine)]
+            await rw.close()
+    return problems
+
+
+@pytest.mark.parametrize("name", ["write_edit_chain", "bash_and_edit_one_turn", "mode_only"])
+def test_the_qoder_cli_alone_with_setup_qoder_hooks(name: str) -> None:
+    require()
+    problems = asyncio.run(plain_cli(name))
     assert not problems, "\n".join(problems)

@@ -25,14 +25,27 @@ script, a turn is a plain text answer.
 
 Tools run for real in the cwd: Write, Edit (``old_string``/``new_string``/``allow_multiple``;
 ``replace_all`` is accepted as an alias although the real Edit ignores it), NotebookEdit
-(replace/insert/delete), Bash (``sh -c``, never tracked), Read. Unlike the real CLI, Write/Edit
-do not insist on a prior Read of an existing file.
+(replace/insert/delete), Bash (``sh -c``, never tracked; a non-zero exit fails the tool), Read.
+Unlike the real CLI, Write/Edit do not insist on a prior Read of an existing file. A tool its
+own checks refuse (an Edit whose text is not there) gets no hook, as in the binary; one that
+fails later gets PreToolUse then PostToolUseFailure.
+
+Like the binary (WIRE.md, "Settings command hooks" and "The session transcript"), it also
+runs the `type: "command"` hooks of the settings files (<config>/settings.json, the cwd's
+.qoder/settings.json and .qoder/settings.local.json, --settings; --setting-sources filters)
+next to the SDK's callbacks, at the same points (`bash -c`, the hook input as JSON on stdin,
+the binary's env, waited for; exit 2 blocks), and writes the session transcript
+(<config>/projects/<cwd, non-alnum -> '-'>/<session>.jsonl) at the moments the binary does,
+so a hook that reads it sees what it would see with the real CLI. <config> is ~/.qoder (HOME
+is honoured), so a run writes there unless HOME or QODER_CONFIG_DIR point elsewhere, as the
+real CLI would; --no-session-persistence writes no transcript.
 
 Other environment knobs (all optional):
     FAKE_QODER_WIRE_LOG   append every stdin/stdout line as {"dir": "in"|"out", "msg": ...}
     FAKE_QODER_DEBUG      write a debug trace to stderr
-    QODER_INTERNAL_DAEMON_FILE_CHECKPOINT_ROOT / QODER_CONFIG_DIR / QODER_CLI_HOME
-                          where backups live, as in the binary
+    QODER_INTERNAL_DAEMON_FILE_CHECKPOINT_ROOT / QODER_CONFIG_DIR / QODER_CLI_HOME /
+    QODER_CONFIG_DIR_NAME where backups, settings and transcripts live, as in the binary
+    QODER_HEADLESS_FAST_HOOKS  as in the binary: no hook runs
 
 Byte offsets ``~N`` in comments point into the bundled qodercli ELF (qoder_agent_sdk 1.0.16,
 ``_bundled/qodercli``); read them with ``dd if=qodercli bs=1 skip=N count=2000``.
@@ -45,6 +58,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -245,12 +259,18 @@ def diff_lines_counts(old_text: str, new_text: str) -> tuple[int, int]:
 _UNDEF = object()  # JS `undefined` where it differs from null
 
 
+def config_dir_name() -> str:
+    # J ~133983341 (just before de()): QODER_CONFIG_DIR_NAME, default ".qoder", names both the
+    # user config dir and the project one (<cwd>/.qoder).
+    return os.environ.get("QODER_CONFIG_DIR_NAME") or ".qoder"
+
+
 def default_config_dir() -> str:
     # de() ~133983341: QODER_CONFIG_DIR, else $QODER_CLI_HOME/.qoder, else ~/.qoder.
     if os.environ.get("QODER_CONFIG_DIR"):
         return os.path.abspath(os.environ["QODER_CONFIG_DIR"])
     home = os.environ.get("QODER_CLI_HOME") or os.path.expanduser("~")
-    return os.path.join(home, ".qoder")
+    return os.path.join(home, config_dir_name())
 
 
 def checkpoint_root() -> str:
@@ -271,6 +291,10 @@ class FileHistory:
         self.snapshots: list[dict] = []
         self.tracked: list[str] = []  # a JS Set: insertion order is the rewind order
         self.lock = threading.RLock()
+        # recordSnapshot (~155644838): the headless session hands every persisted snapshot to
+        # the transcript writer as a `file-history-snapshot` entry (persistSnapshot ~144115233).
+        self.recorder: Optional[Any] = None
+        self.persisted: set[str] = set()  # persistedSnapshotMessageIds
 
     # -- paths --
     def backup_path(self, name: str) -> str:
@@ -414,6 +438,8 @@ class FileHistory:
             if len(self.snapshots) > MAX_SNAPSHOTS:
                 self.snapshots = self.snapshots[-MAX_SNAPSHOTS:]
             debug("makeSnapshot", message_id, {k: v["backupFileName"] for k, v in entries.items()})
+            if entries:  # only a snapshot that tracks something is persisted
+                self.persist(snap, False)
 
     def track_edit(self, path: str, message_id: str) -> None:
         # trackEdit ~144111882: only into the current turn's snapshot, only the first time
@@ -436,6 +462,25 @@ class FileHistory:
             if key not in self.tracked:
                 self.tracked.append(key)
             debug("trackEdit", key, backup["backupFileName"])
+            self.persist(updated, message_id in self.persisted)
+
+    def persist(self, snap: dict, is_update: bool) -> None:
+        # persistSnapshot ~144115233: {type, messageId, snapshot, isSnapshotUpdate}, Dates as
+        # ISO strings (JSON.stringify), failures only logged.
+        if self.recorder is None:
+            return
+        def iso(ms: float) -> str:
+            return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        backups = {k: {**b, "backupTime": iso(b["backupTime"])} for k, b in snap["trackedFileBackups"].items()}
+        entry = {"type": "file-history-snapshot", "messageId": snap["messageId"],
+                 "snapshot": {"messageId": snap["messageId"], "trackedFileBackups": backups,
+                              "timestamp": iso(snap["timestamp"]), "cwd": snap["cwd"]},
+                 "isSnapshotUpdate": is_update}
+        try:
+            self.recorder(entry)
+            self.persisted.add(snap["messageId"])
+        except Exception as e:  # noqa: BLE001
+            debug("FileHistory: Failed to persist checkpoint", repr(e))
 
     def target_backup(self, snap: dict, key: str) -> Any:
         b = snap["trackedFileBackups"].get(key)
@@ -643,6 +688,14 @@ class ToolError(Exception):
     pass
 
 
+class BashFailed(ToolError):
+    """A Bash command that exited non-zero: the tool fails with its result attached."""
+
+    def __init__(self, text: str, result: dict):
+        super().__init__(text)
+        self.result = result
+
+
 def nq_replace(content: str, old: str, new: str, allow_multiple: bool) -> str:
     """nQ() ~143188696, including its "delete the line's newline too" rule."""
     def rep(c: str, o: str, n: str) -> str:
@@ -725,6 +778,591 @@ class TurnAborted(Exception):
 
 
 # --------------------------------------------------------------------------------------
+# Settings command hooks (not on the wire). The binary's hook registry (~143503994) holds the
+# SDK's runtime hooks from `initialize` and the `hooks` of each settings file; one event's
+# matching hooks run together (Promise.all, ~142580575) and the CLI waits for all of them.
+# --------------------------------------------------------------------------------------
+
+# br ~141367286: every event name the registry accepts; Vne: keys skipped without complaint.
+HOOK_EVENTS = [
+    "PreToolUse", "PostToolUse", "PostToolUseFailure", "SubagentStart", "Notification", "SubagentStop",
+    "SessionStart", "Setup", "SessionEnd", "PreCompact", "PostCompact", "Stop", "QueryEnd",
+    "UserPromptSubmit", "ConfigChange", "StopFailure", "TeammateIdle", "InstructionsLoaded", "CwdChanged",
+    "FileChanged", "WorktreeCreate", "WorktreeRemove", "Elicitation", "ElicitationResult", "TaskCreated",
+    "TaskCompleted", "PermissionRequest", "PermissionDenied",
+]
+HOOK_SKIPPED_KEYS = ("enabled", "disabled", "notifications")
+HOOK_TYPES = ("command", "runtime", "http", "prompt", "agent")  # o0
+# getSourcePriority ~143507681: the plan's order (a stable sort of the registry's entries).
+SOURCE_PRIORITY = {"runtime": 0, "flag": 0.5, "project": 1, "local": 1.5, "user": 2, "system": 3, "plugins": 4}
+COMMAND_HOOK_TIMEOUT = 600  # Vxe ~142576441 (seconds)
+EXIT_BLOCK = 2  # sC ~142577610
+ENV_FILE_EVENTS = ("Setup", "SessionStart", "CwdChanged", "FileChanged")  # R8e ~141926928
+USER_PROMPT_BLOCKED = "Agent execution blocked by hook"
+USER_PROMPT_BLOCKED_CODE = 48716  # error_code of that result, as the real 1.1.76 printed it
+
+
+def strip_json_comments(text: str) -> str:
+    """hLe (strip-json-comments), enough for settings files: // and /* */ outside strings."""
+    out, i, n, in_str = [], 0, len(text), False
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def read_settings_file(path: str) -> dict:
+    # Kce ~141071549: a missing file is {}; BOM stripped, comments allowed, must be an object.
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    try:
+        v = json.loads(strip_json_comments(raw.lstrip("\ufeff")))
+    except ValueError as e:
+        debug(f"settings {path}: {e}")
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
+
+
+class Settings:
+    """The settings the binary resolves at start (SettingsService.resolve ~141073122, dr()
+    ~148550822): user `<config>/settings.json`, project `<cwd>/.qoder/settings.json`, local
+    `<cwd>/.qoder/settings.local.json` (only the cwd: no walking up, not even to a git root),
+    flag `--settings` (inline JSON object or a file, relative to the cwd), filtered by
+    `--setting-sources` (x6 ~148657067). The project and local files are not read when the cwd
+    is the home directory (fLe / isWorkspaceHomeDir ~141038825) or when the project file is the
+    user file. `merged` = user < project < local < flag (a headless session always merges the
+    project files: Gce ~141071184)."""
+
+    def __init__(self, cwd: str, args: dict, argv: list[str]):
+        self.cwd = cwd
+        self.sources = self.parse_setting_sources(argv)  # None: every source
+        self.user_path = os.path.join(default_config_dir(), "settings.json")
+        proj_dir = os.path.join(cwd, config_dir_name())
+        self.project_path = os.path.join(proj_dir, "settings.json")
+        self.local_path = os.path.join(proj_dir, "settings.local.json")
+        skip_project = same_dir(self.project_path, self.user_path) or same_dir(cwd, os.path.expanduser("~"))
+        want = set(self.sources) if self.sources is not None else {"user", "project", "local"}
+        self.layers: dict[str, dict] = {
+            "user": read_settings_file(self.user_path) if "user" in want else {},
+            "project": read_settings_file(self.project_path) if "project" in want and not skip_project else {},
+            "local": read_settings_file(self.local_path) if "local" in want and not skip_project else {},
+            "flag": self.read_flag(args.get("settings")),
+        }
+
+    @staticmethod
+    def parse_setting_sources(argv: list[str]) -> Optional[list[str]]:
+        # x6 ~148657067: every --setting-sources value, comma-split, trimmed, only
+        # user/project/local; absent flag -> None (all sources).
+        vals, seen = [], False
+        i = 0
+        while i < len(argv):
+            a = argv[i]
+            if a == "--":
+                break
+            if a == "--setting-sources":
+                seen = True
+                if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    vals.append(argv[i + 1])
+                    i += 1
+            elif a.startswith("--setting-sources="):
+                seen = True
+                vals.append(a[len("--setting-sources="):])
+            i += 1
+        if not seen:
+            return None
+        return [t.strip() for v in vals for t in v.split(",") if t.strip() in ("user", "project", "local")]
+
+    def read_flag(self, flag: Any) -> dict:
+        # Zw ~148655564: an object literal is written to a temp file, a path is read as is.
+        if not isinstance(flag, str) or not flag.strip():
+            return {}
+        f = flag.strip()
+        if f.startswith("{") and f.endswith("}"):
+            try:
+                v = json.loads(strip_json_comments(f))
+                return v if isinstance(v, dict) else {}
+            except ValueError:
+                return {}
+        return read_settings_file(f if os.path.isabs(f) else os.path.join(self.cwd, f))
+
+    def merged(self, *keys: str) -> Any:
+        """The last layer's value at `keys` (a deep merge, seen through one path)."""
+        out: Any = None
+        for name in ("user", "project", "local", "flag"):
+            v: Any = self.layers[name]
+            for k in keys:
+                v = v.get(k) if isinstance(v, dict) else None
+            if v is not None:
+                out = v
+        return out
+
+    def source_allowed(self, source: str) -> bool:
+        # isSettingSourceAllowed ~143885233: with --setting-sources only the listed ones, so
+        # never "flag" (hooks from --settings are then skipped too).
+        return self.sources is None or source in self.sources
+
+
+class HookEntry:
+    __slots__ = ("source", "event", "matcher", "sequential", "is_async", "config")
+
+    def __init__(self, source: str, event: str, matcher: Any, sequential: Any, is_async: Any, config: dict):
+        self.source, self.event, self.matcher = source, event, matcher
+        self.sequential, self.is_async, self.config = sequential is True, is_async is True, config
+
+
+def validate_hook(cfg: dict) -> Optional[str]:
+    # validateHookConfig ~143506947.
+    t = cfg.get("type")
+    if t not in HOOK_TYPES:
+        return f"Invalid hook type: {t}"
+    if t == "command" and not cfg.get("command"):
+        return "Command hook missing command field"
+    if t == "command" and "args" in cfg:
+        if not isinstance(cfg["args"], list) or not all(isinstance(a, str) for a in cfg["args"]):
+            return "Command hook 'args' must be an array of strings"
+    if t == "runtime" and not cfg.get("name"):
+        return "Runtime hook missing name field"
+    if t == "http" and not cfg.get("url"):
+        return "HTTP hook missing url field"
+    if t in ("prompt", "agent") and not cfg.get("prompt"):
+        return f"{t.capitalize()} hook missing prompt field"
+    return None
+
+
+def load_settings_hooks(settings: Settings) -> list[HookEntry]:
+    """processHooksFromConfig ~143503994: project, local, user, flag (then plugins, system),
+    each file's own `hooks` (not the merged ones). Project and local need a trusted folder
+    (isTrustedFolder ~143886076: always, unless security.folderTrust.enabled)."""
+    entries: list[HookEntry] = []
+    folder_trust = settings.merged("security", "folderTrust", "enabled") is True
+    for source, requires_trust in (("project", True), ("local", True), ("user", False), ("flag", False)):
+        hooks = settings.layers[source].get("hooks")
+        if not hooks or not settings.source_allowed(source):
+            continue
+        if requires_trust and folder_trust:
+            # trustedFolder needs the folder-trust store; the fake treats it as untrusted.
+            debug(f"{source} hooks disabled because the folder is not trusted.")
+            continue
+        if not isinstance(hooks, dict):
+            continue
+        for event, defs in hooks.items():
+            if event in HOOK_SKIPPED_KEYS:
+                continue
+            if event not in HOOK_EVENTS:
+                debug(f'Invalid hook event name: "{event}" from {source} config. Skipping.')
+                continue
+            if not isinstance(defs, list):
+                continue
+            for d in defs:  # processHookDefinition
+                if not isinstance(d, dict) or not isinstance(d.get("hooks"), list):
+                    continue
+                for cfg in d["hooks"]:
+                    if not isinstance(cfg, dict) or validate_hook(cfg) is not None:
+                        continue
+                    is_async = cfg.get("async") if cfg.get("type") == "command" else None
+                    entries.append(HookEntry(source, event, d.get("matcher"), d.get("sequential"),
+                                             d.get("async") if is_async is None else is_async, dict(cfg)))
+    return entries
+
+
+def match_tool_name(matcher: str, tool_name: str) -> bool:
+    # matchesToolName ~143510625: new RegExp(matcher).test(name), NOT anchored ("Edit" also
+    # matches NotebookEdit, "rite" matches Write); an invalid pattern compares for equality.
+    try:
+        return re.search(matcher, tool_name) is not None
+    except re.error:
+        return matcher == tool_name
+
+
+def match_trigger(matcher: str, trigger: str) -> bool:
+    # matchesTrigger: "a|b" without other regex characters is a list; regex characters make a
+    # pattern; anything else is compared.
+    special = r"[.*+?^${}()[\]\\]"
+    if "|" in matcher and not re.search(special, matcher):
+        return trigger in [s.strip() for s in matcher.split("|")]
+    if re.search(r"[.*+?^${}()|[\]\\]", matcher):
+        try:
+            return re.search(matcher, trigger) is not None
+        except re.error:
+            return matcher == trigger
+    return matcher == trigger
+
+
+def matches_context(matcher: Any, ctx: Optional[dict]) -> bool:
+    """matchesContext ~143508881. ctx: None for events without one (UserPromptSubmit, Stop:
+    the matcher is ignored), {"tool_name", "tool_input"} for tool events, {"trigger"} for
+    SessionStart (source), SessionEnd (reason), QueryEnd (reason), StopFailure (error)..."""
+    if not matcher or not isinstance(matcher, str) or not ctx:
+        return True
+    m = matcher.strip()
+    if m in ("", "*"):
+        return True
+    if ctx.get("tool_name"):
+        return match_tool_name(m, ctx["tool_name"])
+    if ctx.get("trigger"):
+        return match_trigger(m, ctx["trigger"])
+    return True
+
+
+def matches_if(cfg: dict, ctx: Optional[dict]) -> bool:
+    # matchesHookConfigIf ~143509097: "Tool" or "Tool(argPattern)"; needs a tool context. The argument
+    # pattern is matched against the first of command/file_path/filePath/path/url/query/
+    # pattern (prefix "x:*" / glob / exact; the binary also splits compound shell commands).
+    cond = cfg.get("if")
+    if not cond or not ctx:
+        return True
+    if not ctx.get("tool_name"):
+        return False
+    cond = str(cond)
+    k = cond.find("(")
+    tool, arg = (cond.strip(), None) if k < 0 else (cond[:k].strip(), cond[k + 1:].strip().rstrip(")").strip() or None)
+    if not match_tool_name(tool, ctx["tool_name"]):
+        return False
+    if not arg or not isinstance(ctx.get("tool_input"), dict):
+        return True
+    ti = ctx["tool_input"]
+    primary = next((ti[key] for key in ("command", "file_path", "filePath", "path", "url", "query", "pattern")
+                    if isinstance(ti.get(key), str)), None)
+    if primary is None:
+        primary = next((v for v in ti.values() if isinstance(v, str)), None)
+    if primary is None:
+        return False
+    if arg.endswith(":*"):
+        pre = arg[:-2]
+        return primary == pre or primary.startswith(pre + " ")
+    if "*" in arg:
+        return re.fullmatch(".*".join(re.escape(p) for p in arg.split("*")), primary, re.S) is not None
+    return arg == primary
+
+
+def hook_dedup_key(cfg: dict) -> str:
+    # deduplicateHooks + gm() ~141368323: the same command from two files runs once.
+    cond = cfg.get("if") or ""
+    if cfg.get("type") == "command":
+        if "args" in cfg:
+            return f"\0command\0exec\0{cfg['command']}\0{json.dumps(cfg['args'])}\0{cond}"
+        return f"\0command\0{cfg.get('shell') or 'bash'}\0{cfg['command']}\0{cond}"
+    if cfg.get("type") == "runtime":
+        return f"\0runtime\0{cfg.get('name')}"
+    return f"\0{cfg.get('type')}\0{cfg.get('url') or cfg.get('prompt', '')[:64]}\0{cond}"
+
+
+def hook_name(cfg: dict) -> str:
+    # Vr(): statusMessage, else the command (url / prompt / name for the other types).
+    return cfg.get("statusMessage") or cfg.get("command") or cfg.get("url") or cfg.get("prompt") or cfg.get("name") or ""
+
+
+class HookResult:
+    """One hook's outcome, reduced to what the fake acts on."""
+    __slots__ = ("entry", "output", "exit_code", "stdout", "stderr", "blocked", "reason", "text")
+
+    def __init__(self, entry: HookEntry):
+        self.entry = entry
+        self.output: Optional[dict] = None  # a JSON object the hook answered (SDK or stdout)
+        self.exit_code: Optional[int] = None
+        self.stdout = self.stderr = ""
+        self.blocked = False  # decision "deny": exit 2, or a JSON deny/block
+        self.reason = ""
+        self.text: Optional[str] = None  # plain stdout of a successful command hook
+
+
+def run_command_hook(entry: HookEntry, event: str, hook_input: dict, index: int, session_id: str) -> HookResult:
+    """executeCommandHook ~142591703: `bash -c <command>` (bash on PATH, else /bin/sh; the
+    exec form `args` runs the command itself), in the input's cwd, detached (its own process
+    group), the input as compact JSON on stdin (then closed), the CLI's env plus
+    QODER_PROJECT_DIR/CLAUDE_PROJECT_DIR (the project root: the session cwd),
+    QODER_HOOK_SOURCE=cli, QODER_HOOK_VERSION, QODER_SITE=GLOBAL, the hook's own `env`, minus
+    QODER_SDK_ACCESS_TOKEN; QODER_ENV_FILE for Setup/SessionStart/CwdChanged/FileChanged. No
+    variable names the CLI's pid: a hook finds it as its parent (bash execs a single command).
+    Waits for the exit (timeout s, default 600: SIGKILL to the group). Exit 0: stdout that
+    starts with `{` or `"` is JSON (a PreToolUse hook whose JSON does not parse is a deny),
+    else text; exit 2: deny, the reason is stderr; anything else: a non-blocking error."""
+    cfg = entry.config
+    r = HookResult(entry)
+    cwd = hook_input.get("cwd") or os.getcwd()
+    project = cwd
+    env = dict(os.environ)
+    env.update({"QODER_PROJECT_DIR": project, "CLAUDE_PROJECT_DIR": project, "QODER_HOOK_SOURCE": "cli",
+                "QODER_HOOK_VERSION": os.environ.get("QODER_CLIENT_VERSION") or VERSION, "QODER_SITE": "GLOBAL"})
+    if isinstance(cfg.get("env"), dict):
+        env.update({str(k): str(v) for k, v in cfg["env"].items()})
+    for k in [k for k in env if k.upper() == "QODER_SDK_ACCESS_TOKEN"]:
+        del env[k]
+    exec_form = "args" in cfg
+    if not exec_form and event in ENV_FILE_EVENTS:
+        # M8e ~141927332: <config>/session-env/<session>/<event>-hook-<n>.sh, created empty.
+        p = os.path.join(default_config_dir(), "session-env", session_id, f"{event.lower()}-hook-{index}.sh")
+        try:
+            os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
+            with open(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"):
+                pass
+            env["QODER_ENV_FILE"] = p
+        except OSError:
+            pass
+    if exec_form:
+        def expand(t: str) -> str:  # replacePlaceholders (exec form only; bash expands the rest)
+            return re.sub(r"\$\{(?:QODER|CLAUDE)_PROJECT_DIR\}", lambda _: project, t)
+        argv = [expand(cfg["command"]), *(expand(a) for a in cfg.get("args") or [])]
+    else:
+        argv = [shutil.which("bash") or "/bin/sh", "-c", cfg["command"]]
+    timeout = cfg.get("timeout") if isinstance(cfg.get("timeout"), (int, float)) else COMMAND_HOOK_TIMEOUT
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as e:
+        r.exit_code, r.stderr = 1, str(e)
+        debug(f"hook {hook_name(cfg)!r} ({event}) failed to start: {e}")
+        return r
+    bufs: dict[str, list[bytes]] = {"out": [], "err": []}
+
+    def pump(stream, key: str) -> None:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            bufs[key].append(chunk)
+
+    readers = [threading.Thread(target=pump, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, "err"), daemon=True)]
+    for t in readers:
+        t.start()
+    try:
+        proc.stdin.write(json.dumps(hook_input, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        r.exit_code, r.stderr = -1, f"Hook timed out after {timeout}s"
+        debug(f"hook {hook_name(cfg)!r} ({event}): {r.stderr}")
+        return r
+    for t in readers:  # the binary settles at the exit event: output still in flight is lost
+        t.join(0.2)
+    r.exit_code = code
+    r.stdout = b"".join(bufs["out"]).decode("utf-8", "replace")
+    r.stderr = b"".join(bufs["err"]).decode("utf-8", "replace")
+    if code == 0:
+        out = r.stdout.strip()
+        if out.startswith("{") or out.startswith('"'):
+            try:
+                v = json.loads(out)
+                if isinstance(v, str) and v.strip().startswith("{"):
+                    v = json.loads(v.strip())
+                if isinstance(v, dict):
+                    r.output = v
+                else:
+                    r.text = out
+            except ValueError as e:
+                if event == "PreToolUse":
+                    r.blocked, r.reason = True, f"PreToolUse hook returned malformed JSON output: JSON Parse error: {e}"
+                else:
+                    r.text = out
+        elif out:
+            r.text = out
+    elif code == EXIT_BLOCK:
+        r.blocked, r.reason = True, r.stderr.strip() or "Hook blocked with exit code 2"
+    else:
+        debug(f'[HookRunner] Hook "{hook_name(cfg)}" (event: {event}) exited with code {code}. stderr: {r.stderr.strip()[:2000]}')
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# The session transcript, as the binary's SessionTranscriptWriter (_we ~143735348) writes it:
+# <config>/projects/<cwd, non-alnum -> '-'>/<session>.jsonl, one JSON object per line.
+# --------------------------------------------------------------------------------------
+
+
+def js_hash36(s: str) -> str:
+    # Fe() ~133986073: n=5381; n = n*33 ^ code unit (int32), then Math.abs(n).toString(36).
+    n = 5381
+    units = s.encode("utf-16-le")
+    for i in range(0, len(units), 2):
+        c = units[i] | (units[i + 1] << 8)
+        x = (n * 33) & 0xFFFFFFFF
+        x = x - (1 << 32) if x >= (1 << 31) else x
+        n = x ^ c
+    n = abs(n)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+        if n == 0:
+            return out
+
+
+def project_dir_name(cwd: str) -> str:
+    # rn() ~133986158: every UTF-16 code unit not [a-zA-Z0-9] becomes '-'; past 200 the name
+    # is cut and the hash of the path appended.
+    units = cwd.encode("utf-16-le")
+    chars = []
+    for i in range(0, len(units), 2):
+        c = units[i] | (units[i + 1] << 8)
+        ch = chr(c) if c < 128 else ""
+        chars.append(ch if ch and (ch.isascii() and ch.isalnum()) else "-")
+    name = "".join(chars)
+    if len(name) <= 200:
+        return name
+    return f"{name[:200]}-{js_hash36(cwd)}"
+
+
+def git_branch(cwd: str) -> str:
+    # cI ~148519749: the branch of the repository holding cwd, else "HEAD".
+    d = os.path.abspath(cwd)
+    while True:
+        g = os.path.join(d, ".git")
+        try:
+            if os.path.isfile(g):
+                with open(g, encoding="utf-8") as f:
+                    line = f.read().strip()
+                if line.startswith("gitdir:"):
+                    gd = line[7:].strip()
+                    g = gd if os.path.isabs(gd) else os.path.join(d, gd)
+            if os.path.isdir(g):
+                with open(os.path.join(g, "HEAD"), encoding="utf-8") as f:
+                    head = f.read().strip()
+                return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else "HEAD"
+        except OSError:
+            return "HEAD"
+        parent = os.path.dirname(d)
+        if parent == d:
+            return "HEAD"
+        d = parent
+
+
+class Transcript:
+    """What the transcript shows and when (checked against the real 1.1.76, run offline):
+
+    - nothing is written before the first user/assistant entry: metadata and
+      file-history-snapshot entries wait (pendingEntriesBeforeMaterialization), then go first:
+      workspace-directories, runtime-config, worktree-state, ...;
+    - a chain of messages (recordMessages ~143740011) is written as entries with parentUuid,
+      isSidechain, cwd, sessionId, userType, entrypoint "cli", version, gitBranch and a fresh
+      timestamp (Eat ~143749702), then an `active-leaf`; after an assistant entry that ends the
+      turn, the metadata tail: last-prompt, workspace-directories, runtime-config, active-leaf;
+    - the binary's channel (hwe ~143718638) batches appends for up to 100 ms but every record is
+      awaited, so the moments below are when the lines are on disk. The fake writes at once.
+    """
+
+    def __init__(self, path: str, session_id: str, cwd: str, model: str, enabled: bool):
+        self.path, self.session_id, self.cwd, self.model, self.enabled = path, session_id, cwd, model, enabled
+        self.branch = git_branch(cwd) if enabled else "HEAD"
+        self.runtime_ts = int(time.time() * 1000)
+        self.materialized = False
+        self.pending: list[dict] = [{"type": "worktree-state", "sessionId": session_id, "worktreeSession": None}]
+        self.parent: Optional[str] = None
+        self.last_prompt: Optional[str] = None
+        self.lock = threading.Lock()
+        if enabled and os.path.exists(path):  # --resume: the existing file is adopted
+            self.materialized, self.pending = True, []
+            try:
+                with open(path, encoding="utf-8") as f:
+                    for line in f:
+                        try:
+                            o = json.loads(line)
+                        except ValueError:
+                            continue
+                        if o.get("type") in ("user", "assistant", "attachment", "system") and o.get("uuid"):
+                            self.parent = o["uuid"]
+            except OSError:
+                pass
+
+    def write(self, entries: list[dict]) -> None:
+        if not entries:
+            return
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        data = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in entries)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, data.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def metadata(self, leaf: Optional[dict]) -> list[dict]:
+        # buildCachedMetadataEntries ~143748056.
+        out: list[dict] = []
+        if self.last_prompt:
+            out.append({"type": "last-prompt", "sessionId": self.session_id, "lastPrompt": self.last_prompt})
+        out.append({"type": "workspace-directories", "sessionId": self.session_id, "directories": [self.cwd]})
+        out.append({"type": "runtime-config", "sessionId": self.session_id, "model": self.model,
+                    "reasoningEffort": None, "contextWindow": None, "generation": None, "timestamp": self.runtime_ts})
+        if leaf:
+            out.append(leaf)
+        return out
+
+    def record_entry(self, entry: dict) -> None:
+        """appendNonCachedEntry (file-history-snapshot): written, or held until the first message."""
+        if not self.enabled:
+            return
+        with self.lock:
+            if self.materialized:
+                self.write([entry])
+            else:
+                self.pending.append(entry)
+
+    def record_chain(self, messages: list[dict], prompt_text: Optional[str] = None) -> None:
+        """insertMessageChain ~143745968. Each message is a dict in the entry's own key order
+        with a "timestamp" key (refreshed here) and, for tool results, sourceToolAssistantUUID
+        (which is then its parentUuid)."""
+        if not self.enabled or not messages:
+            return
+        with self.lock:
+            entries = []
+            for m in messages:
+                parent = m.get("sourceToolAssistantUUID") or self.parent
+                e = dict(m)
+                e["timestamp"] = now_iso()
+                e.update({"parentUuid": parent, "isSidechain": False, "cwd": self.cwd, "sessionId": self.session_id,
+                          "userType": "external", "entrypoint": "cli", "version": VERSION, "gitBranch": self.branch})
+                entries.append(e)
+                self.parent = m["uuid"]
+            out: list[dict] = []
+            if not self.materialized:
+                out += self.metadata(None) + self.pending
+                self.materialized, self.pending = True, []
+            if prompt_text is not None:
+                self.last_prompt = prompt_text
+            leaf = {"type": "active-leaf", "sessionId": self.session_id, "leafUuid": self.parent, "explicit": False,
+                    "timestamp": int(time.time() * 1000)}
+            out += entries + [leaf]
+            ends_turn = any(m["type"] == "assistant" and m["message"].get("stop_reason") not in (None, "tool_use")
+                            for m in messages)
+            if ends_turn:  # appendCachedMetadataEntriesToTail (ogr)
+                out += self.metadata(leaf)
+            self.write(out)
+
+
+# --------------------------------------------------------------------------------------
 # The session: stdin reader thread + one worker that runs turns and queued control
 # requests in order (the binary's queue Me, async function* qt ~155695806).
 # --------------------------------------------------------------------------------------
@@ -738,7 +1376,25 @@ class Session:
         self.model = self.args.get("model") or "auto"
         self.permission_mode = self.args.get("permission-mode") or ("yolo" if "yolo" in self.args else "default")
         self.replay = "replay-user-messages" in self.args
+        self.settings = Settings(self.cwd, self.args, argv)
+        self.persistence = "no-session-persistence" not in self.args
         self.history = FileHistory(self.cwd, self.session_id, self.checkpointing_enabled())
+        # The transcript (sessionPersistence; not with --no-session-persistence) and the
+        # history's snapshots in it (recordSnapshot ~155644838).
+        self.transcript = Transcript(self.transcript_path(), self.session_id, self.cwd,
+                                     self.args.get("model") or "", self.persistence)
+        self.history.recorder = self.transcript.record_entry if self.persistence else None
+        # enableHooks (~144944477): no hook at all (the SDK's included) with disableAllHooks or
+        # hooksConfig.enabled false; headless fast mode (--headless-fast-hooks,
+        # QODER_HEADLESS_FAST_HOOKS, hooksConfig.headlessFastMode, ~154416834) skips every
+        # hook but the CLI's internal ones.
+        s = self.settings
+        self.hooks_enabled = s.merged("disableAllHooks") is not True and s.merged("hooksConfig", "enabled") is not False
+        self.hooks_disabled_fast = ("headless-fast-hooks" in self.args
+                                    or os.environ.get("QODER_HEADLESS_FAST_HOOKS", "").strip().lower() in ("1", "true", "yes", "on")
+                                    or s.merged("hooksConfig", "headlessFastMode") is True)
+        self.settings_hooks = load_settings_hooks(s) if self.hooks_enabled else []
+        self.background_hooks: list[threading.Thread] = []
         self.scenario = load_scenario()
         self.used_turns: set[int] = set()
         self.out_lock = threading.Lock()
@@ -786,30 +1442,10 @@ class Session:
         # new Ip({enabled: getSessionPersistence() && getFileCheckpointingEnabled()})
         # ~155644921; fileCheckpointing defaults to true (~143818930). The SDK's initialize
         # field enableFileCheckpointing is not read by 1.1.76 (absent from the binary).
-        if "no-session-persistence" in self.args:
+        if not self.persistence:
             return False
-        enabled = True
-        sources = []
-        user = os.path.join(default_config_dir(), "settings.json")
-        sources += [user, os.path.join(self.cwd, ".qoder", "settings.json"),
-                    os.path.join(self.cwd, ".qoder", "settings.local.json")]
-        layers = []
-        for p in sources:
-            try:
-                layers.append(json.load(open(p, encoding="utf-8")))
-            except (OSError, ValueError):
-                pass
-        flag = self.args.get("settings")
-        if isinstance(flag, str) and flag.strip():
-            try:
-                layers.append(json.loads(flag) if flag.strip().startswith("{") else json.load(open(flag, encoding="utf-8")))
-            except (OSError, ValueError):
-                pass
-        for layer in layers:
-            v = ((layer.get("general") or {}).get("fileCheckpointing") or {}).get("enabled") if isinstance(layer, dict) else None
-            if isinstance(v, bool):
-                enabled = v
-        return enabled
+        v = self.settings.merged("general", "fileCheckpointing", "enabled")
+        return v if isinstance(v, bool) else True
 
     # ---- output ----
     def emit(self, msg: dict) -> None:
@@ -957,23 +1593,98 @@ class Session:
                 "hook_event_name": event, "permission_mode": self.permission_mode}
 
     def transcript_path(self) -> str:
-        # tr() ~142774501 with rn() ~133986158 (short paths only).
-        return os.path.join(default_config_dir(), "projects", re.sub(r"[^a-zA-Z0-9]", "-", self.cwd),
-                            f"{self.session_id}.jsonl")
+        # tr() ~142774501 with rn() ~133986158 (the session's project root: its cwd).
+        return os.path.join(default_config_dir(), "projects", project_dir_name(self.cwd), f"{self.session_id}.jsonl")
 
-    def fire_hooks(self, event: str, hook_input: dict, tool_name: Optional[str] = None) -> list[dict]:
-        outputs = []
-        for m in self.hooks.get(event, []):
-            if tool_name is not None and not matcher_matches(m.get("matcher"), tool_name):
-                continue
+    def hook_plan(self, event: str, ctx: Optional[dict]) -> list[HookEntry]:
+        """createExecutionPlan ~143507946: the registry's entries for the event by source
+        priority (the SDK's runtime hooks first, then flag, project, local, user), those whose
+        matcher fits the context, without duplicates (the same command twice runs once), and
+        whose `if` holds."""
+        if not self.hooks_enabled or self.hooks_disabled_fast:
+            return []
+        entries: list[HookEntry] = []
+        for m in self.hooks.get(event, []):  # Ti(): one runtime hook per callback id
             for cid in m["callbackIds"]:
-                req: dict[str, Any] = {"subtype": "hook_callback", "callback_id": cid, "input": hook_input}
-                if isinstance(hook_input.get("tool_use_id"), str) and hook_input["tool_use_id"]:
-                    req["tool_use_id"] = hook_input["tool_use_id"]
-                out = self.call_host(req, float(m.get("timeout") or 600))
-                if isinstance(out, dict):
-                    outputs.append(out)
-        return outputs
+                cfg: dict[str, Any] = {"type": "runtime", "name": cid}
+                if "timeout" in m:
+                    cfg["timeout"] = m["timeout"]
+                entries.append(HookEntry("runtime", event, m.get("matcher"), None, None, cfg))
+        entries += [e for e in self.settings_hooks if e.event == event]
+        entries.sort(key=lambda e: SOURCE_PRIORITY.get(e.source, 999))
+        seen: set[str] = set()
+        plan = []
+        for e in entries:
+            if not matches_context(e.matcher, ctx):
+                continue
+            key = hook_dedup_key(e.config)
+            if key in seen:
+                continue
+            seen.add(key)
+            if matches_if(e.config, ctx):
+                plan.append(e)
+        return plan
+
+    def run_hook(self, e: HookEntry, event: str, hook_input: dict, index: int) -> HookResult:
+        t = e.config.get("type")
+        if t == "runtime":
+            r = HookResult(e)
+            if self.eof:
+                return r  # nobody to answer a hook_callback
+            req: dict[str, Any] = {"subtype": "hook_callback", "callback_id": e.config["name"], "input": hook_input}
+            if isinstance(hook_input.get("tool_use_id"), str) and hook_input["tool_use_id"]:
+                req["tool_use_id"] = hook_input["tool_use_id"]
+            out = self.call_host(req, float(e.config.get("timeout") or COMMAND_HOOK_TIMEOUT))
+            if isinstance(out, dict):
+                r.output = out
+            return r
+        if t == "command":
+            return run_command_hook(e, event, hook_input, index, self.session_id)
+        debug(f"{t} hook for {event} not run by the fake")  # http, prompt, agent
+        return HookResult(e)
+
+    def fire_hooks(self, event: str, hook_input: dict, ctx: Optional[dict] = None) -> list[HookResult]:
+        """executeHooks: every planned hook of the event at once (executeHooksParallel
+        ~142580575; in order when one entry says `sequential`), waiting for all; `async`
+        command hooks are started and not waited for."""
+        plan = self.hook_plan(event, ctx)
+        sync = [e for e in plan if not (e.is_async and e.config.get("type") == "command")]
+        for i, e in enumerate(plan):
+            if e not in sync:
+                t = threading.Thread(target=self.run_hook, args=(e, event, hook_input, i), daemon=True)
+                t.start()
+                self.background_hooks.append(t)
+        results: list[Optional[HookResult]] = [None] * len(sync)
+
+        def one(i: int) -> None:
+            try:
+                results[i] = self.run_hook(sync[i], event, hook_input, i)
+            except Exception as ex:  # noqa: BLE001 - a failing hook is a non-blocking error
+                debug(f"hook {event} failed: {ex!r}")
+                results[i] = HookResult(sync[i])
+
+        if len(sync) == 1 or any(e.sequential for e in sync):
+            for i in range(len(sync)):
+                one(i)
+        else:
+            threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(sync))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def hook_decision(r: HookResult) -> tuple[bool, str]:
+        """A deny: exit 2 or unparsable PreToolUse JSON (r.blocked), or a JSON answer (the SDK's
+        or a command's stdout) with decision block/deny or permissionDecision deny."""
+        if r.blocked:
+            return True, r.reason
+        o = r.output or {}
+        hso = o.get("hookSpecificOutput") if isinstance(o.get("hookSpecificOutput"), dict) else {}
+        if hso.get("permissionDecision") == "deny" or o.get("decision") in ("block", "deny"):
+            return True, hso.get("permissionDecisionReason") or o.get("reason") or "Blocked by hook"
+        return False, ""
 
     # ---- worker ----
     def worker(self) -> None:
@@ -1050,8 +1761,18 @@ class Session:
             "available_output_styles": ["default"], "models": [], "account": {},
             "capabilities": list(CAPABILITIES), "pid": os.getpid(),
         })
-        # shouldFireSessionStart: SessionStart hooks run once initialize has answered.
-        self.fire_hooks("SessionStart", {**self.base_hook_input("SessionStart"), "source": "startup"})
+        # shouldFireSessionStart: SessionStart hooks run once initialize has answered; the
+        # matcher applies to the source.
+        source = "resume" if self.args.get("resume") else "startup"
+        self.fire_hooks("SessionStart", {**self.base_hook_input("SessionStart"), "source": source}, {"trigger": source})
+
+    def end_session_hooks(self, reason: str = "other") -> None:
+        # fireSessionEndEvent ~143514894: at the end of the session (stdin closed or
+        # end_session; the real 1.1.76 sent reason "other"), after the last turn; the
+        # matcher applies to the reason. Async hooks still running are waited for a moment.
+        self.fire_hooks("SessionEnd", {**self.base_hook_input("SessionEnd"), "reason": reason}, {"trigger": reason})
+        for t in self.background_hooks:
+            t.join(4)
 
     def on_rewind_files(self, rid: str, req: dict) -> None:
         # case"rewind_files" ~155730097. The manager always exists in a headless session
@@ -1219,14 +1940,48 @@ class Session:
                 b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
             self.emit(self.init_message())
             turn_uuid = host_uuid or new_uuid()  # F=r.uuid??Se() ~155702601
+            # ~155704500: the host's request_set_id (1-128 chars) or a new one; the prompt id
+            # is new. Both go into the prompt's transcript entry; only request_set_id reaches
+            # the hooks (UserPromptSubmit, Stop's parent_request_set_id, QueryEnd).
+            rsid = msg.get("request_set_id")
+            request_set_id = rsid if isinstance(rsid, str) and 0 < len(rsid) <= 128 else new_uuid()
+            prompt_id = new_uuid()
+            begin_at = int(time.time() * 1000)
             if self.replay:  # ht() ~155687483
                 self.emit({"type": "user", "message": msg.get("message"), "parent_tool_use_id": None,
                            "uuid": turn_uuid, "session_id": self.session_id, "isReplay": True})
             self.lifecycle(host_uuid, "started")
-            # submitMessageImpl ~144243798: makeSnapshot(uuid) before the prompt's hooks.
+            # submitMessageImpl ~144243798: makeSnapshot(uuid) before the prompt's hooks (a
+            # snapshot that tracks files goes into the transcript now, under the new uuid).
             self.history.make_snapshot(turn_uuid)
+            # qI -> Rv -> fireBefore ~144219000: the UserPromptSubmit hooks, before the prompt
+            # is recorded: a hook does not find it in the transcript.
+            ups = self.fire_hooks("UserPromptSubmit", {**self.base_hook_input("UserPromptSubmit"), "prompt": prompt,
+                                                        "request_set_id": request_set_id})
+            if any(self.hook_decision(r)[0] for r in ups):
+                # Blocked: the prompt is dropped (no transcript entry, no Stop), the turn ends
+                # with this result (seen from the real 1.1.76).
+                err = self.result_error([USER_PROMPT_BLOCKED], 0, None)
+                err = {k: v for k, v in err.items() if k not in ("fast_mode_state", "uuid", "session_id")}
+                err.update({"error_code": USER_PROMPT_BLOCKED_CODE, "fast_mode_state": "off", "uuid": new_uuid(),
+                            "session_id": self.session_id})
+                self.emit(err)
+                self.lifecycle(host_uuid, "cancelled")
+                return
             self.conversation.append({"uuid": turn_uuid, "kind": "prompt"})
-            self.fire_hooks("UserPromptSubmit", {**self.base_hook_input("UserPromptSubmit"), "prompt": prompt})
+            # recordTranscriptMessages ~144246161, awaited before the model is asked: the typed
+            # prompt (YM makes a string content a text block).
+            blocks_in = content if isinstance(content, list) else [{"type": "text", "text": prompt}]
+            chain = [{"type": "user", "uuid": turn_uuid, "timestamp": "", "message": {"role": "user", "content": blocks_in},
+                                  "permissionMode": self.permission_mode, "origin": {"kind": "human"}, "promptId": prompt_id,
+                                  "humanInput": {"text": prompt, "mode": "prompt"}, "requestSetId": request_set_id}]
+            self.transcript.record_chain(chain, prompt_text=prompt)
+            # Then, when the model is asked, a hook's plain stdout as a hook_success attachment.
+            hook_out = [{"type": "attachment", "attachment": {"content": r.text, "hookName": "", "toolUseID": "",
+                                                              "hookEvent": "UserPromptSubmit", "type": "hook_success"},
+                         "uuid": new_uuid(), "timestamp": ""}
+                        for r in ups if r.text and r.entry.config.get("type") == "command"]
+            self.transcript.record_chain(hook_out)
             turn = self.pick_turn(prompt)
             responses = [list(r) for r in (turn or {}).get("responses", [])]
             final_text = (turn or {}).get("text") or self.scenario.get("default_text") or "Done."
@@ -1253,13 +2008,25 @@ class Session:
                 for m in a_msgs:
                     self.emit(m)
                 self.conversation.append({"uuid": a_uuid, "kind": "assistant"})
+                recorded = [False]
+
+                def record_assistant(a_msgs=a_msgs, recorded=recorded) -> None:
+                    # The binary runs a response's tools while the loop still records it: the
+                    # entry landed after the first PreToolUse hooks ran and before the tool's
+                    # trackEdit; with no tool, before Stop.
+                    if not recorded[0]:
+                        recorded[0] = True
+                        self.transcript.record_chain(self.assistant_entries(a_msgs))
+
                 if not tool_blocks:
+                    record_assistant()
                     continue
                 results = []
                 for b in tool_blocks:
                     if self.abort.is_set():
                         raise TurnAborted()
-                    results.append(self.run_tool(b, turn_uuid))
+                    results.append(self.run_tool(b, turn_uuid, record_assistant))
+                record_assistant()
                 r_uuid = new_uuid()
                 multiple = len(results) > 1
                 for i, (block, tool_use_result) in enumerate(results):  # ic() ~143733662
@@ -1271,8 +2038,29 @@ class Session:
                         um["tool_use_result"] = tool_use_result
                     self.emit(um)
                 self.conversation.append({"uuid": r_uuid, "kind": "tool_result"})
+                # The results' entries, once every tool of the response ran: one per result, a
+                # uuid of their own (not the wire's), parented on the assistant entry of its
+                # tool_use, each followed by an active-leaf.
+                tool_of = {m["message"]["content"][0].get("id"): m["uuid"] for m in a_msgs
+                           if m["message"]["content"][0].get("type") == "tool_use"}
+                for block, tool_use_result in results:
+                    e: dict[str, Any] = {"type": "user", "uuid": new_uuid(), "timestamp": "",
+                                         "message": {"role": "user", "content": [block]},
+                                         "sourceToolAssistantUUID": tool_of.get(block["tool_use_id"]) or a_uuid,
+                                         "promptId": prompt_id}
+                    if tool_use_result is not None:
+                        e["toolUseResult"] = tool_use_result
+                    self.transcript.record_chain([e])
+            # fireAfter -> fireStopEventWithContext ~143515996, then QueryEnd (notifyQueryEnd)
+            # before the result.
             self.fire_hooks("Stop", {**self.base_hook_input("Stop"), "stop_hook_active": False,
-                                     "last_assistant_message": last_text})
+                                     "last_assistant_message": last_text, "parent_request_set_id": request_set_id,
+                                     "parent_business_info": {"product": "cli", "version": VERSION, "type": "agent",
+                                                              "id": request_set_id, "name": prompt[:10],
+                                                              "begin_at": begin_at, "stage": "processing"}})
+            self.fire_hooks("QueryEnd", {**self.base_hook_input("QueryEnd"), "request_set_id": request_set_id,
+                                         "business_id": request_set_id, "model": self.args.get("model") or "",
+                                         "reason": "end_turn"}, {"trigger": "end_turn"})
             # buildResultSuccess ~144276562.
             self.emit({"type": "result", "subtype": "success", "duration_ms": int((time.time() - started) * 1000),
                        "duration_api_ms": 0, "is_error": False, "num_turns": num_turns, "result": last_text,
@@ -1287,32 +2075,90 @@ class Session:
             self.turn_active = False
             self.abort.clear()
 
-    def run_tool(self, block: dict, turn_uuid: str) -> tuple[dict, Any]:
+    def assistant_entries(self, a_msgs: list[dict]) -> list[dict]:
+        """The transcript's assistant entries: the wire's uuid per block, the message without
+        usage/container/context_management (egr ~143751507), stop_reason only on the last
+        block, text blocks with citations null. (The binary also writes requestTokenAnchor,
+        hashes of the model request and response, which the fake has no model call for.)"""
+        out = []
+        for i, m in enumerate(a_msgs):
+            wm = m["message"]
+            block = dict(wm["content"][0])
+            if block.get("type") == "text":
+                block.setdefault("citations", None)
+            out.append({"type": "assistant", "uuid": m["uuid"], "timestamp": "",
+                        "message": {"id": wm["id"], "type": "message", "role": "assistant", "model": wm.get("model"),
+                                    "stop_reason": wm["stop_reason"] if i == len(a_msgs) - 1 else None,
+                                    "stop_sequence": None, "content": [block]}})
+        return out
+
+    def run_tool(self, block: dict, turn_uuid: str, after_pre=None) -> tuple[dict, Any]:
         name, tool_input, tid = block["name"], block["input"], block["id"]
+        # validateInput runs before the hooks: a tool refused there gets no hook at all (the
+        # real Edit of a missing file: no PreToolUse, no PostToolUseFailure).
+        problem = self.validate(name, tool_input)
+        if problem is not None:  # as the real 1.1.76 answers a refused Edit
+            return {"type": "tool_result", "tool_use_id": tid, "content": f"Error: {problem}", "is_error": True}, \
+                {"isHardFailure": False}
+        ctx = {"tool_name": name, "tool_input": tool_input}
         pre = {**self.base_hook_input("PreToolUse"), "tool_use_id": tid, "tool_name": name, "tool_input": tool_input}
-        for out in self.fire_hooks("PreToolUse", pre, name):  # firePreToolUseEvent ~143513205
-            hso = out.get("hookSpecificOutput") or {}
-            if hso.get("permissionDecision") == "deny" or out.get("decision") == "block":
-                reason = hso.get("permissionDecisionReason") or out.get("reason") or "Blocked by hook"
+        results = self.fire_hooks("PreToolUse", pre, ctx)  # firePreToolUseEvent ~143513205
+        if after_pre:
+            after_pre()
+        for r in results:
+            denied, reason = self.hook_decision(r)
+            if denied:
+                # A denied tool gets neither PostToolUse nor PostToolUseFailure. A command
+                # hook's refusal reads as the real 1.1.76 wrote it (QN ~141369867).
+                if r.entry.config.get("type") == "command":
+                    cmd = r.entry.config.get("command", "")
+                    text = f'Error: {hook_name(r.entry.config)} hook blocking error from command: "{cmd}": {reason}'
+                    return {"type": "tool_result", "tool_use_id": tid, "content": text, "is_error": True}, {"isHardFailure": True}
                 return {"type": "tool_result", "tool_use_id": tid, "content": reason, "is_error": True}, None
-            if isinstance(hso.get("updatedInput"), dict):
+        for r in results:
+            hso = (r.output or {}).get("hookSpecificOutput")
+            if isinstance(hso, dict) and isinstance(hso.get("updatedInput"), dict):
                 tool_input = hso["updatedInput"]
-        t0 = time.time()
+        ctx = {"tool_name": name, "tool_input": tool_input}
         try:
             text, tool_use_result = self.execute(name, tool_input, turn_uuid)
             block_out = {"type": "tool_result", "tool_use_id": tid, "content": text}
             post = {**self.base_hook_input("PostToolUse"), "tool_use_id": tid, "tool_name": name,
                     "tool_input": tool_input, "tool_response": tool_use_result}
-            self.fire_hooks("PostToolUse", post, name)
+            self.fire_hooks("PostToolUse", post, ctx)
             return block_out, tool_use_result
         except TurnAborted:
             raise
         except Exception as e:  # noqa: BLE001 - a failing tool is an is_error tool_result
             err = str(e)
             fail = {**self.base_hook_input("PostToolUseFailure"), "tool_use_id": tid, "tool_name": name,
-                    "tool_input": tool_input, "error": err, "duration_ms": int((time.time() - t0) * 1000)}
-            self.fire_hooks("PostToolUseFailure", fail, name)
-            return {"type": "tool_result", "tool_use_id": tid, "content": err, "is_error": True}, None
+                    "tool_input": tool_input, "error": err}  # firePostToolUseFailureEvent ~143515270
+            self.fire_hooks("PostToolUseFailure", fail, ctx)
+            # As the real 1.1.76 answers: a failed Bash is its output, with its result; any
+            # other failure "Error: <error>", {"isHardFailure": true}.
+            if isinstance(e, BashFailed):
+                return {"type": "tool_result", "tool_use_id": tid, "content": err, "is_error": True}, e.result
+            return {"type": "tool_result", "tool_use_id": tid, "content": f"Error: {err}", "is_error": True}, \
+                {"isHardFailure": True}
+
+    def validate(self, name: str, inp: dict) -> Optional[str]:
+        """The checks the fake's tools make before touching anything, taken ahead of the hooks
+        as the binary's validateInput does (the texts are the fake's own)."""
+        try:
+            if name == "Write":
+                if os.path.isdir(self.resolve(inp["file_path"])):
+                    return f"Path is a directory, not a file: {self.resolve(inp['file_path'])}"
+            elif name == "Edit":
+                self.edit_plan(inp)
+            elif name == "NotebookEdit":
+                self.notebook_plan(inp)
+            elif name not in ("Bash", "Read"):
+                return f"No such tool available: {name}"
+        except ToolError as e:
+            return str(e)
+        except Exception:  # noqa: BLE001 - left to the tool itself (a failure after the hooks)
+            return None
+        return None
 
     # ---- tool bodies ----
     def resolve(self, p: str) -> str:
@@ -1347,7 +2193,7 @@ class Session:
         return text, {"type": "update" if exists else "create", "filePath": path, "content": content,
                       "structuredPatch": [], "originalFile": original}
 
-    def tool_edit(self, inp: dict, turn_uuid: str) -> tuple[str, Any]:
+    def edit_plan(self, inp: dict) -> tuple:
         # calculateEdit ~143191842 (without the read-before-edit rule and quote folding).
         path = self.resolve(inp["file_path"])
         old, new = inp.get("old_string", ""), inp.get("new_string", "")
@@ -1372,6 +2218,10 @@ class Session:
                 if old == new:
                     raise ToolError("No changes to apply. The old_string and new_string are identical.")
                 new_content = nq_replace(current, old, new, allow_multiple)
+        return path, old, new, allow_multiple, current, enc, eol, new_content, occurrences, is_new
+
+    def tool_edit(self, inp: dict, turn_uuid: str) -> tuple[str, Any]:
+        path, old, new, allow_multiple, current, enc, eol, new_content, occurrences, is_new = self.edit_plan(inp)
         target = io_path(path)
         self.history.track_edit(path, turn_uuid)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -1382,6 +2232,13 @@ class Session:
                       "structuredPatch": [], "userModified": False, "replaceAll": allow_multiple}
 
     def tool_notebook(self, inp: dict, turn_uuid: str) -> tuple[str, Any]:
+        path, text, enc, eol, cell_id, source, cell_type, mode = self.notebook_plan(inp)
+        self.history.track_edit(path, turn_uuid)
+        write_text_atomic(io_path(path), text, enc, eol)
+        return f"Updated cell {cell_id or 'beginning'} with {source}", {
+            "new_source": source, "cell_id": cell_id, "cell_type": cell_type or "code", "edit_mode": mode}
+
+    def notebook_plan(self, inp: dict) -> tuple:
         path = self.resolve(inp["notebook_path"])
         current, enc, eol = read_text_file(path)
         try:
@@ -1423,10 +2280,7 @@ class Session:
             if cell_type and cell_type != c.get("cell_type"):
                 c["cell_type"] = cell_type
         text = json.dumps(nb, ensure_ascii=False, indent=1)  # JSON.stringify(w,null,1)
-        self.history.track_edit(path, turn_uuid)
-        write_text_atomic(io_path(path), text, enc, eol)
-        return f"Updated cell {cell_id or 'beginning'} with {source}", {
-            "new_source": source, "cell_id": cell_id, "cell_type": cell_type or "code", "edit_mode": mode}
+        return path, text, enc, eol, cell_id, source, cell_type, mode
 
     def tool_bash(self, inp: dict) -> tuple[str, Any]:
         # Bash never tracks a file: shell work is outside the CLI's file history.
@@ -1445,7 +2299,12 @@ class Session:
         stdout, stderr = (s.decode("utf-8", "replace") for s in proc.communicate())
         text = stdout + (("\n" if stdout and stderr else "") + stderr if stderr else "")
         if proc.returncode not in (0, None):
-            text = (text + "\n" if text else "") + f"Exit code: {proc.returncode}"
+            # A non-zero exit fails the tool: is_error "Exit code N\n<output>" and a
+            # PostToolUseFailure with that error (as the real 1.1.76 answered `exit 3`).
+            out = text.strip()
+            raise BashFailed(f"Exit code {proc.returncode}" + (f"\n{out}" if out else ""),
+                             {"stdout": stdout, "stderr": stderr, "interrupted": False, "exitCode": proc.returncode,
+                              "isError": True})
         return text or "(no output)", {"stdout": stdout, "stderr": stderr, "interrupted": False,
                                        "exitCode": proc.returncode}
 
@@ -1457,17 +2316,6 @@ class Session:
             lines.pop()
         return "\n".join(f"{i + 1:6}\t{line}" for i, line in enumerate(lines)), {
             "type": "text", "file": {"filePath": path, "content": content, "numLines": len(lines)}}
-
-
-def matcher_matches(matcher: Optional[str], tool_name: str) -> bool:
-    if matcher in (None, "", "*"):
-        return True
-    if re.fullmatch(r"[A-Za-z0-9_|]+", matcher):
-        return tool_name in matcher.split("|")
-    try:
-        return re.fullmatch(matcher, tool_name) is not None
-    except re.error:
-        return False
 
 
 def incomplete_text(d: dict) -> str:
@@ -1485,6 +2333,7 @@ def main(argv: list[str]) -> int:
           "checkpointing", session.history.enabled, "root", session.history.root)
     threading.Thread(target=session.reader, name="stdin", daemon=True).start()
     session.worker()
+    session.end_session_hooks()
     sys.stdout.flush()
     return 0
 

@@ -12,7 +12,10 @@ missing, pip fetches ``qoder-agent-sdk==1.0.16`` from PyPI).
 What it does: three turns with host-chosen message UUIDs (Write/Edit/NotebookEdit/Bash,
 real files in a temp workspace), hooks registered for PreToolUse/PostToolUse/
 UserPromptSubmit/Stop/SessionStart, replayed user messages on; then rewind_files dry runs
-and real rewinds, rewind(scope=files|conversation|both), and the refusals.
+and real rewinds, rewind(scope=files|conversation|both), and the refusals. Alongside the
+SDK's hooks, settings command hooks (a user ~/.qoder/settings.json under a private HOME and
+the project's .qoder/settings.json) log what they are given and what the session transcript
+shows at that moment.
 """
 
 from __future__ import annotations
@@ -60,6 +63,24 @@ import fake_qodercli as fq  # noqa: E402  (only for diff_lines_counts in expecta
 
 CHECKS: list[str] = []
 
+# A settings command hook: logs its input, env, parent and the transcript as it is now.
+HOOK_PY = r"""
+import json, os, sys
+inp = json.load(sys.stdin)
+try:
+    seen = [json.loads(line) for line in open(inp["transcript_path"], encoding="utf-8")]
+except OSError:
+    seen = None
+rec = {"tag": sys.argv[1], "input": inp, "ppid": os.getppid(), "cwd": os.getcwd(),
+       "env": {k: os.environ.get(k) for k in ("QODER_PROJECT_DIR", "CLAUDE_PROJECT_DIR", "QODER_HOOK_SOURCE",
+                                              "QODER_HOOK_VERSION", "QODER_SITE")},
+       "transcript": None if seen is None else [{k: e.get(k) for k in ("type", "uuid", "requestSetId", "messageId")}
+                                                for e in seen]}
+fd = os.open(os.environ["HOOK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+os.write(fd, (json.dumps(rec) + "\n").encode())
+os.close(fd)
+"""
+
 
 def check(cond: bool, what: str) -> None:
     if not cond:
@@ -85,6 +106,56 @@ def expected_counts(before: dict, now: dict, files: list[str]) -> tuple[int, int
         a, r = fq.diff_lines_counts(cur, old)
         ins, dels = ins + a, dels + r
     return ins, dels
+
+
+def proc_parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def check_settings_hooks(sdk_log: list[dict], cmd: list[dict], ws: str, uuids: list[str], cli_pid, home: str) -> None:
+    """The command hooks ran where the SDK's did, with the same input, the binary's env, the
+    CLI as their parent, and saw the transcript as the binary leaves it at each moment."""
+    user = [c for c in cmd if c["tag"] == "user"]
+    by_event: dict[str, list[dict]] = {}
+    for c in user:
+        by_event.setdefault(c["input"]["hook_event_name"], []).append(c)
+    check(len(by_event.get("SessionStart", [])) == 1 and len(by_event.get("UserPromptSubmit", [])) == 3
+          and len(by_event.get("Stop", [])) == 3 and len(by_event.get("QueryEnd", [])) == 3
+          and len(by_event.get("PreToolUse", [])) == 11, "settings command hooks ran once per event, as the SDK's")
+    edit = [c["input"]["tool_name"] for c in cmd if c["tag"] == "project-edit"]
+    check(sorted(edit) == ["Edit", "Edit", "Edit", "NotebookEdit"],
+          f"project hook, matcher 'Edit': an unanchored RegExp (Edit and NotebookEdit): {edit}")
+    sdk_ups = [h["input"] for h in sdk_log if h["event"] == "UserPromptSubmit"]
+    cmd_ups = [c["input"] for c in by_event["UserPromptSubmit"]]
+    check(cmd_ups == sdk_ups, "a command hook's stdin is the SDK callback's input")
+    check(all(isinstance(u.get("request_set_id"), str) and u["request_set_id"] for u in cmd_ups)
+          and len({u["request_set_id"] for u in cmd_ups}) == 3, "UserPromptSubmit carries a request_set_id per prompt")
+    for c in user:
+        check(c["cwd"] == ws and c["env"]["QODER_PROJECT_DIR"] == ws and c["env"]["CLAUDE_PROJECT_DIR"] == ws
+              and c["env"]["QODER_HOOK_SOURCE"] == "cli" and c["env"]["QODER_HOOK_VERSION"] == "1.1.76"
+              and c["env"]["QODER_SITE"] == "GLOBAL", "hook env: project dir, source, version, site; cwd the session's")
+        check(cli_pid is not None and cli_pid in (c["ppid"], proc_parent(c["ppid"])),
+              "a hook's parent is the CLI (bash -c execs it)")
+    tpath = cmd_ups[0]["transcript_path"]
+    check(tpath.startswith(os.path.join(home, ".qoder", "projects", "")) and tpath.endswith(f"/{cmd_ups[0]['session_id']}.jsonl"),
+          "transcript_path is ~/.qoder/projects/<cwd>/<session>.jsonl")
+    stops = by_event["Stop"]
+    for i, (u, up, st) in enumerate(zip(uuids, by_event["UserPromptSubmit"], stops)):
+        rsid = up["input"]["request_set_id"]
+        seen_at_ups = up["transcript"] or []
+        check(all(e["uuid"] != u for e in seen_at_ups), f"t{i + 1}: at UserPromptSubmit the transcript has no entry for the prompt yet")
+        mine = [e for e in st["transcript"] if e["type"] == "user" and e["uuid"] == u]
+        check(len(mine) == 1 and mine[0]["requestSetId"] == rsid,
+              f"t{i + 1}: by Stop the prompt's entry is there: uuid = message uuid, requestSetId = the hooks' request_set_id")
+        check(st["input"]["parent_request_set_id"] == rsid, f"t{i + 1}: Stop's parent_request_set_id = request_set_id")
+    pre_first = [c for c in by_event["PreToolUse"]]
+    check(any(e["uuid"] == uuids[0] for e in pre_first[0]["transcript"]), "by the first PreToolUse the prompt's entry is written")
+    final = [json.loads(line) for line in open(tpath)]
+    snaps = {e["messageId"] for e in final if e["type"] == "file-history-snapshot"}
+    check(snaps and snaps <= set(uuids), "file-history-snapshot entries carry the prompts' message uuids")
+    check([e["uuid"] for e in final if e["type"] == "user" and e.get("requestSetId")] == uuids,
+          "the transcript's typed prompts, in order, are the host's message uuids")
 
 
 async def main() -> int:
@@ -124,6 +195,21 @@ async def main() -> int:
     scen_path = os.path.join(base, "scenario.json")
     json.dump(scenario, open(scen_path, "w"))
 
+    # Settings command hooks: the user's (HOME is private to this run) on every event rewindfs
+    # cares about, the project's on PreToolUse with matcher "Edit" (the binary's matcher is an
+    # unanchored RegExp: NotebookEdit matches too).
+    home = os.path.join(base, "home")
+    hook_py, cmd_log = os.path.join(base, "hook.py"), os.path.join(base, "hooks.jsonl")
+    open(hook_py, "w").write(HOOK_PY)
+    os.makedirs(os.path.join(home, ".qoder"))
+    user_events = ["SessionStart", "UserPromptSubmit", "PreToolUse", "Stop", "QueryEnd", "SessionEnd"]
+    json.dump({"hooks": {e: [{"hooks": [{"type": "command", "command": f"{sys.executable} {hook_py} user"}]}]
+                         for e in user_events}}, open(os.path.join(home, ".qoder", "settings.json"), "w"))
+    os.makedirs(os.path.join(ws, ".qoder"))
+    json.dump({"hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": [
+        {"type": "command", "command": f"{sys.executable} {hook_py} project-edit"}]}]}},
+        open(os.path.join(ws, ".qoder", "settings.json"), "w"))
+
     hook_log: list[dict] = []
 
     def recorder(event: str):
@@ -144,7 +230,7 @@ async def main() -> int:
         enable_file_checkpointing=True,
         extra_args={"replay-user-messages": None},
         env={"FAKE_QODER_SCENARIO": scen_path, "FAKE_QODER_WIRE_LOG": wire_log,
-             "QODER_INTERNAL_DAEMON_FILE_CHECKPOINT_ROOT": ckpt_root},
+             "QODER_INTERNAL_DAEMON_FILE_CHECKPOINT_ROOT": ckpt_root, "HOME": home, "HOOK_LOG": cmd_log},
         stderr=stderr_lines.append,
         hooks={
             "PreToolUse": [HookMatcher(matcher=None, hooks=[recorder("PreToolUse")])],
@@ -199,6 +285,8 @@ async def main() -> int:
         check(first_write["file_at_pre"] == b"base\n", "PreToolUse runs before the Write touches the file")
         ups = [h["input"] for h in hook_log if h["event"] == "UserPromptSubmit"]
         check([u["prompt"] for u in ups] == ["turn t1", "turn t2", "turn t3"], "UserPromptSubmit carries the prompt")
+        check_settings_hooks(hook_log, [json.loads(line) for line in open(cmd_log)], ws, uuids,
+                             (info or {}).get("pid"), home)
 
         # rewind_files to t3: dry run, then real.
         dry = await client.rewind_files(uuids[2], dry_run=True)
@@ -268,6 +356,11 @@ async def main() -> int:
             check(str(e).startswith("File rewind incomplete: "), "partial rewind: the SDK raises the CLI's text")
     finally:
         await client.disconnect()
+
+    # SessionEnd, once stdin closed (the real 1.1.76: reason "other").
+    cmd = [json.loads(line) for line in open(cmd_log)]
+    ends = [c for c in cmd if c["input"]["hook_event_name"] == "SessionEnd"]
+    check(len(ends) == 1 and ends[0]["input"]["reason"] == "other", "a SessionEnd command hook runs when the session ends")
 
     wire = [json.loads(line) for line in open(wire_log)]
     first_in = next(w["msg"] for w in wire if w["dir"] == "in")
