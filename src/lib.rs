@@ -33,4 +33,5 @@ pub mod setup;
 pub mod store;
 pub mod sys;
 pub(crate) mod transcript;
+pub mod turns;
 pub mod wspath;

@@ -29,6 +29,8 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// What the handlers work with.
 pub struct Daemon {
     pub engine: Arc<Engine>,
+    /// The session and turn bookkeeping (boundaries, tool spans, agents, checkpoints, log).
+    pub turns: Arc<crate::turns::Turns>,
     /// The workspace (absolute path of the mount).
     pub workspace: PathBuf,
     /// The store directory.

@@ -17,8 +17,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::fs::Core;
-use crate::rewind::KernelCache;
 use crate::sys;
+use crate::turns::KernelCache;
 
 /// The hidden subcommand that runs [`run_flush`].
 pub const FLUSH_SUBCOMMAND: &str = "__flush";

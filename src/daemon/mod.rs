@@ -35,6 +35,7 @@ use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
 use crate::rewind::Engine;
 use crate::store::Store;
+use crate::turns::Turns;
 use crate::{mounts, sys};
 
 /// Files the daemon keeps in the store directory.
@@ -49,6 +50,7 @@ struct Parts {
     core: Arc<Core>,
     kernel: Arc<FuseKernel>,
     engine: Arc<Engine>,
+    turns: Arc<Turns>,
 }
 
 /// Runs the daemon in the foreground until unmounted or signalled.
@@ -125,6 +127,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
 
     let daemon = Arc::new(Daemon {
         engine: parts.engine.clone(),
+        turns: parts.turns.clone(),
         workspace: cfg.dir.clone(),
         store_dir: cfg.store.clone(),
         retention: policy,
@@ -199,8 +202,10 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         core: core.clone(),
         dir: cfg.dir.clone(),
     });
+    let turns = Arc::new(Turns::new(recorder.clone(), store.clone(), kernel.clone()));
     let engine = Arc::new(
-        Engine::new(recorder.clone(), store, kernel.clone()).with_workspace(cfg.dir.clone()),
+        Engine::new(turns.clone(), recorder.clone(), store, kernel.clone())
+            .with_workspace(cfg.dir.clone()),
     );
     // A rewind that cannot be finished now (a full store) stays unfinished and is named by
     // `status`; it never keeps the workspace from being mounted.
@@ -218,6 +223,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         core,
         kernel,
         engine,
+        turns,
     })
 }
 

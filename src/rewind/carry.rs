@@ -373,7 +373,7 @@ impl Engine {
             // The message uuids the bundle knows for prompts not bound here yet (true whether
             // or not the rest is imported).
             for (prompt_id, uuid) in self.store.bundle_bindings(&staged)? {
-                self.bind_prompt(&prompt_id, &uuid)?;
+                self.turns.bind_prompt(&prompt_id, &uuid)?;
             }
             if let ImportPlan::Already(r) = self.store.import_plan(&staged)? {
                 return Ok(r);

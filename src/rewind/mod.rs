@@ -72,7 +72,6 @@ mod patched;
 mod plan;
 mod privileges;
 mod recovery;
-mod session;
 mod space;
 mod stack;
 mod tool;
@@ -94,12 +93,14 @@ pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
 pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::privileges::{AttrChange, Withheld};
-pub use self::session::{BeginError, Counts, Current, LiveSession, SESSION_IDLE};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
 use crate::locks::Locked;
 pub use crate::store::Scope;
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, RewindScope, Store};
+pub use crate::turns::{
+    BeginError, Counts, Current, KernelCache, LiveSession, SESSION_IDLE, Turns,
+};
 use crate::wspath::WsPath;
 
 /// A blob a plan needs cannot be used (missing, corrupt, unreadable): the plan stops before
@@ -391,14 +392,6 @@ impl Outcome {
     }
 }
 
-/// The kernel side of a rewind: flush what the kernel still holds before it plans.
-/// Implemented by the daemon on top of the FUSE session. (A rewind changes the tree through
-/// the mount, so the kernel's caches follow by themselves.)
-pub trait KernelCache: Send + Sync {
-    /// Writes back dirty data (mmap pages) so it reaches the daemon now.
-    fn flush(&self);
-}
-
 /// Plans and applies rewinds.
 pub struct Engine {
     /// Notes what others change while a rewind runs ([`Recorder::watch`]), begins the rewind's
@@ -409,6 +402,8 @@ pub struct Engine {
     /// The kernel's dirty data, flushed before a rewind plans and before a boundary (a rewind
     /// changes the tree through the mount, so the caches follow by themselves).
     kernel: Arc<dyn KernelCache>,
+    /// The session and turn bookkeeping: live sessions (gc keeps them), binding prompts.
+    turns: Arc<Turns>,
     /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
     /// before the capture gate.
     apply: Mutex<()>,
@@ -432,11 +427,17 @@ pub struct Engine {
 
 impl Engine {
     /// An engine over the recorder and store of one mount.
-    pub fn new(recorder: Arc<Recorder>, store: Arc<Store>, kernel: Arc<dyn KernelCache>) -> Engine {
+    pub fn new(
+        turns: Arc<Turns>,
+        recorder: Arc<Recorder>,
+        store: Arc<Store>,
+        kernel: Arc<dyn KernelCache>,
+    ) -> Engine {
         Engine {
             recorder,
             store,
             kernel,
+            turns,
             apply: Mutex::new(()),
             scratch: Mutex::default(),
             looked: Mutex::default(),
@@ -579,7 +580,7 @@ impl Engine {
             Some(cp) => Some(cp),
             // A prompt the plain CLI's hooks began may not be bound to its uuid yet: the
             // transcript may show it by now.
-            None if self.bind_from_transcripts() > 0 => self.store.checkpoint(&uuid)?,
+            None if self.turns.bind_from_transcripts() > 0 => self.store.checkpoint(&uuid)?,
             None => None,
         };
         let Some(cp) = cp else {
@@ -651,6 +652,7 @@ impl Engine {
         let _one = self.apply.locked();
         // Every live session stays rewindable to its first message (store/gc.rs says how).
         let live: Vec<String> = self
+            .turns
             .live_sessions()
             .into_iter()
             .filter(|s| s.live)

@@ -31,7 +31,7 @@ impl Command for BeginMessage {
 impl BeginMessage {
     pub(super) fn apply(self, d: &Daemon) -> Result<BeginMessageReply, ControlError> {
         let seq = d
-            .engine
+            .turns
             .begin_message(&self.session_id, &self.user_message_id)?;
         Ok(BeginMessageReply {
             checkpoint: self.user_message_id,

@@ -49,7 +49,7 @@ impl BeginPrompt {
             text: self.prompt,
             transcript: self.transcript_path,
         };
-        let seq = d.engine.begin_prompt(&self.session_id, &prompt)?;
+        let seq = d.turns.begin_prompt(&self.session_id, &prompt)?;
         let mut unbound = Unbound::of(d, Some(&self.session_id))?.unbound_prompt_ids;
         unbound.retain(|p| *p != prompt.prompt_id);
         Ok(BeginPromptReply {

@@ -24,7 +24,7 @@ impl Command for BindMessage {
 impl BindMessage {
     pub(super) fn apply(self, d: &Daemon) -> Result<BeginMessageReply, ControlError> {
         match d
-            .engine
+            .turns
             .bind_prompt(&self.prompt_id, &self.user_message_id)?
         {
             Some(seq) => Ok(BeginMessageReply {

@@ -22,7 +22,7 @@ impl Command for EndTurn {
 
 impl EndTurn {
     pub(super) fn apply(self, d: &Daemon) -> Result<Unbound, ControlError> {
-        d.engine.end_turn(Some(&self.session_id));
+        d.turns.end_turn(Some(&self.session_id));
         Unbound::of(d, Some(&self.session_id))
     }
 }

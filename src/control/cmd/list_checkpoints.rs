@@ -178,9 +178,9 @@ impl Command for ListCheckpoints {
 impl ListCheckpoints {
     pub(super) fn apply(self, d: &Daemon) -> Result<CheckpointList, ControlError> {
         // Prompts the transcript shows by now are listed under their message uuid.
-        d.engine.bind_from_transcripts();
-        let list = d.engine.checkpoints(self.session_id.as_deref())?;
-        let mut origins = d.engine.origins()?;
+        d.turns.bind_from_transcripts();
+        let list = d.turns.checkpoints(self.session_id.as_deref())?;
+        let mut origins = d.turns.origins()?;
         let mut rewinds = RewindInfo::by_checkpoint(&d.engine.stack()?);
         let checkpoints = list
             .into_iter()

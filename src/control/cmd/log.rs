@@ -100,7 +100,7 @@ impl Command for Log {
 
 impl Log {
     pub(super) fn apply(self, d: &Daemon) -> Result<LogReply, ControlError> {
-        let e = &d.engine;
+        let e = &d.turns;
         let rel = match &self.path {
             Some(p) => {
                 Some(

@@ -55,8 +55,7 @@ impl RegisterAgent {
                 }
             )));
         }
-        d.engine
-            .register_agent(self.pid, self.session_id.as_deref());
+        d.turns.register_agent(self.pid, self.session_id.as_deref());
         Ok(Empty {})
     }
 }

@@ -162,11 +162,11 @@ impl Command for Status {
 
 impl Status {
     pub(super) fn apply(self, d: &Daemon) -> Result<StatusReply, ControlError> {
-        let e = &d.engine;
-        let current = e.current();
+        let (e, t) = (&d.engine, &d.turns);
+        let current = t.current();
         // A full store may not even take the journal's pending rows: status still answers, and
         // says so, rather than fail when it is needed most.
-        let counts = e.counts().unwrap_or_else(|err| {
+        let counts = t.counts().unwrap_or_else(|err| {
             tracing::warn!("status: the store's counts: {err}");
             Default::default()
         });
@@ -196,7 +196,7 @@ impl Status {
             store_bytes: counts.store_bytes,
             time: crate::store::rfc3339(crate::store::now_ms()),
             unprotected_processes: unprotected_processes(&d.workspace, &[]),
-            sessions: e
+            sessions: t
                 .live_sessions()
                 .into_iter()
                 .map(|s| SessionInfo {

@@ -46,7 +46,7 @@ impl Unbound {
     pub(super) fn of(d: &Daemon, session: Option<&str>) -> Result<Unbound, ControlError> {
         Ok(Unbound {
             unbound_prompt_ids: match session {
-                Some(s) => d.engine.unbound_prompts(Some(s))?,
+                Some(s) => d.turns.unbound_prompts(Some(s))?,
                 None => Vec::new(),
             },
         })
@@ -64,7 +64,7 @@ impl ToolUse {
             .file_path
             .as_deref()
             .and_then(|p| d.rel_to_workspace(p));
-        d.engine.tool_span(
+        d.turns.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,
             &self.tool_use_id,

@@ -1,14 +1,24 @@
-//! What the control requests ask of the engine besides rewinds: message boundaries, tool
-//! spans and agents (which decide how every later change is tagged), and what the store can
-//! tell about the history (checkpoints, the change log, counts). The control layer reaches the
-//! recorder and the store only through these.
+//! Turns: the session and turn bookkeeping, a service of its own beside the rewinder.
+//!
+//! Message boundaries, tool spans and agents (which decide how every later change is tagged),
+//! and what the store can tell about the history (checkpoints, the change log, counts). The
+//! control layer reaches the recorder and the store for these only through [`Turns`]; the
+//! rewinder asks it for the live sessions (gc) and to bind prompts (a rewind names a uuid).
+//!
+//! # Invariants
+//! - A checkpoint begins only after the kernel's dirty data is flushed ([`KernelCache`]): what
+//!   was written before the boundary belongs to the checkpoint before it.
+//! - Nothing here waits for a rewind: a boundary takes the capture gate for a moment, never the
+//!   rewinder's one-at-a-time lock.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::Engine;
+use std::sync::Arc;
+
+use crate::capture::Recorder;
 use crate::store::{
-    CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Origin, Prompt, StoreError,
+    CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Origin, Prompt, Store, StoreError,
 };
 
 /// Why a message's checkpoint could not begin.
@@ -71,7 +81,34 @@ pub struct Counts {
     pub store_bytes: u64,
 }
 
-impl Engine {
+/// The kernel side of a boundary or a rewind: flush what the kernel still holds first.
+/// Implemented by the daemon on top of the FUSE session. (A rewind changes the tree through
+/// the mount, so the kernel's caches follow by themselves.)
+pub trait KernelCache: Send + Sync {
+    /// Writes back dirty data (mmap pages) so it reaches the daemon now.
+    fn flush(&self);
+}
+
+/// The session and turn bookkeeping of one mount.
+pub struct Turns {
+    /// Tags every change with the current checkpoint, actor and session.
+    recorder: Arc<Recorder>,
+    /// Checkpoints, prompts and the change log.
+    store: Arc<Store>,
+    /// Flushed before a boundary.
+    kernel: Arc<dyn KernelCache>,
+}
+
+impl Turns {
+    /// The bookkeeping over the recorder and store of one mount.
+    pub fn new(recorder: Arc<Recorder>, store: Arc<Store>, kernel: Arc<dyn KernelCache>) -> Turns {
+        Turns {
+            recorder,
+            store,
+            kernel,
+        }
+    }
+
     /// A user message begins: its uuid becomes the current checkpoint of its session (a no-op
     /// if it already is, even after another session began one since). Returns the checkpoint's
     /// sequence number.
@@ -98,7 +135,7 @@ impl Engine {
 
     /// A typed prompt of the plain CLI begins (its UserPromptSubmit hook: nothing of the turn
     /// has run yet). Its checkpoint begins under the hooks' prompt_id, and takes the message
-    /// uuid when [`Engine::bind_prompt`] learns it from the transcript. Beginning the current
+    /// uuid when [`Turns::bind_prompt`] learns it from the transcript. Beginning the current
     /// prompt again is a no-op. Returns the checkpoint's sequence number.
     ///
     /// # Errors
