@@ -35,7 +35,6 @@ use serde_json::{Map, Value};
 use super::history::History;
 use super::{Engine, Request, RewindError, Scope};
 use crate::capture::snapshot;
-use crate::locks::Locked;
 use crate::store::bundle::{
     BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
 };
@@ -118,7 +117,7 @@ impl Engine {
         workspace: &Path,
         store: &Path,
     ) -> Result<Manifest, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         let start = self.export_start(sel)?;
         // Private (0600) and made beside its name through the directory's fd, never through
         // a name another user could plant (`outside.rs`); renamed into place when complete.
@@ -359,7 +358,7 @@ impl Engine {
         src: impl Read,
         trust: &crate::store::bundle::Trust,
     ) -> Result<(ImportReport, Option<String>), RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         let t0 = std::time::Instant::now();
         let staged = self
             .store

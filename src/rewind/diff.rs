@@ -9,10 +9,10 @@
 //! ([`line_counts`]), while a diff's per-file counts ([`FileStat`], `diff --stat`) are git's:
 //! a binary file is marked binary and counts no lines.
 
+use super::one::One;
 use super::past::DiffOut;
 use super::plan::now_state;
 use super::{Engine, Request, RewindError, Scope, Target};
-use crate::locks::Locked;
 use crate::store::Kind;
 
 impl Engine {
@@ -38,25 +38,29 @@ impl Engine {
             session_id: session.map(str::to_string),
             trust_imported: false,
         };
-        let _one = self.apply.locked();
+        let mut one = self.one();
         let (_, cp, filter) = self.checked(&req)?;
         self.kernel.flush();
         let text = self
-            .plan(cp.seq, cp.session_id.as_deref(), &req, &filter)
+            .plan(&mut one, cp.seq, cp.session_id.as_deref(), &req, &filter)
             .and_then(|out| {
-                let (text, stats) = self.diff_text(&out.targets)?;
+                let (text, stats) = self.diff_text(&one, &out.targets)?;
                 Ok(DiffOut {
                     text,
                     files_changed: out.files_changed,
                     stats,
                 })
             });
-        self.discard();
+        one.discard();
         text
     }
 
     /// The unified diff, current → target, of each target, and each one's line counts.
-    fn diff_text(&self, targets: &[Target]) -> Result<(String, Vec<FileStat>), RewindError> {
+    fn diff_text(
+        &self,
+        one: &One<'_>,
+        targets: &[Target],
+    ) -> Result<(String, Vec<FileStat>), RewindError> {
         let mut text = String::new();
         let mut stats = Vec::new();
         for t in targets {
@@ -73,7 +77,7 @@ impl Engine {
                 mode: t.mode,
                 content: match (&t.blob, t.kind()) {
                     (Some(b), Kind::File) => self
-                        .target_content(b)
+                        .target_content(one, b)
                         .map_err(|e| crate::sys::ctx(e, rel.display()))?,
                     _ => Vec::new(),
                 },

@@ -116,7 +116,7 @@ impl Engine {
     /// cannot be created; file-system errors while writing (what was written stays, for the
     /// caller to look at or remove).
     pub fn fork(&self, uuid: &str, dest: &Path, trust: bool) -> Result<ForkReport, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         self.kernel.flush();
         let _gate = self.recorder.exclusive();
         let past = self.past(uuid)?;
@@ -398,7 +398,7 @@ impl Engine {
         dir: &Path,
         path: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         self.kernel.flush();
         let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
         let past = self.past(uuid)?;

@@ -42,7 +42,7 @@
 //! (`changedMeanwhile`). Recovery, before the mount serves, applies behind it (`apply.rs`).
 //!
 //! # Invariants
-//! - One rewind, undo, diff, dry run or gc pass at a time (`Engine::apply`): a plan names
+//! - One rewind, undo, diff, dry run or gc pass at a time (`one.rs`): a plan names
 //!   blobs that gc, and the end of another plan, must not remove under it.
 //! - A real rewind, undo or redo flushes the kernel's dirty data, then starts watching
 //!   (`Recorder::watch`: the gate is taken for a moment, no longer) before it plans, and
@@ -54,7 +54,7 @@
 //!   began (`recovery.rs`).
 //! - The blobs a plan put together are removed when it is done — applied, failed, or read by
 //!   a dry run or diff — unless a capture or an unfinished rewind's plan names them
-//!   (`Engine::discard`).
+//!   (`One::discard`).
 
 mod apply;
 mod attrs;
@@ -66,6 +66,7 @@ mod helper;
 mod history;
 mod live;
 mod omitted;
+mod one;
 mod outside;
 mod past;
 mod patched;
@@ -91,6 +92,7 @@ use self::filter::Filter;
 pub use self::fork::ForkReport;
 pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
+use self::one::{One, OneAtATime};
 pub use self::past::{DiffOut, Entry, Shown, Want};
 pub use self::privileges::{AttrChange, Withheld};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
@@ -404,16 +406,9 @@ pub struct Engine {
     kernel: Arc<dyn KernelCache>,
     /// The session and turn bookkeeping: live sessions (gc keeps them), binding prompts.
     turns: Arc<Turns>,
-    /// One rewind at a time (also a dry run, a diff, a gc pass); first in the lock order,
-    /// before the capture gate.
-    apply: Mutex<()>,
-    /// Blobs the current plan put together (see [`Engine::discard`]); used under `apply`.
-    scratch: Mutex<Vec<BlobRef>>,
-    /// While a dry run or diff looks (from its plan to `discard`): the content its plan put
-    /// together (a file completed from a range chain, a moved file's), by hash, kept here
-    /// instead of in the store — a look writes nothing to the store. `None` otherwise; used
-    /// under `apply`.
-    looked: Mutex<Option<std::collections::HashMap<String, Vec<u8>>>>,
+    /// One rewind at a time (also a dry run, a diff, a look at the past, a gc pass), and what
+    /// the current plan put together (`one.rs`).
+    one: OneAtATime,
     /// Rewinds the last recovery could not finish, each with why (`status` names them).
     unfinished: Mutex<Vec<(String, String)>>,
     /// The workspace's absolute path (the mount is in place): a live rewind applies through
@@ -438,9 +433,7 @@ impl Engine {
             store,
             kernel,
             turns,
-            apply: Mutex::new(()),
-            scratch: Mutex::default(),
-            looked: Mutex::default(),
+            one: OneAtATime::default(),
             unfinished: Mutex::default(),
             workspace: None,
             mount_dev: std::sync::OnceLock::new(),
@@ -500,13 +493,13 @@ impl Engine {
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
         // Dry runs too: what a plan puts together is removed once it is done (see `discard`).
-        let _one = self.apply.locked();
+        let mut one = self.one();
         let (uuid, cp, filter) = self.checked(req)?;
         if req.dry_run {
             // Data the kernel still holds counts as the present.
             self.kernel.flush();
-            let out = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
-            self.discard();
+            let out = self.plan(&mut one, cp.seq, cp.session_id.as_deref(), req, &filter);
+            one.discard();
             let mut out = out?;
             if out.can_rewind {
                 if let Err(e) = self.check_space(&out.targets) {
@@ -522,7 +515,7 @@ impl Engine {
         // From here on, what anyone else changes is noted, and never overwritten.
         let watch = self.recorder.watch_for(cp.session_id.as_deref());
         let t1 = t0.elapsed();
-        let planned = self.plan(cp.seq, cp.session_id.as_deref(), req, &filter);
+        let planned = self.plan(&mut one, cp.seq, cp.session_id.as_deref(), req, &filter);
         let t2 = t0.elapsed();
         let planned = planned.map(|mut out| {
             // Room for what it captures, or it does not begin (`space.rs`).
@@ -537,22 +530,29 @@ impl Engine {
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
             Ok(out) => {
-                self.discard();
+                one.discard();
                 return Err(RewindError::Failed(
                     out.error.unwrap_or_else(|| "cannot rewind".into()),
                 ));
             }
             Err(e) => {
-                self.discard();
+                one.discard();
                 return Err(e);
             }
         };
         let id = uuid::Uuid::new_v4().to_string();
         // A failed one stays 'applying', and `discard` keeps what its plan names.
-        let applied = self.apply_targets(&id, &uuid, RewindScope::Scope(req.scope), &out, &watch);
+        let applied = self.apply_targets(
+            &mut one,
+            &id,
+            &uuid,
+            RewindScope::Scope(req.scope),
+            &out,
+            &watch,
+        );
         let changed_meanwhile = watch.count();
         drop(watch);
-        self.discard();
+        one.discard();
         out.settle(&applied?);
         let t3 = t0.elapsed();
         out.rewind_id = Some(id);
@@ -603,41 +603,19 @@ impl Engine {
         Ok((uuid, cp, filter))
     }
 
-    /// Removes the blob files the plans since the last call put together (a file completed
-    /// from a chain of range pre-images, a moved file's content) that no capture names and no
-    /// unfinished rewind's plan names: nothing needs them once the rewind is applied (or has
-    /// failed, leaving its plan for the next mount), or the dry run or diff has read them. A
-    /// crash before that leaves them to the next gc's sweep. The caller holds `apply`.
-    fn discard(&self) {
-        *self.looked.locked() = None;
-        let hashes = std::mem::take(&mut *self.scratch.locked());
-        if let Err(e) = self.recorder.discard_unreferenced(&hashes) {
-            tracing::warn!("removing a plan's transient blobs: {e}");
-        }
+    /// Waits for the rewind, look or gc pass in progress, then holds the right to plan,
+    /// apply or look (`one.rs`).
+    fn one(&self) -> One<'_> {
+        self.one.take(&self.recorder)
     }
 
     /// The content of a target's blob: what a look put together in memory, or the store's
     /// blob, verified.
-    fn target_content(&self, b: &BlobRef) -> io::Result<Vec<u8>> {
-        if let Some(c) = self
-            .looked
-            .locked()
-            .as_ref()
-            .and_then(|m| m.get(b.as_str()))
-        {
-            return Ok(c.clone());
+    fn target_content(&self, one: &One<'_>, b: &BlobRef) -> io::Result<Vec<u8>> {
+        match one.looked(b) {
+            Some(c) => Ok(c),
+            None => self.store.blobs.read_verified(b),
         }
-        self.store.blobs.read_verified(b)
-    }
-
-    /// Keeps content a look put together (see `looked`) and names it; `None` when a real
-    /// rewind plans (the content goes to the store then).
-    fn keep_looked(&self, content: Vec<u8>) -> Option<BlobRef> {
-        let mut looked = self.looked.locked();
-        let m = looked.as_mut()?;
-        let h = blake3::hash(&content).to_hex().to_string();
-        m.insert(h.clone(), content);
-        Some(BlobRef::hash(h))
     }
 
     /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.
@@ -649,7 +627,7 @@ impl Engine {
         policy: &crate::store::gc::Policy,
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         // Every live session stays rewindable to its first message (store/gc.rs says how).
         let live: Vec<String> = self
             .turns

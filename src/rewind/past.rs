@@ -36,7 +36,6 @@ use super::diff::{FileStat, Side, file_diff};
 use super::filter::Filter;
 use super::history::{History, Lineage};
 use super::{Engine, Request, RewindError, Scope};
-use crate::locks::Locked;
 use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
 
@@ -395,7 +394,7 @@ impl Engine {
     /// `Unknown` for an unknown checkpoint, `NotThen` for a path that did not exist then;
     /// store and file-system errors.
     pub fn show(&self, uuid: &str, path: &Path, read: Want) -> Result<Shown, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         self.kernel.flush();
         let past = self.past(uuid)?;
         let q = path.as_os_str().as_bytes();
@@ -467,7 +466,7 @@ impl Engine {
     /// # Errors
     /// `Unknown`, `NotThen`, `NotADirectory`; store and file-system errors.
     pub fn list_at(&self, uuid: &str, dir: &Path) -> Result<(Entry, Vec<Entry>), RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         self.kernel.flush();
         let past = self.past(uuid)?;
         let q = dir.as_os_str().as_bytes();
@@ -499,7 +498,7 @@ impl Engine {
         b: &str,
         path: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
-        let _one = self.apply.locked();
+        let _one = self.one();
         self.kernel.flush();
         let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
         let (pa, pb) = (self.past(a)?, self.past(b)?);

@@ -25,8 +25,8 @@ use std::path::Path;
 use rustix::fs::OFlags;
 
 use super::history::{History, Lineage};
+use super::one::One;
 use super::{Engine, RewindError};
-use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::{Capture, Kind, PreImage, Store};
 use crate::sys;
@@ -39,6 +39,7 @@ impl Engine {
     /// completed the same way: the chain is read in one pass (see [`Patched`]).
     pub(super) fn materialize(
         &self,
+        one: &mut One<'_>,
         hist: &History,
         c: &Capture,
         at: &[u8],
@@ -52,19 +53,19 @@ impl Engine {
         let mut reader = self.chain(hist, c, at, &unusable_here)?;
         // A look keeps what it puts together in memory; a rewind stores it (its plan is
         // journalled, and applied from the store).
-        if self.looked.locked().is_some() {
+        if one.looking() {
             let mut content = Vec::new();
             io::Read::read_to_end(&mut reader, &mut content).map_err(unusable_here)?;
             let size = content.len() as u64;
             return Ok(PreImage {
-                blob: self.keep_looked(content),
+                blob: one.keep_looked(content),
                 size,
                 partial: false,
                 ..c.pre.clone()
             });
         }
         let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
-        self.scratch.locked().push(BlobRef::hash(hash.clone()));
+        one.scratch([BlobRef::hash(hash.clone())]);
         Ok(PreImage {
             blob: Some(BlobRef::hash(hash)),
             size,

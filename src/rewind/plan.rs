@@ -31,10 +31,10 @@ use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
+use super::one::One;
 use super::privileges::{AttrChange, Policy, Present, Withheld};
 use super::{Differs, Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::capture::snapshot;
-use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
@@ -52,6 +52,7 @@ impl Engine {
     /// Store and file-system errors; a conflict is not an error but `can_rewind: false`.
     pub(super) fn plan(
         &self,
+        one: &mut One<'_>,
         c: i64,
         session: Option<&str>,
         req: &Request,
@@ -62,7 +63,7 @@ impl Engine {
         if req.dry_run {
             // A look writes nothing to the store: what it puts together stays in memory until
             // `discard`.
-            self.looked.locked().get_or_insert_with(Default::default);
+            one.look();
         }
         let mut out = Outcome {
             can_rewind: true,
@@ -81,6 +82,7 @@ impl Engine {
             Scope::Tool => {
                 let policy = self.policy(req.trust_imported);
                 self.plan_tool(
+                    one,
                     c,
                     session,
                     &hist,
@@ -93,9 +95,9 @@ impl Engine {
             }
             Scope::Agent | Scope::All => {
                 let wanted =
-                    self.wanted_by_actors(req.scope, &hist, &sessions, filter, &mut out)?;
+                    self.wanted_by_actors(one, req.scope, &hist, &sessions, filter, &mut out)?;
                 let policy = self.policy(req.trust_imported);
-                self.keep_differing(wanted, &req.user_message_id, &policy, &mut out)?;
+                self.keep_differing(one, wanted, &req.user_message_id, &policy, &mut out)?;
                 out.files_changed.sort();
             }
         }
@@ -129,6 +131,7 @@ impl Engine {
     /// a path changed both inside the scope and by someone outside it is a conflict.
     fn wanted_by_actors(
         &self,
+        one: &mut One<'_>,
         scope: Scope,
         hist: &History,
         sessions: &Sessions,
@@ -142,7 +145,7 @@ impl Engine {
             if p.is_empty() || !filter.matches(&p) || !sessions.includes(&p) {
                 continue;
             }
-            let Some(target) = self.state_of(hist, hist.lineage(&p), &p)? else {
+            let Some(target) = self.state_of(one, hist, hist.lineage(&p), &p)? else {
                 continue;
             };
             let bits = hist.actors(&p);
@@ -203,33 +206,34 @@ impl Engine {
     /// pre-image, is stored as a blob, so the plan does not depend on the tree it rewrites.
     pub(super) fn state_of(
         &self,
+        one: &mut One<'_>,
         hist: &History,
         lin: Lineage,
         q: &[u8],
     ) -> Result<Option<PreImage>, RewindError> {
         Ok(match lin {
             Lineage::Pre(p) => Some(p),
-            Lineage::Partial(c, at) => Some(self.materialize(hist, &c, &at)?),
+            Lineage::Partial(c, at) => Some(self.materialize(one, hist, &c, &at)?),
             Lineage::Current(at) if at == q => None,
             // Moved elsewhere and unchanged since: its content is there.
             Lineage::Current(at) => {
                 let rel = Path::new(OsStr::from_bytes(&at));
-                if self.looked.locked().is_some() {
-                    return Ok(Some(self.look_now(rel)?));
+                if one.looking() {
+                    return Ok(Some(self.look_now(one, rel)?));
                 }
                 let pre = snapshot(self.root(), rel, &self.store)?;
-                self.scratch.locked().extend(pre.blob.clone());
+                one.scratch(pre.blob.clone());
                 Some(pre)
             }
         })
     }
 
     /// A look's pre-image of `rel` as it is now, its content kept in memory (see `looked`).
-    fn look_now(&self, rel: &Path) -> Result<PreImage, RewindError> {
+    fn look_now(&self, one: &mut One<'_>, rel: &Path) -> Result<PreImage, RewindError> {
         let now = now_state(self.root(), rel)?;
         let size = now.content.as_ref().map_or(0, |c| c.len() as u64);
         let blob = match now.content {
-            Some(c) => self.keep_looked(c),
+            Some(c) => one.keep_looked(c),
             None => None,
         };
         Ok(PreImage {
@@ -250,6 +254,7 @@ impl Engine {
     /// targets, and counts the lines they add and remove.
     fn keep_differing(
         &self,
+        one: &One<'_>,
         wanted: Wanted,
         req_uuid: &str,
         policy: &Policy,
@@ -275,7 +280,7 @@ impl Engine {
             }
             let new_content = match (&target.kind, &target.blob) {
                 (Kind::File, Some(b)) => Some(
-                    self.target_content(b)
+                    self.target_content(one, b)
                         .map_err(|e| super::unusable(&p, req_uuid, e))?,
                 ),
                 (Kind::File, None) => Some(Vec::new()),

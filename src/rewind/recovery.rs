@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Applied, apply_plan, depth};
 use super::history::{History, under};
+use super::one::One;
 use super::{Differs, Engine, Outcome, RewindError, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
@@ -43,6 +44,7 @@ impl Engine {
     /// the plan was made, on this thread.
     pub(super) fn apply_targets(
         &self,
+        one: &mut One<'_>,
         id: &str,
         target_uuid: &str,
         scope: RewindScope,
@@ -85,7 +87,7 @@ impl Engine {
             std::thread::sleep(d);
         }
         let done = self
-            .apply_with_precapture(watch, &targets, &differs, &contents, id)
+            .apply_with_precapture(one, watch, &targets, &differs, &contents, id)
             .map_err(|e| match e {
                 RewindError::Failed(m) => {
                     RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
@@ -103,6 +105,7 @@ impl Engine {
     /// (`live.rs`, pass 3), then the tool scope's in-place targets.
     fn apply_with_precapture(
         &self,
+        one: &mut One<'_>,
         watch: &Watch<'_>,
         targets: &[&Target],
         differs: &[Differs],
@@ -133,7 +136,7 @@ impl Engine {
             left.len()
         );
         unused.extend(left);
-        self.scratch.locked().extend(unused);
+        one.scratch(unused);
         done
     }
 
@@ -146,11 +149,12 @@ impl Engine {
     /// # Errors
     /// The store cannot list the unfinished rewinds.
     pub fn recover(&self) -> Result<(usize, Vec<(String, String)>), RewindError> {
+        let mut one = self.one();
         let pending = self.store.unfinished_rewinds()?;
         let mut finished = 0;
         let mut failed = Vec::new();
         for r in &pending {
-            match self.finish(r) {
+            match self.finish(&mut one, r) {
                 Ok(()) => finished += 1,
                 Err(e) => {
                     tracing::error!(
@@ -168,7 +172,7 @@ impl Engine {
     }
 
     /// Finishes one interrupted rewind (see [`Engine::recover`]).
-    fn finish(&self, r: &crate::store::RewindRow) -> Result<(), RewindError> {
+    fn finish(&self, one: &mut One<'_>, r: &crate::store::RewindRow) -> Result<(), RewindError> {
         let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
             RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
         })?;
@@ -220,10 +224,8 @@ impl Engine {
         // An undo or redo also moves the rewind it undid or redid on the stack.
         self.store.finish_rewind(r)?;
         // What its plan named, unless another unfinished plan names it too.
-        self.scratch
-            .locked()
-            .extend(targets.iter().filter_map(|t| t.blob.clone()));
-        self.discard();
+        one.scratch(targets.iter().filter_map(|t| t.blob.clone()));
+        one.discard();
         Ok(())
     }
 

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::filter::Filter;
 use super::history::{History, under};
+use super::one::One;
 use super::{Engine, Outcome, Request, RewindError, Scope, Target};
 use crate::locks::Locked;
 use crate::store::{Actor, Kind, RewindRow, RewindScope, Step};
@@ -97,7 +98,7 @@ impl Engine {
     /// and `Failed` for store and file-system errors. A dry run reports a refusal in the
     /// outcome instead.
     pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
-        let _one = self.apply.locked();
+        let mut one = self.one();
         let all = self.store.stack()?;
         let stack = match &req.session_id {
             Some(s) => all.of_session(s, |uuid| {
@@ -154,8 +155,8 @@ impl Engine {
         let filter = Filter::exactly(touched);
         self.kernel.flush();
         if req.dry_run {
-            let planned = self.revert_plan(&reverts, &foreign, &filter, &req, &mut done);
-            self.discard();
+            let planned = self.revert_plan(&mut one, &reverts, &foreign, &filter, &req, &mut done);
+            one.discard();
             done.outcome = planned?;
             return Ok(done);
         }
@@ -165,17 +166,17 @@ impl Engine {
             .checkpoint(&rewind.target)?
             .and_then(|c| c.session_id);
         let watch = self.recorder.watch_for(session.as_deref());
-        let planned = self.revert_plan(&reverts, &foreign, &filter, &req, &mut done);
+        let planned = self.revert_plan(&mut one, &reverts, &foreign, &filter, &req, &mut done);
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
             Ok(out) => {
-                self.discard();
+                one.discard();
                 return Err(RewindError::Conflicts(
                     out.error.unwrap_or_else(|| "cannot rewind".into()),
                 ));
             }
             Err(e) => {
-                self.discard();
+                one.discard();
                 return Err(e);
             }
         };
@@ -184,9 +185,9 @@ impl Engine {
             Direction::Undo => RewindScope::Undo,
             Direction::Redo => RewindScope::Redo,
         };
-        let applied = self.apply_targets(&id, &rewind.id, scope, &out, &watch);
+        let applied = self.apply_targets(&mut one, &id, &rewind.id, scope, &out, &watch);
         drop(watch);
-        self.discard();
+        one.discard();
         out.settle(&applied?);
         let changed = out.targets.len();
         done.outcome = out;
@@ -209,6 +210,7 @@ impl Engine {
     /// outcome) when others changed any path it would change since that row, unless forced.
     fn revert_plan(
         &self,
+        one: &mut One<'_>,
         reverts: &RewindRow,
         foreign: &HashSet<i64>,
         filter: &Filter,
@@ -227,7 +229,7 @@ impl Engine {
             session_id: None,
             trust_imported: false,
         };
-        let mut out = self.plan(reverts.checkpoint, None, &plan_req, filter)?;
+        let mut out = self.plan(one, reverts.checkpoint, None, &plan_req, filter)?;
         let hist = History::load(&self.store, reverts.checkpoint)?;
         done.conflict_actors = changed_by_others(&hist, &out.targets, foreign);
         out.conflicts = done.conflict_actors.keys().cloned().collect();

@@ -45,6 +45,7 @@ use super::apply::{There, look};
 use super::diff::line_counts;
 use super::filter::Filter;
 use super::history::History;
+use super::one::One;
 use super::plan::Sessions;
 use super::privileges::{Policy, Withheld};
 use super::{Engine, Outcome, RewindError, Target};
@@ -74,6 +75,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn plan_tool(
         &self,
+        one: &mut One<'_>,
         c: i64,
         session: Option<&str>,
         hist: &History,
@@ -100,7 +102,7 @@ impl Engine {
             // symlink, directory or special file at the checkpoint is left as it is (the SDK
             // would restore what the link led to, or an earlier backup; not measured).
             let mut target = self
-                .tool_target(c, hist, &t)?
+                .tool_target(one, c, hist, &t)?
                 .filter(|p| matches!(p.kind, Kind::File | Kind::Absent));
             // What history from elsewhere may not grant is taken out first (`privileges.rs`).
             if let Some(p) = &mut target {
@@ -120,7 +122,7 @@ impl Engine {
                 Self::conflict(out, &t.path, bits, sessions);
             }
             let content = match &target {
-                Some(p) if p.kind == Kind::File => Some(self.content_of(p).map_err(|e| {
+                Some(p) if p.kind == Kind::File => Some(self.content_of(one, p).map_err(|e| {
                     // Which path, which checkpoint and (in `e`) which blob: nothing changed.
                     let cp = self.store.checkpoint_by_seq(c).ok().flatten();
                     let cp = cp.map_or_else(|| format!("#{c}"), |k| k.uuid);
@@ -192,12 +194,13 @@ impl Engine {
     /// completed if only its ranges were saved.
     fn tool_target(
         &self,
+        one: &mut One<'_>,
         c: i64,
         hist: &History,
         t: &Tracked,
     ) -> Result<Option<PreImage>, RewindError> {
         if t.checkpoint < c {
-            return self.state_of(hist, hist.lineage(&t.path), &t.path);
+            return self.state_of(one, hist, hist.lineage(&t.path), &t.path);
         }
         Ok(
             match t
@@ -206,7 +209,7 @@ impl Engine {
             {
                 Some(cap) if cap.pre.partial => {
                     let path = cap.path.clone();
-                    Some(self.materialize(hist, &cap, &path)?)
+                    Some(self.materialize(one, hist, &cap, &path)?)
                 }
                 Some(cap) => Some(cap.pre),
                 None => None,
@@ -215,9 +218,9 @@ impl Engine {
     }
 
     /// A file target's content, read from its blob (an empty file has none).
-    fn content_of(&self, p: &PreImage) -> io::Result<Vec<u8>> {
+    fn content_of(&self, one: &One<'_>, p: &PreImage) -> io::Result<Vec<u8>> {
         Ok(match &p.blob {
-            Some(b) => self.target_content(b)?,
+            Some(b) => self.target_content(one, b)?,
             None => Vec::new(),
         })
     }
