@@ -24,7 +24,7 @@
 //! - the blobs of what no change used (a path the rewind left alone, or a rewind that failed
 //!   before it) are handed back once the helper is done ([`Recorder::unprepared`]), and
 //!   removed if no row names them; so are those read for a path captured meanwhile;
-//! - it runs while the rewind holds the engine's `apply` lock, which every removal of blob
+//! - it runs while the rewind holds the rewinder's one-at-a-time guard (`rewind/one.rs`), which every removal of blob
 //!   files no row names (gc, a plan's discard, an import's) also takes: a blob it finds
 //!   stored already cannot be removed before its row is recorded.
 

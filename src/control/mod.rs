@@ -21,14 +21,16 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, broadcast};
 
 use self::cmd::RewindReply;
-use crate::rewind::Engine;
 
 /// Most connections served at once; one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 256;
 
 /// What the handlers work with.
 pub struct Daemon {
-    pub engine: Arc<Engine>,
+    /// Rewinds, undo and redo, gc.
+    pub rewinder: Arc<crate::rewind::Rewinder>,
+    /// Looks at the past (show, ls, diff A B, fork) and carries history (export, import).
+    pub views: Arc<crate::rewind::Views>,
     /// The session and turn bookkeeping (boundaries, tool spans, agents, checkpoints, log).
     pub turns: Arc<crate::turns::Turns>,
     /// The workspace (absolute path of the mount).

@@ -33,7 +33,7 @@ use crate::capture::{Observer, Recorder};
 use crate::config::MountConfig;
 use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
-use crate::rewind::Engine;
+use crate::rewind::Rewinder;
 use crate::store::Store;
 use crate::turns::Turns;
 use crate::{mounts, sys};
@@ -49,7 +49,7 @@ struct Parts {
     recorder: Arc<Recorder>,
     core: Arc<Core>,
     kernel: Arc<FuseKernel>,
-    engine: Arc<Engine>,
+    rewinder: Arc<Rewinder>,
     turns: Arc<Turns>,
 }
 
@@ -75,7 +75,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
 
     let parts = open(&cfg)?;
     let policy = cfg.retention.policy();
-    gc_pass(&parts.engine, &policy, true);
+    gc_pass(&parts.rewinder, &policy, true);
     let fs = RewindFs::new(parts.core.clone(), CacheConfig { ttl: cfg.ttl });
 
     // SIGTERM and SIGINT are taken over before the socket and the mount appear: a signal sent
@@ -100,7 +100,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     // Read from what the kernel holds (no request to the mount, which does not serve yet).
     match sys::dev_cached(&cfg.dir) {
         Ok(dev) => {
-            parts.engine.mounted_on(dev);
+            parts.rewinder.mounted_on(dev);
             let _ = parts.kernel.dev.set(rustix::fs::makedev(dev.0, dev.1));
         }
         Err(e) => tracing::error!(
@@ -126,7 +126,8 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     }
 
     let daemon = Arc::new(Daemon {
-        engine: parts.engine.clone(),
+        views: Arc::new(parts.rewinder.views()),
+        rewinder: parts.rewinder.clone(),
         turns: parts.turns.clone(),
         workspace: cfg.dir.clone(),
         store_dir: cfg.store.clone(),
@@ -184,7 +185,7 @@ fn mount_source(store: &Path) -> anyhow::Result<String> {
 }
 
 /// Opens the workspace's fd (before the mount covers it) and the store, builds the recorder,
-/// the FUSE core and the rewind engine, and finishes a rewind a crash interrupted before
+/// the FUSE core, the turns and the rewinder, and finishes a rewind a crash interrupted before
 /// anyone sees the tree.
 fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     let root = sys::open_dir_path(&cfg.dir)?;
@@ -203,13 +204,16 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         dir: cfg.dir.clone(),
     });
     let turns = Arc::new(Turns::new(recorder.clone(), store.clone(), kernel.clone()));
-    let engine = Arc::new(
-        Engine::new(turns.clone(), recorder.clone(), store, kernel.clone())
-            .with_workspace(cfg.dir.clone()),
-    );
+    let rewinder = Arc::new(Rewinder::new(
+        turns.clone(),
+        recorder.clone(),
+        store,
+        kernel.clone(),
+        cfg.dir.clone(),
+    ));
     // A rewind that cannot be finished now (a full store) stays unfinished and is named by
     // `status`; it never keeps the workspace from being mounted.
-    let (recovered, failed) = engine
+    let (recovered, failed) = rewinder
         .recover()
         .map_err(|e| anyhow::anyhow!("finishing an interrupted rewind: {e}"))?;
     if recovered > 0 {
@@ -222,7 +226,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         recorder,
         core,
         kernel,
-        engine,
+        rewinder,
         turns,
     })
 }
@@ -294,7 +298,7 @@ async fn serve(
     );
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let policy = daemon.retention;
-    let engine = daemon.engine.clone();
+    let rewinder = daemon.rewinder.clone();
     let server = tokio::spawn(crate::control::serve(
         listener,
         daemon,
@@ -311,7 +315,7 @@ async fn serve(
             _ = term.recv(), if !stopping => { stopping = true; unmount(dir); }
             _ = int.recv(), if !stopping => { stopping = true; unmount(dir); }
             _ = gc_tick.tick() => {
-                let e = engine.clone();
+                let e = rewinder.clone();
                 let _ = tokio::task::spawn_blocking(move || gc_pass(&e, &policy, false)).await;
             }
             r = &mut done_rx => {

@@ -3,7 +3,7 @@
 //!
 //! Where the rest of retention lives: what may be dropped and the SQL that drops it
 //! (`store::gc`: never the current checkpoint, never the capture before a tool's first change
-//! of a path in a live session); the locks a pass takes (`Engine::gc`: no rewind at once;
+//! of a path in a live session); the locks a pass takes (`Rewinder::gc`: no rewind at once;
 //! `store::gc`: the capture lock for each batch of blob files it removes, never the whole
 //! pass); the limits
 //! (`config::Retention`, from `--max-store-bytes` / `--max-age`); the reply of a `gc` request
@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use super::lock::StoreLock;
-use crate::rewind::Engine;
+use crate::rewind::Rewinder;
 use crate::store::Store;
 use crate::store::gc::{Policy, Report};
 
@@ -23,9 +23,9 @@ use crate::store::gc::{Policy, Report};
 pub(super) const GC_EVERY: Duration = Duration::from_secs(60);
 
 /// One automatic retention pass; what it freed (or why it failed) goes to the log.
-pub(super) fn gc_pass(engine: &Engine, policy: &Policy, full: bool) {
+pub(super) fn gc_pass(rewinder: &Rewinder, policy: &Policy, full: bool) {
     use crate::store::gc::human_bytes;
-    match engine.gc(policy, full) {
+    match rewinder.gc(policy, full) {
         Ok(r) if r.checkpoints_dropped > 0 || r.blobs_deleted > 0 => tracing::info!(
             "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: the store went from {} to {}",
             r.checkpoints_dropped,

@@ -187,7 +187,7 @@ impl<'a> Tree<'a> {
 ///
 /// # Errors
 /// The first failure of a pass; the paths before it are already set. The rewind stays
-/// 'applying', to be finished by [`super::Engine::recover`].
+/// 'applying', to be finished by [`super::Rewinder::recover`].
 pub(super) fn apply_plan(
     rec: &Recorder,
     store: &Store,

@@ -5,7 +5,7 @@
 //! on every capture after it — and every blob they name. It also holds one checkpoint of its
 //! own, the *export* checkpoint (uuid = the export's id, kind `mount`), whose captures are the
 //! state at export of every path a rewind to the first checkpoint would look at
-//! ([`Engine::candidates`]). On the other side, a path's history then ends in a capture, not
+//! ([`Ground::candidates`]). On the other side, a path's history then ends in a capture, not
 //! in that store's present tree: every exported checkpoint rewinds to exactly what it did here
 //! (a range pre-image's chain ends on a complete one), whatever the other tree holds; a rewind
 //! to the export checkpoint gives the tree as it was at export.
@@ -33,7 +33,7 @@ use rustix::fs::OFlags;
 use serde_json::{Map, Value};
 
 use super::history::History;
-use super::{Engine, Request, RewindError, Scope};
+use super::{Request, RewindError, Scope, Views};
 use crate::capture::snapshot;
 use crate::store::bundle::{
     BundleError, BundleWriter, ImportPlan, ImportReport, Manifest, Row, blob_value,
@@ -68,7 +68,7 @@ struct NowRow {
     blob: Option<(String, u64)>,
 }
 
-impl Engine {
+impl Views {
     /// The seq an export starts at.
     fn export_start(&self, sel: &Selection) -> Result<i64, RewindError> {
         let from = match &sel.since {
@@ -82,7 +82,8 @@ impl Engine {
                     session_id: None,
                     trust_imported: false,
                 };
-                self.checked(&req)
+                self.g
+                    .checked(&req)
                     .map_err(|e| match e {
                         RewindError::NoCheckpoint => RewindError::Unknown(u.clone()),
                         e => e,
@@ -92,7 +93,7 @@ impl Engine {
             }
             None => 0,
         };
-        let kept = self.store.checkpoints(sel.session.as_deref())?;
+        let kept = self.g.store.checkpoints(sel.session.as_deref())?;
         kept.iter()
             .map(|c| c.checkpoint.seq)
             .find(|s| *s >= from)
@@ -117,7 +118,7 @@ impl Engine {
         workspace: &Path,
         store: &Path,
     ) -> Result<Manifest, RewindError> {
-        let _one = self.one();
+        let _one = self.g.one();
         let start = self.export_start(sel)?;
         // Private (0600) and made beside its name through the directory's fd, never through
         // a name another user could plant (`outside.rs`); renamed into place when complete.
@@ -147,14 +148,15 @@ impl Engine {
     ) -> Result<Manifest, RewindError> {
         let mut w = BundleWriter::new(file)?;
         let export_id = uuid::Uuid::new_v4().to_string();
-        self.kernel.flush();
+        self.g.kernel.flush();
         let (mut rows, now_rows) = {
-            let _gate = self.recorder.exclusive();
+            let _gate = self.g.recorder.exclusive();
             // The change log's newest entries are still buffered: all of it goes.
-            self.recorder.flush_log();
-            let rows = self.store.export_rows(start)?;
-            let hist = History::load(&self.store, start)?;
+            self.g.recorder.flush_log();
+            let rows = self.g.store.export_rows(start)?;
+            let hist = History::load(&self.g.store, start)?;
             let mut names: Vec<Vec<u8>> = self
+                .g
                 .candidates(&hist, super::inside(Scope::All))
                 .into_iter()
                 .filter(|p| !p.is_empty())
@@ -174,7 +176,7 @@ impl Engine {
             // The writer reads the blob's `size` bytes and checks them against its name itself
             // (a mismatch fails the export, which leaves no bundle behind).
             let mut src =
-                self.store.blobs.stream_verified(h).map_err(|e| {
+                self.g.store.blobs.stream_verified(h).map_err(|e| {
                     RewindError::Refused(format!("export: blob {h} of the store: {e}"))
                 })?;
             w.blob(h, size as u64, &mut src)
@@ -267,7 +269,7 @@ impl Engine {
             c.insert("target".into(), Value::Null);
             // Not recorded (an absent path, a symlink) unless read below, as capture does.
             c.insert("xattrs".into(), Value::Null);
-            let st = sys::lstat_beneath_opt(self.root(), rel)?;
+            let st = sys::lstat_beneath_opt(self.g.root(), rel)?;
             let Some(st) = st else {
                 c.insert("kind".into(), Value::from(Kind::Absent.as_str()));
                 for k in ["mode", "uid", "gid", "size"] {
@@ -283,8 +285,12 @@ impl Engine {
             let mut blob = None;
             let kind = match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
-                    let fd =
-                        sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
+                    let fd = sys::open_beneath(
+                        self.g.root(),
+                        rel,
+                        OFlags::RDONLY | OFlags::NONBLOCK,
+                        0,
+                    )?;
                     let size = sys::fstat(fd.as_fd())?.st_size as u64;
                     let mut f = std::fs::File::from(fd);
                     let (hash, size) = if size <= IN_MEMORY {
@@ -310,18 +316,18 @@ impl Engine {
                     Kind::File
                 }
                 libc::S_IFDIR => {
-                    let x = super::attrs::read_at(self.root(), rel);
+                    let x = super::attrs::read_at(self.g.root(), rel);
                     c.insert("xattrs".into(), xattrs_value(x));
                     Kind::Dir
                 }
                 libc::S_IFLNK => {
-                    let t = sys::readlinkat(self.root(), rel)?;
+                    let t = sys::readlinkat(self.g.root(), rel)?;
                     c.insert("target".into(), blob_value(t.as_bytes()));
                     Kind::Symlink
                 }
                 _ => {
                     c.insert("size".into(), Value::from(st.st_rdev));
-                    let x = super::attrs::read_at(self.root(), rel);
+                    let x = super::attrs::read_at(self.g.root(), rel);
                     c.insert("xattrs".into(), xattrs_value(x));
                     Kind::Other
                 }
@@ -339,7 +345,7 @@ impl Engine {
     /// # Errors
     /// The file cannot be opened (with its path).
     pub fn open_in_workspace(&self, rel: &Path) -> io::Result<std::fs::File> {
-        sys::open_beneath(self.root(), rel, OFlags::RDONLY, 0)
+        sys::open_beneath(self.g.root(), rel, OFlags::RDONLY, 0)
             .map(std::fs::File::from)
             .map_err(|e| sys::ctx(e, format!("opening {}", rel.display())))
     }
@@ -358,36 +364,37 @@ impl Engine {
         src: impl Read,
         trust: &crate::store::bundle::Trust,
     ) -> Result<(ImportReport, Option<String>), RewindError> {
-        let _one = self.one();
+        let _one = self.g.one();
         let t0 = std::time::Instant::now();
         let staged = self
+            .g
             .store
-            .stage_bundle(src, Some(self.recorder.capture_lock()), trust)?;
+            .stage_bundle(src, Some(self.g.recorder.capture_lock()), trust)?;
         let signed_by = staged.signed_by.clone();
         let staged_in = t0.elapsed();
-        self.kernel.flush();
+        self.g.kernel.flush();
         let mut stored: Vec<BlobRef> = Vec::new();
         let res: Result<ImportReport, RewindError> = (|| {
-            let _gate = self.recorder.exclusive();
+            let _gate = self.g.recorder.exclusive();
             // The message uuids the bundle knows for prompts not bound here yet (true whether
             // or not the rest is imported).
-            for (prompt_id, uuid) in self.store.bundle_bindings(&staged)? {
-                self.turns.bind_prompt(&prompt_id, &uuid)?;
+            for (prompt_id, uuid) in self.g.store.bundle_bindings(&staged)? {
+                self.g.turns.bind_prompt(&prompt_id, &uuid)?;
             }
-            if let ImportPlan::Already(r) = self.store.import_plan(&staged)? {
+            if let ImportPlan::Already(r) = self.g.store.import_plan(&staged)? {
                 return Ok(r);
             }
             let planned_in = t0.elapsed();
             self.splice_names(&staged)?;
             let named_in = t0.elapsed();
-            let root = self.root();
-            let store = &self.store;
+            let root = self.g.root();
+            let store = &self.g.store;
             let mut read = |p: &[u8]| -> io::Result<PreImage> {
                 let pre = snapshot(root, Path::new(OsStr::from_bytes(p)), store)?;
                 stored.extend(pre.blob.clone());
                 Ok(pre)
             };
-            let r = self.store.import_rows(
+            let r = self.g.store.import_rows(
                 &staged,
                 Some(import_origin(&staged.manifest)),
                 Some(&mut read),
@@ -403,14 +410,14 @@ impl Engine {
             );
             // What happens from now on lands after the imported history.
             let uuid = uuid::Uuid::new_v4().to_string();
-            self.recorder.begin(&uuid, None, CheckpointKind::Mount)?;
+            self.g.recorder.begin(&uuid, None, CheckpointKind::Mount)?;
             Ok(r)
         })();
         if !matches!(&res, Ok(r) if !r.already) {
-            if let Err(e) = staged.discard(&self.store, Some(self.recorder.capture_lock())) {
+            if let Err(e) = staged.discard(&self.g.store, Some(self.g.recorder.capture_lock())) {
                 tracing::warn!("import: removing the blobs it stored: {e}");
             }
-            if let Err(e) = self.recorder.discard_unreferenced(&stored) {
+            if let Err(e) = self.g.recorder.discard_unreferenced(&stored) {
                 tracing::warn!("import: removing the blobs it stored: {e}");
             }
         }
@@ -418,7 +425,7 @@ impl Engine {
     }
 
     /// Every path the imported history touches — every name a rewind through it would look at
-    /// ([`Engine::candidates`], over the present tree) — into the staging file, whose present
+    /// ([`Ground::candidates`], over the present tree) — into the staging file, whose present
     /// state is then spliced in before the imported history: it keeps a rewind to one of this
     /// store's own earlier checkpoints from meeting another tree's pre-images (it meets the
     /// present first, which is what those paths were since). Streamed: a name at a time.
@@ -428,7 +435,7 @@ impl Engine {
             moves: staged.new_moves()?,
         };
         // Beneath the renamed directories, as the present tree has them.
-        for p in self.candidates(&hist, super::inside(Scope::All)) {
+        for p in self.g.candidates(&hist, super::inside(Scope::All)) {
             if !p.is_empty() {
                 staged.add_splice_name(&p)?;
             }

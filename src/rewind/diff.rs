@@ -1,94 +1,24 @@
 //! What a rewind would change, as text: the unified diff of `rewindfs diff` and the line
 //! counts of a plan's outcome.
 //!
-//! Invariants: the diff is read-only — it plans as a dry run does (under the apply lock,
-//! after the kernel's dirty data is flushed, so what the kernel holds counts as the present)
-//! and discards what the plan put together. The diff *text* treats content that is not UTF-8,
+//! Invariants: nothing here reads the store or the tree (a leaf: `preview.rs`, `past.rs` and
+//! `plan.rs` bring the two sides). The diff *text* treats content that is not UTF-8,
 //! or holds a NUL, as binary ("Binary files … differ"), so it never prints raw bytes; the line
 //! *counts* of a plan's outcome are the SDK's, which count binary content as text too
 //! ([`line_counts`]), while a diff's per-file counts ([`FileStat`], `diff --stat`) are git's:
 //! a binary file is marked binary and counts no lines.
 
-use super::one::One;
-use super::past::DiffOut;
-use super::plan::now_state;
-use super::{Engine, Request, RewindError, Scope, Target};
 use crate::store::Kind;
 
-impl Engine {
-    /// Unified diff, current → checkpoint, of the paths a rewind of `scope` would change
-    /// (`path`: only that path or glob), with the list of those paths and their line counts.
-    /// `session`: the checkpoint must be that session's.
-    ///
-    /// # Errors
-    /// As [`Engine::rewind`]'s.
-    pub fn diff(
-        &self,
-        user_message_id: &str,
-        path: Option<&str>,
-        scope: Scope,
-        session: Option<&str>,
-    ) -> Result<DiffOut, RewindError> {
-        let req = Request {
-            user_message_id: user_message_id.to_string(),
-            dry_run: true,
-            scope,
-            force: true,
-            paths: path.map(|p| vec![p.to_string()]).unwrap_or_default(),
-            session_id: session.map(str::to_string),
-            trust_imported: false,
-        };
-        let mut one = self.one();
-        let (_, cp, filter) = self.checked(&req)?;
-        self.kernel.flush();
-        let text = self
-            .plan(&mut one, cp.seq, cp.session_id.as_deref(), &req, &filter)
-            .and_then(|out| {
-                let (text, stats) = self.diff_text(&one, &out.targets)?;
-                Ok(DiffOut {
-                    text,
-                    files_changed: out.files_changed,
-                    stats,
-                })
-            });
-        one.discard();
-        text
-    }
-
-    /// The unified diff, current → target, of each target, and each one's line counts.
-    fn diff_text(
-        &self,
-        one: &One<'_>,
-        targets: &[Target],
-    ) -> Result<(String, Vec<FileStat>), RewindError> {
-        let mut text = String::new();
-        let mut stats = Vec::new();
-        for t in targets {
-            let rel = t.rel();
-            let now = now_state(self.root(), rel)?;
-            let old = Side {
-                kind: now.kind,
-                mode: now.mode,
-                content: now.content.unwrap_or_default(),
-                target: now.target,
-            };
-            let new = Side {
-                kind: t.kind(),
-                mode: t.mode,
-                content: match (&t.blob, t.kind()) {
-                    (Some(b), Kind::File) => self
-                        .target_content(one, b)
-                        .map_err(|e| crate::sys::ctx(e, rel.display()))?,
-                    _ => Vec::new(),
-                },
-                target: t.target.clone(),
-            };
-            let (d, stat) = file_diff(&rel.display().to_string(), &old, &new);
-            text.push_str(&d);
-            stats.push(stat);
-        }
-        Ok((text, stats))
-    }
+/// What `diff` answers.
+#[derive(Debug, Clone, Default)]
+pub struct DiffOut {
+    /// The unified diff.
+    pub text: String,
+    /// The paths that differ, sorted.
+    pub files_changed: Vec<String>,
+    /// Lines added and removed per path, in path order.
+    pub stats: Vec<FileStat>,
 }
 
 /// One side of a path's diff: what it is, and a file's bytes (empty for anything else).

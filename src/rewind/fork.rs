@@ -33,12 +33,13 @@ use std::path::{Path, PathBuf};
 use rustix::fs::OFlags;
 
 use super::attrs;
+use super::diff::DiffOut;
 use super::diff::{Side, file_diff};
 use super::filter::Filter;
 use super::outside::parent_beneath;
-use super::past::{DiffOut, Entry, Past, Source};
+use super::past::{Entry, Past, Source};
 use super::privileges::{Policy, Withheld};
-use super::{Engine, RewindError};
+use super::{RewindError, Views};
 use crate::locks::Locked;
 use crate::store::{Kind, PreImage, Xattrs};
 use crate::sys;
@@ -74,7 +75,7 @@ struct Walk<'a> {
     files: &'a mut Vec<Entry>,
 }
 
-/// Threads a fork writes files on (see [`Engine::fork_files`]): reads in flight, not CPUs.
+/// Threads a fork writes files on (see [`Views::fork_files`]): reads in flight, not CPUs.
 const FORK_WORKERS: usize = 8;
 
 /// What one fork thread wrote.
@@ -107,7 +108,7 @@ struct DirMode {
     xattrs: Option<Xattrs>,
 }
 
-impl Engine {
+impl Views {
     /// Writes the tree as it was when checkpoint `uuid` began into `dest`, a new or empty
     /// directory (created if missing; its parent must exist).
     ///
@@ -116,11 +117,12 @@ impl Engine {
     /// cannot be created; file-system errors while writing (what was written stays, for the
     /// caller to look at or remove).
     pub fn fork(&self, uuid: &str, dest: &Path, trust: bool) -> Result<ForkReport, RewindError> {
-        let _one = self.one();
-        self.kernel.flush();
-        let _gate = self.recorder.exclusive();
+        let _one = self.g.one();
+        self.g.kernel.flush();
+        let _gate = self.g.recorder.exclusive();
         let past = self.past(uuid)?;
         let cp = self
+            .g
             .store
             .checkpoint(&past.uuid)?
             .ok_or_else(|| RewindError::Unknown(past.uuid.clone()))?;
@@ -134,7 +136,7 @@ impl Engine {
             root_owner: sys::fstat(out.as_fd())
                 .map(|st| (st.st_uid, st.st_gid))
                 .unwrap_or_default(),
-            ..self.policy(trust)
+            ..self.g.policy(trust)
         };
         let mut report = ForkReport {
             checkpoint: past.uuid.clone(),
@@ -369,14 +371,14 @@ impl Engine {
             Source::Tree(at) => {
                 let rel = Path::new(OsStr::from_bytes(at));
                 copy_from(sys::open_beneath(
-                    self.root(),
+                    self.g.root(),
                     rel,
                     OFlags::RDONLY | OFlags::NONBLOCK,
                     0,
                 )?)
             }
             // Copied while hashed: a blob that does not hash to its name fails the fork.
-            Source::Blob(h) => self.store.blobs.copy_verified(h, fd),
+            Source::Blob(h) => self.g.store.blobs.copy_verified(h, fd),
             Source::Chain(..) | Source::Saved => {
                 let mut src = self
                     .content(past, e)
@@ -398,8 +400,8 @@ impl Engine {
         dir: &Path,
         path: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
-        let _one = self.one();
-        self.kernel.flush();
+        let _one = self.g.one();
+        self.g.kernel.flush();
         let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
         let past = self.past(uuid)?;
         let there = sys::open_dir_path(dir)

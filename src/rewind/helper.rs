@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::apply::{Applied, Meanwhile, Tree};
-use super::{Differs, Engine, RewindError, Target, live};
+use super::{Differs, RewindError, Rewinder, Target, live};
 use crate::capture::Watch;
 use crate::store::{Blobs, PlanTarget};
 use crate::sys;
@@ -100,7 +100,7 @@ enum Message {
     Failed { error: String },
 }
 
-impl Engine {
+impl Rewinder {
     /// Applies `targets` through the mount, from a helper process (see the module doc), which
     /// `watch` names as the rewind's.
     pub(super) fn apply_through_mount(
@@ -114,17 +114,14 @@ impl Engine {
         let failed = |what: &str, e: io::Error| {
             RewindError::Failed(format!("the rewind's helper process: {what}: {e}"))
         };
-        let mount = self
-            .workspace
-            .clone()
-            .ok_or_else(|| RewindError::Failed("the mount's path is not known".into()))?;
-        let dev = *self.mount_dev.get().ok_or_else(|| {
+        let mount = self.g.workspace.clone();
+        let dev = *self.g.mount_dev.get().ok_or_else(|| {
             RewindError::Failed("the mount's device is not known (see the log at mount)".into())
         })?;
         let job = Job {
             mount,
             dev,
-            blobs: self.store.blobs.dir().to_path_buf(),
+            blobs: self.g.store.blobs.dir().to_path_buf(),
             id: id.to_string(),
             targets: targets.iter().map(|t| (*t).clone()).collect(),
             differs: targets

@@ -1,9 +1,18 @@
-//! Rewind: plan (dry run) and apply a rewind, undo and redo rewinds (a stack), diff, and finish
-//! one a crash interrupted.
+//! Rewind: plan (dry run) and apply a rewind, undo and redo rewinds (a stack), finish one a
+//! crash interrupted; and look at the past without rewinding.
+//!
+//! # Types
+//! - [`Rewinder`]: plans and applies rewinds, undoes and redoes them, recovers, runs gc — one
+//!   at a time, behind the guard type [`One`](one::One) (`one.rs`);
+//! - [`Views`]: looks at the past (`show`, `ls`, `diff A B`, `fork`) and carries history out
+//!   and in (`export`, `import`); changes nothing in the workspace;
+//! - both work on one `Ground` (the mount's recorder, store, kernel, turns and the lock); the
+//!   session and turn bookkeeping is [`Turns`](crate::turns::Turns), outside this module.
 //!
 //! # Layout
-//! - `mod.rs`: the public types and the engine's entry points (`rewind`, `gc`) with the
-//!   locking around them;
+//! - `mod.rs`: the public types, `Rewinder::rewind` and `Rewinder::gc`, and what both services
+//!   share (`Ground`: the checked checkpoint of a request, the privilege policy);
+//! - `one.rs`: one at a time, and what a plan put together;
 //! - `history.rs`: the history of a path through captures and renames (what it was at a
 //!   checkpoint);
 //! - `patched.rs`: completing a range pre-image (the range-chain reader);
@@ -19,11 +28,14 @@
 //! - `attrs.rs`: extended attributes — which a rewind restores, and restoring them;
 //! - `recovery.rs`: the journalled apply, and finishing it after a crash;
 //! - `stack.rs`: undo and redo, and their check for changes made since by others;
-//! - `diff.rs`: the diff text and the line counts;
+//! - `preview.rs`: the diff of what a rewind would change (`rewindfs diff UUID`);
+//! - `diff.rs`: the diff text and the line counts (a leaf: reads neither store nor tree);
 //! - `past.rs`: looking at the tree as it was when a checkpoint began, without rewinding
 //!   (`show`, `ls`, `diff A B`), by the same lineage and chain reader a rewind uses;
 //! - `fork.rs`: that tree written into a new directory, and the diff from it to a fork;
-//! - `carry.rs`: export a run of checkpoints as a bundle, import one.
+//! - `carry.rs`: export a run of checkpoints as a bundle, import one;
+//! - `privileges.rs`, `outside.rs`, `space.rs`, `omitted.rs`: what history from elsewhere may
+//!   not grant, files written outside the mount, room in the store, what a scope leaves out.
 //!
 //! **State at a checkpoint.** The state of path `q` when checkpoint `C` began is found by
 //! following `q` forward through the events recorded since `C` (captures and directory renames,
@@ -42,8 +54,8 @@
 //! (`changedMeanwhile`). Recovery, before the mount serves, applies behind it (`apply.rs`).
 //!
 //! # Invariants
-//! - One rewind, undo, diff, dry run or gc pass at a time (`one.rs`): a plan names
-//!   blobs that gc, and the end of another plan, must not remove under it.
+//! - One rewind, undo, diff, dry run, look at the past or gc pass at a time (`one.rs`): a
+//!   plan names blobs that gc, and the end of another plan, must not remove under it.
 //! - A real rewind, undo or redo flushes the kernel's dirty data, then starts watching
 //!   (`Recorder::watch`: the gate is taken for a moment, no longer) before it plans, and
 //!   applies through the mount; the FUSE core refuses the rewind's step on any path someone
@@ -71,6 +83,7 @@ mod outside;
 mod past;
 mod patched;
 mod plan;
+mod preview;
 mod privileges;
 mod recovery;
 mod space;
@@ -87,13 +100,13 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 pub use self::carry::{Selection, import_origin};
-pub use self::diff::FileStat;
+pub use self::diff::{DiffOut, FileStat};
 use self::filter::Filter;
 pub use self::fork::ForkReport;
 pub use self::helper::run_helper;
 pub use self::omitted::Omitted;
 use self::one::{One, OneAtATime};
-pub use self::past::{DiffOut, Entry, Shown, Want};
+pub use self::past::{Entry, Shown, Want};
 pub use self::privileges::{AttrChange, Withheld};
 pub use self::stack::{Direction, StackOutcome, StackRequest};
 use crate::capture::Recorder;
@@ -394,14 +407,16 @@ impl Outcome {
     }
 }
 
-/// Plans and applies rewinds.
-pub struct Engine {
+/// What the rewinder and the views share: the mount's recorder, store, kernel and turns, where
+/// the workspace is, and the one-at-a-time lock (`one.rs`). Internal: the services below are
+/// the only way in.
+pub(super) struct Ground {
     /// Notes what others change while a rewind runs ([`Recorder::watch`]), begins the rewind's
     /// own checkpoint, and captures what recovery overwrites behind the mount.
     recorder: Arc<Recorder>,
     /// Checkpoints, captures, the rewind journal and the blobs.
     store: Arc<Store>,
-    /// The kernel's dirty data, flushed before a rewind plans and before a boundary (a rewind
+    /// The kernel's dirty data, flushed before a rewind plans or a look reads (a rewind
     /// changes the tree through the mount, so the caches follow by themselves).
     kernel: Arc<dyn KernelCache>,
     /// The session and turn bookkeeping: live sessions (gc keeps them), binding prompts.
@@ -409,42 +424,57 @@ pub struct Engine {
     /// One rewind at a time (also a dry run, a diff, a look at the past, a gc pass), and what
     /// the current plan put together (`one.rs`).
     one: OneAtATime,
-    /// Rewinds the last recovery could not finish, each with why (`status` names them).
-    unfinished: Mutex<Vec<(String, String)>>,
     /// The workspace's absolute path (the mount is in place): a live rewind applies through
     /// the mount there, and the tool scope follows an absolute symlink into it as the SDK would
-    /// (see `tool.rs`). Set once, at start.
-    workspace: Option<PathBuf>,
+    /// (see `tool.rs`).
+    workspace: PathBuf,
     /// The mount's device (major, minor), read once the mount is made: a live rewind's helper
     /// applies only through this file system (see `helper.rs`).
     mount_dev: std::sync::OnceLock<(u32, u32)>,
 }
 
-impl Engine {
-    /// An engine over the recorder and store of one mount.
+/// Plans and applies rewinds, undoes and redoes them, finishes those a crash interrupted, and
+/// runs retention passes: one at a time (`one.rs`).
+pub struct Rewinder {
+    g: Arc<Ground>,
+    /// Rewinds the last recovery could not finish, each with why (`status` names them).
+    unfinished: Mutex<Vec<(String, String)>>,
+}
+
+/// Looks at the past without rewinding (`show`, `ls`, `diff A B`, `fork` and the diff from a
+/// fork), and carries history out of and into the store (`export`, `import`). Changes nothing
+/// in the workspace; waits for a rewind in progress (`one.rs`).
+pub struct Views {
+    g: Arc<Ground>,
+}
+
+impl Rewinder {
+    /// The rewinder over the recorder and store of one mount of `workspace` (its absolute
+    /// path: the mount point).
     pub fn new(
         turns: Arc<Turns>,
         recorder: Arc<Recorder>,
         store: Arc<Store>,
         kernel: Arc<dyn KernelCache>,
-    ) -> Engine {
-        Engine {
-            recorder,
-            store,
-            kernel,
-            turns,
-            one: OneAtATime::default(),
+        workspace: PathBuf,
+    ) -> Rewinder {
+        Rewinder {
+            g: Arc::new(Ground {
+                recorder,
+                store,
+                kernel,
+                turns,
+                one: OneAtATime::default(),
+                workspace,
+                mount_dev: std::sync::OnceLock::new(),
+            }),
             unfinished: Mutex::default(),
-            workspace: None,
-            mount_dev: std::sync::OnceLock::new(),
         }
     }
 
-    /// The same engine, told the workspace's absolute path (the mount point).
-    #[must_use]
-    pub fn with_workspace(mut self, dir: PathBuf) -> Engine {
-        self.workspace = Some(dir);
-        self
+    /// The views of the same mount's past.
+    pub fn views(&self) -> Views {
+        Views { g: self.g.clone() }
     }
 
     /// Rewinds the last recovery could not finish, each with why.
@@ -455,37 +485,18 @@ impl Engine {
     /// The store's room: bytes free on its filesystem, and the changes refused since the mount
     /// because their pre-image could not be saved (with when the last one was, unix ms).
     pub fn store_room(&self) -> (Option<u64>, u64, i64) {
-        let free = crate::sys::open_dir_path(self.store.blobs.dir())
+        let free = crate::sys::open_dir_path(self.g.store.blobs.dir())
             .and_then(|fd| crate::sys::fstatvfs(std::os::fd::AsFd::as_fd(&fd)))
             .ok()
             .map(|v| space::free_blocks(&v).saturating_mul(v.f_frsize));
-        let (n, at) = self.recorder.refused_full();
+        let (n, at) = self.g.recorder.refused_full();
         (free, n, at)
     }
 
     /// The mount is made, on device `dev` (major, minor): live rewinds apply through it.
     pub fn mounted_on(&self, dev: (u32, u32)) {
-        let _ = self.mount_dev.set(dev);
+        let _ = self.g.mount_dev.set(dev);
     }
-
-    /// The workspace's root fd, which every path is resolved beneath.
-    fn root(&self) -> BorrowedFd<'_> {
-        self.recorder.root()
-    }
-
-    /// How pre-images from elsewhere are applied here (`privileges.rs`): `trust` as the request
-    /// says; a withheld owner falls back to the workspace root's.
-    fn policy(&self, trust: bool) -> privileges::Policy {
-        let root_owner = crate::sys::fstat(self.root())
-            .map(|st| (st.st_uid, st.st_gid))
-            .unwrap_or((crate::sys::geteuid(), crate::sys::geteuid()));
-        privileges::Policy {
-            trust,
-            as_root: crate::sys::geteuid() == 0,
-            root_owner,
-        }
-    }
-
     /// Plans (and unless `dry_run`, applies) a rewind.
     ///
     /// # Errors
@@ -493,11 +504,11 @@ impl Engine {
     /// run reports "cannot rewind" in the outcome instead of failing where it can.
     pub fn rewind(&self, req: &Request) -> Result<Outcome, RewindError> {
         // Dry runs too: what a plan puts together is removed once it is done (see `discard`).
-        let mut one = self.one();
-        let (uuid, cp, filter) = self.checked(req)?;
+        let mut one = self.g.one();
+        let (uuid, cp, filter) = self.g.checked(req)?;
         if req.dry_run {
             // Data the kernel still holds counts as the present.
-            self.kernel.flush();
+            self.g.kernel.flush();
             let out = self.plan(&mut one, cp.seq, cp.session_id.as_deref(), req, &filter);
             one.discard();
             let mut out = out?;
@@ -511,9 +522,9 @@ impl Engine {
             return Ok(out);
         }
         let t0 = std::time::Instant::now();
-        self.kernel.flush();
+        self.g.kernel.flush();
         // From here on, what anyone else changes is noted, and never overwritten.
-        let watch = self.recorder.watch_for(cp.session_id.as_deref());
+        let watch = self.g.recorder.watch_for(cp.session_id.as_deref());
         let t1 = t0.elapsed();
         let planned = self.plan(&mut one, cp.seq, cp.session_id.as_deref(), req, &filter);
         let t2 = t0.elapsed();
@@ -569,6 +580,57 @@ impl Engine {
         Ok(out)
     }
 
+    /// The content of a target's blob: what a look put together in memory, or the store's
+    /// blob, verified.
+    fn target_content(&self, one: &One<'_>, b: &BlobRef) -> io::Result<Vec<u8>> {
+        match one.looked(b) {
+            Some(c) => Ok(c),
+            None => self.g.store.blobs.read_verified(b),
+        }
+    }
+
+    /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn gc(
+        &self,
+        policy: &crate::store::gc::Policy,
+        full: bool,
+    ) -> Result<crate::store::gc::Report, RewindError> {
+        let _one = self.g.one();
+        // Every live session stays rewindable to its first message (store/gc.rs says how).
+        let live: Vec<String> = self
+            .g
+            .turns
+            .live_sessions()
+            .into_iter()
+            .filter(|s| s.live)
+            .map(|s| s.session_id)
+            .collect();
+        Ok(self.g.recorder.gc(policy, full, &live)?)
+    }
+}
+
+impl Ground {
+    /// The workspace's root fd, which every path is resolved beneath.
+    fn root(&self) -> BorrowedFd<'_> {
+        self.recorder.root()
+    }
+
+    /// How pre-images from elsewhere are applied here (`privileges.rs`): `trust` as the request
+    /// says; a withheld owner falls back to the workspace root's.
+    fn policy(&self, trust: bool) -> privileges::Policy {
+        let root_owner = crate::sys::fstat(self.root())
+            .map(|st| (st.st_uid, st.st_gid))
+            .unwrap_or((crate::sys::geteuid(), crate::sys::geteuid()));
+        privileges::Policy {
+            trust,
+            as_root: crate::sys::geteuid() == 0,
+            root_owner,
+        }
+    }
+
     /// The checkpoint a request names, checked (a UUID, known, not dropped, of the session
     /// asked for), with its paths filter.
     fn checked(
@@ -607,35 +669,5 @@ impl Engine {
     /// apply or look (`one.rs`).
     fn one(&self) -> One<'_> {
         self.one.take(&self.recorder)
-    }
-
-    /// The content of a target's blob: what a look put together in memory, or the store's
-    /// blob, verified.
-    fn target_content(&self, one: &One<'_>, b: &BlobRef) -> io::Result<Vec<u8>> {
-        match one.looked(b) {
-            Some(c) => Ok(c),
-            None => self.store.blobs.read_verified(b),
-        }
-    }
-
-    /// Runs a retention pass, serialised with rewinds (a plan names blobs) and captures.
-    ///
-    /// # Errors
-    /// Store errors.
-    pub fn gc(
-        &self,
-        policy: &crate::store::gc::Policy,
-        full: bool,
-    ) -> Result<crate::store::gc::Report, RewindError> {
-        let _one = self.one();
-        // Every live session stays rewindable to its first message (store/gc.rs says how).
-        let live: Vec<String> = self
-            .turns
-            .live_sessions()
-            .into_iter()
-            .filter(|s| s.live)
-            .map(|s| s.session_id)
-            .collect();
-        Ok(self.recorder.gc(policy, full, &live)?)
     }
 }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::history::History;
-use super::{Engine, RewindError, Scope, inside};
+use super::{RewindError, Rewinder, Scope, inside};
 use crate::store::Actor;
 
 /// Paths changed since the checkpoint that the scope leaves out.
@@ -27,7 +27,7 @@ pub struct Omitted {
     pub scope: Option<Scope>,
 }
 
-impl Engine {
+impl Rewinder {
     /// The paths changed since checkpoint `c` that a rewind in `scope` leaves out (for `tool`,
     /// the files a tool of `session` never touched; for `agent`, the paths only someone else
     /// changed; `all` leaves nothing out).
@@ -40,13 +40,19 @@ impl Engine {
         if scope == Scope::All {
             return Ok(Omitted::default());
         }
-        let hist = History::load(&self.store, c)?;
+        let hist = History::load(&self.g.store, c)?;
         // The session whose tracked files tool scope restores, found as the plan finds it.
         let session = session
             .map(str::to_string)
-            .or_else(|| self.recorder.current().2);
+            .or_else(|| self.g.recorder.current().2);
         let tracked: HashSet<Vec<u8>> = match (scope, &session) {
-            (Scope::Tool, Some(s)) => self.store.tracked(s)?.into_iter().map(|t| t.path).collect(),
+            (Scope::Tool, Some(s)) => self
+                .g
+                .store
+                .tracked(s)?
+                .into_iter()
+                .map(|t| t.path)
+                .collect(),
             _ => HashSet::new(),
         };
         let mut out = Omitted::default();

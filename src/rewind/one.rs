@@ -30,7 +30,7 @@ pub(super) struct Plans {
     looked: Option<HashMap<String, Vec<u8>>>,
 }
 
-/// The lock itself, owned by the engine.
+/// The lock itself, owned by the ground both services share.
 #[derive(Default)]
 pub(super) struct OneAtATime(Mutex<Plans>);
 

@@ -5,7 +5,7 @@
 //! **Exactly what a rewind would produce.** The state of path `q` at checkpoint `C` is what a
 //! rewind to `C` with scope `all` would make of it, found by the rewind's own code: the
 //! lineage of `q` since `C` ([`History::lineage`]), and, for a directory's entries, the names
-//! such a rewind looks at ([`Engine::candidates`]) together with the entries the directory
+//! such a rewind looks at ([`Ground::candidates`]) together with the entries the directory
 //! has now. A name outside the rewind's set is unchanged since `C`, so it is as it is now.
 //!
 //! **Nothing is copied to answer.** Where the rewind's plan stores content as a blob (a file
@@ -15,7 +15,7 @@
 //!
 //! Invariants:
 //! - Read-only: nothing here changes the tree or the store (no blob is written).
-//! - A look holds the engine's `apply` lock (no rewind or gc meanwhile: gc could remove a blob
+//! - A look holds the one-at-a-time guard (`one.rs`) (no rewind or gc meanwhile: gc could remove a blob
 //!   being read, a rewind change the present being compared with) after the kernel's dirty
 //!   data is flushed, so what the kernel holds counts as the present.
 //! - Every blob is read verified (`store/blobs/verify.rs`): a complete pre-image is streamed by
@@ -32,10 +32,10 @@ use std::path::Path;
 
 use rustix::fs::OFlags;
 
-use super::diff::{FileStat, Side, file_diff};
+use super::diff::{DiffOut, Side, file_diff};
 use super::filter::Filter;
 use super::history::{History, Lineage};
-use super::{Engine, Request, RewindError, Scope};
+use super::{Request, RewindError, Scope, Views};
 use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
 
@@ -70,7 +70,7 @@ pub struct Entry {
     /// A symlink's target.
     pub target: Option<Vec<u8>>,
     /// The extended attributes the store recorded (`None`: not recorded, or the path is
-    /// unchanged since: see [`Engine::xattrs_then`]).
+    /// unchanged since: see [`Views::xattrs_then`]).
     pub(super) xattrs: Option<Xattrs>,
     /// Where its content is.
     pub(super) source: Source,
@@ -169,17 +169,6 @@ pub struct Shown {
     pub content: Option<Vec<u8>>,
 }
 
-/// What `diff` answers.
-#[derive(Debug, Clone, Default)]
-pub struct DiffOut {
-    /// The unified diff.
-    pub text: String,
-    /// The paths that differ, sorted.
-    pub files_changed: Vec<String>,
-    /// Lines added and removed per path, in path order.
-    pub stats: Vec<FileStat>,
-}
-
 /// How much of a file `show` returns.
 #[derive(Debug, Clone, Copy)]
 pub enum Want {
@@ -189,8 +178,8 @@ pub enum Want {
     Bytes { offset: u64, length: Option<u64> },
 }
 
-impl Engine {
-    /// Opens checkpoint `uuid` for looking at (the engine's `apply` lock held by the caller).
+impl Views {
+    /// Opens checkpoint `uuid` for looking at (the caller holds the one-at-a-time guard).
     ///
     /// # Errors
     /// [`RewindError::Unknown`] for a uuid that is not a checkpoint here; `Refused` for one gc
@@ -205,15 +194,16 @@ impl Engine {
             session_id: None,
             trust_imported: false,
         };
-        let (uuid, cp, _) = self.checked(&req).map_err(|e| match e {
+        let (uuid, cp, _) = self.g.checked(&req).map_err(|e| match e {
             RewindError::NoCheckpoint => RewindError::Unknown(uuid.to_string()),
             RewindError::Dropped { at, why } => RewindError::Refused(format!(
                 "checkpoint {uuid} was removed by gc at {at}: {why}"
             )),
             e => e,
         })?;
-        let hist = History::load(&self.store, cp.seq)?;
+        let hist = History::load(&self.g.store, cp.seq)?;
         let names: BTreeSet<Vec<u8>> = self
+            .g
             .candidates(&hist, super::inside(Scope::All))
             .into_iter()
             .filter(|p| !p.is_empty())
@@ -272,7 +262,7 @@ impl Engine {
     /// `q`, unchanged since the checkpoint, as the present tree has it at `at`.
     fn entry_now(&self, q: &[u8], at: Vec<u8>) -> io::Result<Option<Entry>> {
         let rel = Path::new(OsStr::from_bytes(&at));
-        let Some(st) = sys::lstat_beneath_opt(self.root(), rel)? else {
+        let Some(st) = sys::lstat_beneath_opt(self.g.root(), rel)? else {
             return Ok(None);
         };
         let (kind, size, target) = match st.st_mode & libc::S_IFMT {
@@ -281,7 +271,7 @@ impl Engine {
             libc::S_IFLNK => (
                 Kind::Symlink,
                 st.st_size as u64,
-                Some(sys::readlinkat(self.root(), rel)?.as_bytes().to_vec()),
+                Some(sys::readlinkat(self.g.root(), rel)?.as_bytes().to_vec()),
             ),
             _ => (Kind::Other, st.st_rdev, None),
         };
@@ -305,9 +295,11 @@ impl Engine {
     pub(super) fn xattrs_then(&self, e: &Entry) -> Option<Xattrs> {
         match &e.source {
             Source::Tree(_) if e.kind == Kind::Symlink => None,
-            Source::Tree(at) if at.is_empty() => super::attrs::read_at(self.root(), Path::new(".")),
+            Source::Tree(at) if at.is_empty() => {
+                super::attrs::read_at(self.g.root(), Path::new("."))
+            }
             Source::Tree(at) => {
-                super::attrs::read_at(self.root(), Path::new(OsStr::from_bytes(at)))
+                super::attrs::read_at(self.g.root(), Path::new(OsStr::from_bytes(at)))
             }
             _ => e.xattrs.clone(),
         }
@@ -324,14 +316,18 @@ impl Engine {
             past.by_parent.get(&dir.path).cloned().unwrap_or_default();
         let mut list = |at: &[u8]| -> io::Result<()> {
             let rel = Path::new(OsStr::from_bytes(at));
-            let fd =
-                match sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::DIRECTORY, 0) {
-                    Ok(fd) => fd,
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-                        return Ok(());
-                    }
-                    Err(e) => return Err(e),
-                };
+            let fd = match sys::open_beneath(
+                self.g.root(),
+                rel,
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                0,
+            ) {
+                Ok(fd) => fd,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             for (name, _, _) in sys::read_dir_all(fd)? {
                 names.insert(name.as_bytes().to_vec());
             }
@@ -366,12 +362,13 @@ impl Engine {
         let unreadable = |err: io::Error| unreadable(&e.path, &past.uuid, err);
         Ok(match &e.source {
             Source::Saved => Box::new(io::empty()),
-            Source::Blob(h) => Box::new(self.store.blobs.stream_verified(h).map_err(unreadable)?),
-            Source::Chain(c, at) => Box::new(self.chain(&past.hist, c, at, &unreadable)?),
+            Source::Blob(h) => Box::new(self.g.store.blobs.stream_verified(h).map_err(unreadable)?),
+            Source::Chain(c, at) => Box::new(self.g.chain(&past.hist, c, at, &unreadable)?),
             Source::Tree(at) if e.kind == Kind::File => {
                 let rel = Path::new(OsStr::from_bytes(at));
-                let fd = sys::open_beneath(self.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-                    .map_err(|err| sys::ctx(err, format!("opening {}", rel.display())))?;
+                let fd =
+                    sys::open_beneath(self.g.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                        .map_err(|err| sys::ctx(err, format!("opening {}", rel.display())))?;
                 Box::new(std::fs::File::from(fd))
             }
             Source::Tree(_) => Box::new(io::empty()),
@@ -394,8 +391,8 @@ impl Engine {
     /// `Unknown` for an unknown checkpoint, `NotThen` for a path that did not exist then;
     /// store and file-system errors.
     pub fn show(&self, uuid: &str, path: &Path, read: Want) -> Result<Shown, RewindError> {
-        let _one = self.one();
-        self.kernel.flush();
+        let _one = self.g.one();
+        self.g.kernel.flush();
         let past = self.past(uuid)?;
         let q = path.as_os_str().as_bytes();
         let Some(entry) = self.entry(&past, q)? else {
@@ -466,8 +463,8 @@ impl Engine {
     /// # Errors
     /// `Unknown`, `NotThen`, `NotADirectory`; store and file-system errors.
     pub fn list_at(&self, uuid: &str, dir: &Path) -> Result<(Entry, Vec<Entry>), RewindError> {
-        let _one = self.one();
-        self.kernel.flush();
+        let _one = self.g.one();
+        self.g.kernel.flush();
         let past = self.past(uuid)?;
         let q = dir.as_os_str().as_bytes();
         let Some(d) = self.entry(&past, q)? else {
@@ -498,8 +495,8 @@ impl Engine {
         b: &str,
         path: Option<&str>,
     ) -> Result<DiffOut, RewindError> {
-        let _one = self.one();
-        self.kernel.flush();
+        let _one = self.g.one();
+        self.g.kernel.flush();
         let filter = Filter::new(&path.map(|p| vec![p.to_string()]).unwrap_or_default())?;
         let (pa, pb) = (self.past(a)?, self.past(b)?);
         // A path outside both rewinds' sets is unchanged since the earlier checkpoint, so the

@@ -3,7 +3,7 @@
 //! A range capture (schema 003) saves only the bytes a write overwrote. The file's full
 //! content at that capture is its *next recorded state* — a complete pre-image, the file as
 //! it is now, or another range pre-image completed the same way — cut or zero-extended to the
-//! size it had, with the saved bytes laid over it. [`Engine::materialize`] follows that chain
+//! size it had, with the saved bytes laid over it. [`Rewinder::materialize`] follows that chain
 //! with [`History::lineage_from`] and streams a [`Patched`] reader over it into a blob, so a
 //! plan's targets never depend on the tree the rewind rewrites.
 //!
@@ -26,12 +26,12 @@ use rustix::fs::OFlags;
 
 use super::history::{History, Lineage};
 use super::one::One;
-use super::{Engine, RewindError};
+use super::{Ground, RewindError, Rewinder};
 use crate::store::BlobRef;
 use crate::store::{Capture, Kind, PreImage, Store};
 use crate::sys;
 
-impl Engine {
+impl Rewinder {
     /// The full pre-image of a range capture `c` of the file known as `at` when it was taken:
     /// the file's next recorded state (what the path's events after `c` say it was, or the
     /// file as it is now), cut or zero-extended to the size it had, with the saved old bytes
@@ -46,11 +46,11 @@ impl Engine {
     ) -> Result<PreImage, RewindError> {
         // A saved range or base that is missing or corrupt stops the plan, naming where.
         let unusable_here = |e: io::Error| {
-            let cp = self.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
+            let cp = self.g.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
             let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
             super::unusable(&c.path, &cp, e)
         };
-        let mut reader = self.chain(hist, c, at, &unusable_here)?;
+        let mut reader = self.g.chain(hist, c, at, &unusable_here)?;
         // A look keeps what it puts together in memory; a rewind stores it (its plan is
         // journalled, and applied from the store).
         if one.looking() {
@@ -64,7 +64,12 @@ impl Engine {
                 ..c.pre.clone()
             });
         }
-        let (hash, size) = self.store.blobs.put_reader(reader).map_err(unusable_here)?;
+        let (hash, size) = self
+            .g
+            .store
+            .blobs
+            .put_reader(reader)
+            .map_err(unusable_here)?;
         one.scratch([BlobRef::hash(hash.clone())]);
         Ok(PreImage {
             blob: Some(BlobRef::hash(hash)),
@@ -73,9 +78,11 @@ impl Engine {
             ..c.pre.clone()
         })
     }
+}
 
+impl Ground {
     /// A reader of the full pre-image of range capture `c` of the file known as `at` (see
-    /// [`Engine::materialize`]), streamed from the chain: nothing is copied to answer it. Used
+    /// [`Rewinder::materialize`]), streamed from the chain: nothing is copied to answer it. Used
     /// by a rewind's plan (into a blob) and by `show` and `fork` (straight to their output).
     /// A blob at the chain's end that cannot be opened is an error made by `unusable`; what
     /// is read is verified as it goes (a saved range when it is loaded, the blob at the end

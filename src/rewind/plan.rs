@@ -1,10 +1,10 @@
 //! Planning a rewind: which paths it changes, and to what.
 //!
-//! [`Engine::plan`] runs in named steps. Scope `tool` is the SDK's own rewind, path by path
-//! ([`Engine::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (docs/design.md §2): the state
-//! wanted for each path the scope covers ([`Engine::wanted_by_actors`]), then only the paths
+//! [`Rewinder::plan`] runs in named steps. Scope `tool` is the SDK's own rewind, path by path
+//! ([`Rewinder::plan_tool`], in `tool.rs`). Scopes `agent` and `all` (docs/design.md §2): the state
+//! wanted for each path the scope covers ([`Rewinder::wanted_by_actors`]), then only the paths
 //! whose wanted state differs from the present become targets, with their line counts
-//! ([`Engine::keep_differing`]), then an `agent` rewind over someone else's changes is refused
+//! ([`Rewinder::keep_differing`]), then an `agent` rewind over someone else's changes is refused
 //! unless forced ([`refuse_on_conflicts`]).
 //!
 //! Invariants:
@@ -14,7 +14,7 @@
 //! - Every target is self-contained: content found elsewhere in the tree (a moved file) or
 //!   completed from range pre-images is stored as a blob, and a file target always names a
 //!   blob (the empty one for an empty file), so applying a plan never reads the tree it
-//!   rewrites. Blobs put together for a plan go on the engine's scratch list, for `discard`.
+//!   rewrites. Blobs put together for a plan go on the guard's scratch list (`one.rs`), for `discard`.
 //! - Scopes `agent` and `all`: every target differs from the present; targets are in path
 //!   order, and the outcome's `files_changed` and `conflicts` are sorted.
 
@@ -33,7 +33,7 @@ use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::one::One;
 use super::privileges::{AttrChange, Policy, Present, Withheld};
-use super::{Differs, Engine, Outcome, Request, RewindError, Scope, Target};
+use super::{Differs, Ground, Outcome, Request, RewindError, Rewinder, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
@@ -43,7 +43,7 @@ use crate::wspath::WsPath;
 /// Path → the state the rewind should give it, in path order.
 type Wanted = BTreeMap<Vec<u8>, PreImage>;
 
-impl Engine {
+impl Rewinder {
     /// Computes what a rewind to checkpoint `c` would do; every target is self-contained
     /// (content in blobs). `session` is the checkpoint's, whose tracked files the `tool`
     /// scope restores (none: the current session's).
@@ -58,7 +58,7 @@ impl Engine {
         req: &Request,
         filter: &Filter,
     ) -> Result<Outcome, RewindError> {
-        let hist = History::load(&self.store, c)?;
+        let hist = History::load(&self.g.store, c)?;
         refuse_bad_paths(&hist)?;
         if req.dry_run {
             // A look writes nothing to the store: what it puts together stays in memory until
@@ -73,14 +73,14 @@ impl Engine {
         let sessions = match (req.scope, session) {
             (Scope::Tool | Scope::Agent, Some(s)) => {
                 // Who changed what is in the change log: all of it, up to now.
-                self.recorder.flush_log();
-                Sessions::since(&self.store, c, s)?
+                self.g.recorder.flush_log();
+                Sessions::since(&self.g.store, c, s)?
             }
             _ => Sessions::default(),
         };
         match req.scope {
             Scope::Tool => {
-                let policy = self.policy(req.trust_imported);
+                let policy = self.g.policy(req.trust_imported);
                 self.plan_tool(
                     one,
                     c,
@@ -96,7 +96,7 @@ impl Engine {
             Scope::Agent | Scope::All => {
                 let wanted =
                     self.wanted_by_actors(one, req.scope, &hist, &sessions, filter, &mut out)?;
-                let policy = self.policy(req.trust_imported);
+                let policy = self.g.policy(req.trust_imported);
                 self.keep_differing(one, wanted, &req.user_message_id, &policy, &mut out)?;
                 out.files_changed.sort();
             }
@@ -139,7 +139,7 @@ impl Engine {
         out: &mut Outcome,
     ) -> Result<Wanted, RewindError> {
         let inside = super::inside(scope);
-        let candidates = self.candidates(hist, inside);
+        let candidates = self.g.candidates(hist, inside);
         let mut wanted = Wanted::new();
         for p in candidates {
             if p.is_empty() || !filter.matches(&p) || !sessions.includes(&p) {
@@ -156,49 +156,6 @@ impl Engine {
             wanted.insert(p, target);
         }
         Ok(wanted)
-    }
-
-    /// Every name a rewind of the actors in `inside` (actor bits) looks at: the paths they
-    /// changed ([`Engine::changed_inside`]) by each name they had since the checkpoint
-    /// ([`other_names`]). With every actor (`all`), a name outside this set is unchanged since
-    /// the checkpoint: it is as it is now (what `show`, `ls` and `fork` rely on).
-    pub(super) fn candidates(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
-        let mut candidates = self.changed_inside(hist, inside);
-        let named = other_names(hist, &candidates);
-        candidates.extend(named);
-        candidates
-    }
-
-    /// The paths actors in `inside` (actor bits) changed: each path they captured, and
-    /// everything now beneath either side of a directory they renamed, by its name on both
-    /// sides of that rename.
-    fn changed_inside(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
-        let root = self.root();
-        let mut candidates: HashSet<Vec<u8>> = HashSet::new();
-        for (p, caps) in &hist.by_path {
-            if caps.iter().any(|c| c.actors & inside != 0) {
-                candidates.insert(p.clone());
-            }
-        }
-        for m in &hist.moves {
-            if m.actor.bit() & inside == 0 {
-                continue;
-            }
-            for base in [&m.src, &m.dst] {
-                let mut found = Vec::new();
-                walk(root, Path::new(OsStr::from_bytes(base)), &mut found);
-                for f in found {
-                    if let Some(rest) = under(&f, &m.dst) {
-                        candidates.insert(rebase(&rest, &m.src));
-                    }
-                    if let Some(rest) = under(&f, &m.src) {
-                        candidates.insert(rebase(&rest, &m.dst));
-                    }
-                    candidates.insert(f);
-                }
-            }
-        }
-        candidates
     }
 
     /// The complete state a lineage names for path `q` (`None`: unchanged, as it is now). The
@@ -221,7 +178,7 @@ impl Engine {
                 if one.looking() {
                     return Ok(Some(self.look_now(one, rel)?));
                 }
-                let pre = snapshot(self.root(), rel, &self.store)?;
+                let pre = snapshot(self.g.root(), rel, &self.g.store)?;
                 one.scratch(pre.blob.clone());
                 Some(pre)
             }
@@ -230,7 +187,7 @@ impl Engine {
 
     /// A look's pre-image of `rel` as it is now, its content kept in memory (see `looked`).
     fn look_now(&self, one: &mut One<'_>, rel: &Path) -> Result<PreImage, RewindError> {
-        let now = now_state(self.root(), rel)?;
+        let now = now_state(self.g.root(), rel)?;
         let size = now.content.as_ref().map_or(0, |c| c.len() as u64);
         let blob = match now.content {
             Some(c) => one.keep_looked(c),
@@ -260,7 +217,7 @@ impl Engine {
         policy: &Policy,
         out: &mut Outcome,
     ) -> Result<(), RewindError> {
-        let root = self.root();
+        let root = self.g.root();
         let mut inline_budget = INLINE_TOTAL;
         for (p, mut target) in wanted {
             let rel = Path::new(OsStr::from_bytes(&p));
@@ -316,6 +273,51 @@ impl Engine {
             out.targets.push(t);
         }
         Ok(())
+    }
+}
+
+impl Ground {
+    /// Every name a rewind of the actors in `inside` (actor bits) looks at: the paths they
+    /// changed ([`Ground::changed_inside`]) by each name they had since the checkpoint
+    /// ([`other_names`]). With every actor (`all`), a name outside this set is unchanged since
+    /// the checkpoint: it is as it is now (what `show`, `ls` and `fork` rely on).
+    pub(super) fn candidates(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
+        let mut candidates = self.changed_inside(hist, inside);
+        let named = other_names(hist, &candidates);
+        candidates.extend(named);
+        candidates
+    }
+
+    /// The paths actors in `inside` (actor bits) changed: each path they captured, and
+    /// everything now beneath either side of a directory they renamed, by its name on both
+    /// sides of that rename.
+    fn changed_inside(&self, hist: &History, inside: u8) -> HashSet<Vec<u8>> {
+        let root = self.root();
+        let mut candidates: HashSet<Vec<u8>> = HashSet::new();
+        for (p, caps) in &hist.by_path {
+            if caps.iter().any(|c| c.actors & inside != 0) {
+                candidates.insert(p.clone());
+            }
+        }
+        for m in &hist.moves {
+            if m.actor.bit() & inside == 0 {
+                continue;
+            }
+            for base in [&m.src, &m.dst] {
+                let mut found = Vec::new();
+                walk(root, Path::new(OsStr::from_bytes(base)), &mut found);
+                for f in found {
+                    if let Some(rest) = under(&f, &m.dst) {
+                        candidates.insert(rebase(&rest, &m.src));
+                    }
+                    if let Some(rest) = under(&f, &m.src) {
+                        candidates.insert(rebase(&rest, &m.dst));
+                    }
+                    candidates.insert(f);
+                }
+            }
+        }
+        candidates
     }
 }
 

@@ -5,7 +5,7 @@
 //! and self-contained — is written to the rewind's row as 'applying'; the row becomes 'done'
 //! once every target is in place (an undo's or redo's, together with the state of the rewind it
 //! undid or redid: `Store::finish_rewind`). A crash, or a failure part-way (a full disk), leaves it
-//! 'applying', and [`Engine::recover`] applies the same plan again at the next mount, before
+//! 'applying', and [`Rewinder::recover`] applies the same plan again at the next mount, before
 //! the mount serves — behind the mount, as nobody watches it then.
 //!
 //! Invariants:
@@ -32,12 +32,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::apply::{Applied, apply_plan, depth};
 use super::history::{History, under};
 use super::one::One;
-use super::{Differs, Engine, Outcome, RewindError, Target};
+use super::{Differs, Outcome, RewindError, Rewinder, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
 use crate::store::{Actor, Apply, Kind, RewindScope, RewindState};
 
-impl Engine {
+impl Rewinder {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
     /// rewind's own: `id` names the rewind, `target_uuid` the checkpoint it goes back to (for
     /// an undo, the rewind undone), `scope` what the journal records; `watch` was started before
@@ -57,7 +57,7 @@ impl Engine {
         super::check_targets(&out.targets)?;
         // No other checkpoint begins until the rewind is applied (`_applying` is held to the
         // end): undo reads what the rewind overwrote from its own checkpoint alone.
-        let (seq, _applying) = self.recorder.begin_rewind(id)?;
+        let (seq, _applying) = self.g.recorder.begin_rewind(id)?;
         // Read after the checkpoint began: a change noted later is captured in it.
         let mut applied = Applied::default();
         let mut targets = Vec::with_capacity(out.targets.len());
@@ -82,7 +82,7 @@ impl Engine {
             state: RewindState::Applying,
             plan,
         };
-        self.store.insert_rewind(&row)?;
+        self.g.store.insert_rewind(&row)?;
         if let Some(d) = crate::faults::pause_journalled() {
             std::thread::sleep(d);
         }
@@ -96,11 +96,11 @@ impl Engine {
             })?;
         applied.extend(done);
         // An undo or redo also moves the rewind it undid or redid on the stack.
-        self.store.finish_rewind(&row)?;
+        self.g.store.finish_rewind(&row)?;
         Ok(applied)
     }
 
-    /// [`Engine::apply_through_mount`], with the pre-images of the files it writes over read
+    /// [`Rewinder::apply_through_mount`], with the pre-images of the files it writes over read
     /// beside it (`capture/precapture.rs`), in the order the helper writes them: by depth
     /// (`live.rs`, pass 3), then the tool scope's in-place targets.
     fn apply_with_precapture(
@@ -122,13 +122,13 @@ impl Engine {
         let paths: Vec<&[u8]> = ahead.iter().map(|t| t.path.as_slice()).collect();
         let stop = AtomicBool::new(false);
         let (done, ahead) = std::thread::scope(|s| {
-            let taking = s.spawn(|| self.recorder.precapture(watch, &paths, &stop));
+            let taking = s.spawn(|| self.g.recorder.precapture(watch, &paths, &stop));
             let done = self.apply_through_mount(watch, targets, differs, contents, id);
             stop.store(true, Ordering::Relaxed);
             (done, taking.join().unwrap_or_default())
         });
         let mut unused = ahead.unused;
-        let left = self.recorder.unprepared();
+        let left = self.g.recorder.unprepared();
         tracing::info!(
             "rewind {id}: {} of {} pre-images read ahead of its helper, {} of them not needed",
             ahead.taken,
@@ -149,8 +149,8 @@ impl Engine {
     /// # Errors
     /// The store cannot list the unfinished rewinds.
     pub fn recover(&self) -> Result<(usize, Vec<(String, String)>), RewindError> {
-        let mut one = self.one();
-        let pending = self.store.unfinished_rewinds()?;
+        let mut one = self.g.one();
+        let pending = self.g.store.unfinished_rewinds()?;
         let mut finished = 0;
         let mut failed = Vec::new();
         for r in &pending {
@@ -171,7 +171,7 @@ impl Engine {
         Ok((finished, failed))
     }
 
-    /// Finishes one interrupted rewind (see [`Engine::recover`]).
+    /// Finishes one interrupted rewind (see [`Rewinder::recover`]).
     fn finish(&self, one: &mut One<'_>, r: &crate::store::RewindRow) -> Result<(), RewindError> {
         let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
             RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
@@ -214,15 +214,16 @@ impl Engine {
         // Captured under the rewind's own checkpoint, as its live steps were: undo reads
         // only that one.
         let captured = self
+            .g
             .store
             .captures_in(r.checkpoint)?
             .into_iter()
             .map(|c| (c.path, c.actors));
-        let own = self.recorder.recovering(r.checkpoint, captured);
-        apply_plan(&self.recorder, &self.store, &todo, &r.id)?;
+        let own = self.g.recorder.recovering(r.checkpoint, captured);
+        apply_plan(&self.g.recorder, &self.g.store, &todo, &r.id)?;
         drop(own);
         // An undo or redo also moves the rewind it undid or redid on the stack.
-        self.store.finish_rewind(r)?;
+        self.g.store.finish_rewind(r)?;
         // What its plan named, unless another unfinished plan names it too.
         one.scratch(targets.iter().filter_map(|t| t.blob.clone()));
         one.discard();
@@ -234,8 +235,9 @@ impl Engine {
     /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in the
     /// rewind's own checkpoint) do not count: a recovery cut short is finished by the next.
     fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<Vec<u8>>, RewindError> {
-        let hist = History::load(&self.store, own)?;
+        let hist = History::load(&self.g.store, own)?;
         let rewinds: HashSet<i64> = self
+            .g
             .store
             .rewinds()?
             .into_iter()

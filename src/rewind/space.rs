@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::{Engine, Target};
+use super::{Rewinder, Target};
 use crate::store::Kind;
 use crate::store::gc::human_bytes;
 use crate::sys;
@@ -32,11 +32,11 @@ pub(super) fn free_blocks(vfs: &rustix::fs::StatVfs) -> u64 {
     }
 }
 
-impl Engine {
+impl Rewinder {
     /// `Err`, in words that say how much is needed, how much is free and where, when the
     /// store's filesystem cannot hold what applying `targets` would capture.
     pub(super) fn check_space(&self, targets: &[Target]) -> Result<(), String> {
-        let dir = self.store.blobs.dir();
+        let dir = self.g.store.blobs.dir();
         let Ok(fd) = sys::open_dir_path(dir) else {
             return Ok(());
         };
@@ -49,7 +49,7 @@ impl Engine {
         let mut files = 0u64;
         for t in targets {
             let rel = Path::new(OsStr::from_bytes(&t.path));
-            let Ok(Some(st)) = sys::lstat_beneath_opt(self.root(), rel) else {
+            let Ok(Some(st)) = sys::lstat_beneath_opt(self.g.root(), rel) else {
                 continue;
             };
             needed += PER_PATH;

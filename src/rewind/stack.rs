@@ -16,7 +16,7 @@
 //! back.
 //!
 //! Invariants:
-//! - the same locking as a rewind: one at a time (`Engine::apply`), the kernel's dirty data
+//! - the same locking as a rewind: one at a time (`Rewinder::apply`), the kernel's dirty data
 //!   flushed first, then watched from before it plans and applied through the mount
 //!   (`live.rs`): a path someone else changes meanwhile is left as they made it, and reported;
 //! - the conflicts are computed against the same present the plan is, and a refusal changes
@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::filter::Filter;
 use super::history::{History, under};
 use super::one::One;
-use super::{Engine, Outcome, Request, RewindError, Scope, Target};
+use super::{Outcome, Request, RewindError, Rewinder, Scope, Target};
 use crate::locks::Locked;
 use crate::store::{Actor, Kind, RewindRow, RewindScope, Step};
 
@@ -81,13 +81,13 @@ pub struct StackOutcome {
     pub redo_depth: usize,
 }
 
-impl Engine {
+impl Rewinder {
     /// The undo/redo stack as it stands (for `list`).
     ///
     /// # Errors
     /// Store errors.
     pub fn stack(&self) -> Result<crate::store::Stack, RewindError> {
-        Ok(self.store.stack()?)
+        Ok(self.g.store.stack()?)
     }
 
     /// Undoes the newest rewind not undone, or redoes the last one undone (see the module doc).
@@ -98,11 +98,12 @@ impl Engine {
     /// and `Failed` for store and file-system errors. A dry run reports a refusal in the
     /// outcome instead.
     pub fn undo_redo(&self, req: StackRequest) -> Result<StackOutcome, RewindError> {
-        let mut one = self.one();
-        let all = self.store.stack()?;
+        let mut one = self.g.one();
+        let all = self.g.store.stack()?;
         let stack = match &req.session_id {
             Some(s) => all.of_session(s, |uuid| {
-                self.store
+                self.g
+                    .store
                     .checkpoint(uuid)
                     .ok()
                     .flatten()
@@ -146,6 +147,7 @@ impl Engine {
         // it removed beneath them, the directories whose modes it set — every path it captured
         // under its own checkpoint.
         let touched = self
+            .g
             .store
             .captures_in(reverts.checkpoint)?
             .into_iter()
@@ -153,7 +155,7 @@ impl Engine {
             .map(|c| c.path)
             .collect();
         let filter = Filter::exactly(touched);
-        self.kernel.flush();
+        self.g.kernel.flush();
         if req.dry_run {
             let planned = self.revert_plan(&mut one, &reverts, &foreign, &filter, &req, &mut done);
             one.discard();
@@ -162,10 +164,11 @@ impl Engine {
         }
         // The undo or redo is the work of the session the rewind was of.
         let session = self
+            .g
             .store
             .checkpoint(&rewind.target)?
             .and_then(|c| c.session_id);
-        let watch = self.recorder.watch_for(session.as_deref());
+        let watch = self.g.recorder.watch_for(session.as_deref());
         let planned = self.revert_plan(&mut one, &reverts, &foreign, &filter, &req, &mut done);
         let mut out = match planned {
             Ok(out) if out.can_rewind => out,
@@ -194,7 +197,7 @@ impl Engine {
         done.id = Some(id);
         // An unfinished rewind undone is finished with: `status` no longer names it.
         self.unfinished.locked().retain(|(u, _)| *u != rewind.id);
-        let stack = self.store.stack()?;
+        let stack = self.g.store.stack()?;
         done.undo_depth = stack.undo_depth();
         done.redo_depth = stack.redo_depth();
         tracing::info!(
@@ -219,7 +222,7 @@ impl Engine {
     ) -> Result<Outcome, RewindError> {
         // The checkpoint named is the reverted row's own (what an error about its content
         // names).
-        let cp = self.store.checkpoint_by_seq(reverts.checkpoint)?;
+        let cp = self.g.store.checkpoint_by_seq(reverts.checkpoint)?;
         let plan_req = Request {
             user_message_id: cp.map(|c| c.uuid).unwrap_or_default(),
             dry_run: req.dry_run,
@@ -230,7 +233,7 @@ impl Engine {
             trust_imported: false,
         };
         let mut out = self.plan(one, reverts.checkpoint, None, &plan_req, filter)?;
-        let hist = History::load(&self.store, reverts.checkpoint)?;
+        let hist = History::load(&self.g.store, reverts.checkpoint)?;
         done.conflict_actors = changed_by_others(&hist, &out.targets, foreign);
         out.conflicts = done.conflict_actors.keys().cloned().collect();
         if !out.conflicts.is_empty() && !req.force {

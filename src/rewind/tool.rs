@@ -5,7 +5,7 @@
 //! (a file Write/Edit/NotebookEdit changed in the session), in the order a tool first changed
 //! each (the SDK's `trackedFiles` order, which its answers keep):
 //! - **target**: the path's state when the checkpoint began if a tool had changed it by then,
-//!   otherwise its state just before that first tool change ([`Engine::tool_target`]);
+//!   otherwise its state just before that first tool change ([`Rewinder::tool_target`]);
 //! - **dry run**: `diffLines(current text, target text)` ([`line_counts`]), where a text is the
 //!   file read as UTF-8 (invalid bytes replaced, so binary content counts lines too) following
 //!   symlinks, and `""` when nothing is there or it is not a regular file. The path is listed if
@@ -16,7 +16,7 @@
 //!   has several links, or lies beneath a symlink or a non-directory (the SDK's "parent
 //!   directory moved") is skipped and counted in `skippedLinks` ([`look`]); an absent target
 //!   unlinks the file; otherwise the file is rewritten in place (same inode), its missing parents
-//!   created, if it [`differs`](Engine::differs) from the target — by the SDK's own test,
+//!   created, if it [`differs`](Rewinder::differs) from the target — by the SDK's own test,
 //!   quirks included.
 //!
 //! Around that, rewindfs keeps its own guarantees (see `recovery.rs` and `apply.rs`): the plan
@@ -48,12 +48,12 @@ use super::history::History;
 use super::one::One;
 use super::plan::Sessions;
 use super::privileges::{Policy, Withheld};
-use super::{Engine, Outcome, RewindError, Target};
+use super::{Outcome, RewindError, Rewinder, Target};
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, Tracked};
 use crate::sys;
 
 /// How long before its backup a file's mtime must be for the SDK's mtime shortcut to apply here
-/// (see [`Engine::differs`]): the kernel stamps files with a coarse clock that can lag the
+/// (see [`Rewinder::differs`]): the kernel stamps files with a coarse clock that can lag the
 /// daemon's by a tick (up to 10 ms), so a file written just after a checkpoint began must not
 /// read as older than it.
 const MTIME_SLACK_MS: i64 = 1000;
@@ -61,7 +61,7 @@ const MTIME_SLACK_MS: i64 = 1000;
 /// Symlinks followed at most while reading a path's text (the kernel's own limit).
 const MAX_LINKS: usize = 40;
 
-impl Engine {
+impl Rewinder {
     /// Plans a tool-scope rewind to checkpoint `c` (see the module doc): the outcome's targets,
     /// `skipped_links` and `conflicts`, and its `files_changed` with their line counts — the
     /// dry run's list (`dry_run`), or the targets (a real rewind, settled once applied).
@@ -87,12 +87,12 @@ impl Engine {
     ) -> Result<(), RewindError> {
         let Some(session) = session
             .map(str::to_string)
-            .or_else(|| self.recorder.current().2)
+            .or_else(|| self.g.recorder.current().2)
         else {
             return Ok(());
         };
-        let root = self.root();
-        for t in self.store.tracked(&session)? {
+        let root = self.g.root();
+        for t in self.g.store.tracked(&session)? {
             if !filter.matches(&t.path) {
                 continue;
             }
@@ -124,7 +124,7 @@ impl Engine {
             let content = match &target {
                 Some(p) if p.kind == Kind::File => Some(self.content_of(one, p).map_err(|e| {
                     // Which path, which checkpoint and (in `e`) which blob: nothing changed.
-                    let cp = self.store.checkpoint_by_seq(c).ok().flatten();
+                    let cp = self.g.store.checkpoint_by_seq(c).ok().flatten();
                     let cp = cp.map_or_else(|| format!("#{c}"), |k| k.uuid);
                     super::unusable(&t.path, &cp, e)
                 })?),
@@ -133,7 +133,7 @@ impl Engine {
             // The dry run's view: text against text, nothing else.
             let lines = match &target {
                 Some(p) => {
-                    let now = follow(root, self.workspace.as_deref(), &rel)?;
+                    let now = follow(root, Some(self.g.workspace.as_path()), &rel)?;
                     let text = match &now {
                         Some((at, st)) if is_regular(st) => {
                             read_file(root, at)?.unwrap_or_default()
@@ -205,7 +205,7 @@ impl Engine {
         Ok(
             match t
                 .capture
-                .and_then(|id| self.store.capture_by_id(id).ok().flatten())
+                .and_then(|id| self.g.store.capture_by_id(id).ok().flatten())
             {
                 Some(cap) if cap.pre.partial => {
                     let path = cap.path.clone();
@@ -238,7 +238,7 @@ impl Engine {
     /// → `\xfe`, both U+FFFD) is neither listed nor restored. (`scope: agent` restores both.)
     ///
     /// The SDK's backup time is when its backup file was written; `backup` gives the time the
-    /// same backup would have been taken here ([`Engine::backup_time`]), and the comparison
+    /// same backup would have been taken here ([`Rewinder::backup_time`]), and the comparison
     /// allows [`MTIME_SLACK_MS`] for the kernel's coarse clock.
     fn differs(
         &self,
@@ -280,15 +280,17 @@ impl Engine {
             t.checkpoint
         } else {
             let changed = self
+                .g
                 .store
                 .last_captured_before(&t.path, c)?
                 .map_or(t.checkpoint, |k| k.max(t.checkpoint));
-            match self.store.next_message_checkpoint(session, changed, c)? {
+            match self.g.store.next_message_checkpoint(session, changed, c)? {
                 Some(cp) => return Ok(cp.began_at),
                 None => c,
             }
         };
         Ok(self
+            .g
             .store
             .checkpoint_by_seq(at)?
             .map_or(0, |cp| cp.began_at))

@@ -135,12 +135,12 @@ impl Diff {
             // What differs is the fork's: its paths are under the fork.
             return Ok(DiffReply::of(
                 &dir,
-                d.engine
+                d.views
                     .diff_dir(&self.user_message_id, &dir, self.path.as_deref())?,
             ));
         }
         let out = match &self.to_message_id {
-            None => d.engine.diff(
+            None => d.rewinder.diff(
                 &self.user_message_id,
                 self.path.as_deref(),
                 self.scope,
@@ -153,7 +153,7 @@ impl Diff {
                 ));
             }
             Some(to) => d
-                .engine
+                .views
                 .diff_between(&self.user_message_id, to, self.path.as_deref())?,
         };
         Ok(DiffReply::of(&d.workspace, out))

@@ -79,7 +79,7 @@ pub(super) fn bundle_path(d: &Daemon, p: &str, writing: bool) -> Result<PathBuf,
 impl Export {
     pub(super) fn apply(self, d: &Daemon) -> Result<ExportReply, ControlError> {
         let path = bundle_path(d, &self.path, true)?;
-        let m = d.engine.export(
+        let m = d.views.export(
             &Selection {
                 session: self.session_id,
                 since: self.since,

@@ -87,7 +87,7 @@ impl Fork {
     pub(super) fn apply(self, d: &Daemon) -> Result<ForkReply, ControlError> {
         let dir = destination(d, &self.dir)?;
         let r = d
-            .engine
+            .views
             .fork(&self.user_message_id, &dir, self.trust_imported)?;
         crate::locks::Locked::locked(&d.forks).insert(dir.clone());
         Ok(ForkReply {

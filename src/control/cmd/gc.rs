@@ -71,7 +71,7 @@ impl Gc {
 
     pub(super) fn apply(self, d: &Daemon) -> Result<GcReply, ControlError> {
         let policy = self.policy(d.retention);
-        let r = d.engine.gc(&policy, true)?;
+        let r = d.rewinder.gc(&policy, true)?;
         Ok(GcReply::of(&r, &policy))
     }
 }

@@ -62,7 +62,7 @@ impl Import {
         let path = super::export::bundle_path(d, &self.path, false)?;
         // A bundle inside the workspace is read from beneath the mount, not through it.
         let file = match path.strip_prefix(&d.workspace) {
-            Ok(rel) => d.engine.open_in_workspace(rel),
+            Ok(rel) => d.views.open_in_workspace(rel),
             Err(_) => std::fs::File::open(&path),
         }
         .map_err(|e| {
@@ -76,7 +76,7 @@ impl Import {
             None => Trust::default(),
         };
         let (r, signed_by) = d
-            .engine
+            .views
             .import(std::io::BufReader::with_capacity(1 << 20, file), &trust)?;
         Ok(ImportReply {
             signed_by,

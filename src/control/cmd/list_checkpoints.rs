@@ -181,7 +181,7 @@ impl ListCheckpoints {
         d.turns.bind_from_transcripts();
         let list = d.turns.checkpoints(self.session_id.as_deref())?;
         let mut origins = d.turns.origins()?;
-        let mut rewinds = RewindInfo::by_checkpoint(&d.engine.stack()?);
+        let mut rewinds = RewindInfo::by_checkpoint(&d.rewinder.stack()?);
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {

@@ -63,7 +63,7 @@ impl Ls {
                 path: p.clone(),
                 workspace: d.workspace.clone(),
             })?;
-        let (dir, entries) = d.engine.list_at(&self.user_message_id, &rel)?;
+        let (dir, entries) = d.views.list_at(&self.user_message_id, &rel)?;
         let entries = entries
             .iter()
             .map(|e| {

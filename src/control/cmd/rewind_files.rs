@@ -11,7 +11,7 @@ use crate::control::error::ControlError;
 use crate::rewind::{AttrChange, Outcome, Scope, Withheld};
 
 /// Rewinds (or with `dry_run`, plans a rewind of) the workspace to the state at the start of
-/// the checkpoint `user_message_id`: the rewind engine's own request type.
+/// the checkpoint `user_message_id`: the rewinder's own request type.
 pub use crate::rewind::Request as RewindFiles;
 
 /// The SDK's answer: a dry run's `{canRewind, error?, filesChanged, insertions, deletions}`,
@@ -149,7 +149,7 @@ impl Command for RewindFiles {
 impl RewindFiles {
     pub(super) fn run(self, d: &Daemon) -> Result<RewindReply, ControlError> {
         Ok(RewindReply::of(
-            d.engine.rewind(&self)?,
+            d.rewinder.rewind(&self)?,
             self.dry_run,
             &d.workspace,
             &self.user_message_id,

@@ -119,7 +119,7 @@ impl Show {
         } else {
             Want::Meta
         };
-        let s = d.engine.show(&self.user_message_id, &rel, want)?;
+        let s = d.views.show(&self.user_message_id, &rel, want)?;
         let mut r = ShowReply::of(&s.entry);
         r.path = shown(OsStr::as_bytes(rel.as_os_str()));
         r.hash = s.hash;

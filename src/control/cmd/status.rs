@@ -162,7 +162,7 @@ impl Command for Status {
 
 impl Status {
     pub(super) fn apply(self, d: &Daemon) -> Result<StatusReply, ControlError> {
-        let (e, t) = (&d.engine, &d.turns);
+        let (e, t) = (&d.rewinder, &d.turns);
         let current = t.current();
         // A full store may not even take the journal's pending rows: status still answers, and
         // says so, rather than fail when it is needed most.

@@ -133,7 +133,7 @@ impl StackReply {
             force,
             session_id,
         };
-        match d.engine.undo_redo(req) {
+        match d.rewinder.undo_redo(req) {
             Ok(o) => Ok(StackReply::of(o, direction, d)),
             Err(e) if dry_run => Ok(StackReply::refused(e.to_string())),
             Err(e) => Err(ControlError::Rewind(e)),
