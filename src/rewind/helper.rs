@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::apply::{Applied, Meanwhile, Tree};
-use super::{Differs, RewindError, Rewinder, Target, live};
+use super::{Planned, RewindError, Rewinder, live};
 use crate::capture::Watch;
-use crate::store::{Blobs, PlanTarget};
+use crate::store::Blobs;
 use crate::sys;
 
 /// The hidden subcommand that runs [`run_helper`].
@@ -64,20 +64,11 @@ struct Job {
     blobs: PathBuf,
     /// The rewind's id (its temp names).
     id: String,
-    targets: Vec<PlanTarget>,
-    /// What planning saw differ at each target: content, extended attributes.
-    differs: Vec<(bool, bool)>,
-    /// Each target's content as planning read and verified it, where it is small enough
-    /// (`Outcome::contents`; missing or `None`: read from the blob). The helper checks its hash
-    /// again before it writes it.
-    #[serde(default)]
-    contents: Vec<Inline>,
+    /// The plan: each target with what planning saw differ at it and, where small enough,
+    /// its content as planning read and verified it (the helper checks its hash again before
+    /// it writes it).
+    planned: Vec<Planned>,
 }
-
-/// A target's content in the job, as base64.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-struct Inline(#[serde(with = "crate::store::base64::option")] Option<Vec<u8>>);
 
 /// A line from the helper.
 #[derive(Debug, Serialize, Deserialize)]
@@ -106,9 +97,7 @@ impl Rewinder {
     pub(super) fn apply_through_mount(
         &self,
         watch: &Watch<'_>,
-        targets: &[&Target],
-        differs: &[Differs],
-        contents: &[Option<&[u8]>],
+        todo: &[&Planned],
         id: &str,
     ) -> Result<Applied, RewindError> {
         let failed = |what: &str, e: io::Error| {
@@ -123,19 +112,7 @@ impl Rewinder {
             dev,
             blobs: self.g.store.blobs.dir().to_path_buf(),
             id: id.to_string(),
-            targets: targets.iter().map(|t| (*t).clone()).collect(),
-            differs: targets
-                .iter()
-                .enumerate()
-                .map(|(i, _)| {
-                    let d = differs.get(i).copied().unwrap_or_default();
-                    (d.content, d.xattrs)
-                })
-                .collect(),
-            contents: contents
-                .iter()
-                .map(|c| Inline(c.map(<[u8]>::to_vec)))
-                .collect(),
+            planned: todo.iter().map(|p| (*p).clone()).collect(),
         };
         // This process's own image: after an upgrade, `current_exe()` names a file that is
         // gone ("… (deleted)") or holds another version.
@@ -315,12 +292,6 @@ fn apply_job(job: &Job, from: &mut dyn BufRead, to: &mut dyn Write) -> io::Resul
         said: Cell::new(Instant::now()),
     };
     let tree = Tree::mount(mount.as_fd(), &asker);
-    let targets: Vec<&Target> = job.targets.iter().collect();
-    let differs: Vec<Differs> = job
-        .differs
-        .iter()
-        .map(|&(content, xattrs)| Differs { content, xattrs })
-        .collect();
-    let contents: Vec<Option<&[u8]>> = job.contents.iter().map(|c| c.0.as_deref()).collect();
-    live::apply(tree, &blobs, &targets, &differs, &contents, &job.id)
+    let planned: Vec<&Planned> = job.planned.iter().collect();
+    live::apply(tree, &blobs, &planned, &job.id)
 }

@@ -47,35 +47,30 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{OFlags, Stat};
 
 use super::apply::{Applied, Tree, apply_in_place, depth, ensure_parents, parent_of, temp_name};
-use super::{Differs, Target, attrs};
+use super::{Differs, Planned, Target, attrs};
 use crate::capture::MEANWHILE;
 use crate::store::{Apply, Blobs, Kind};
 use crate::sys;
 
-/// Applies `targets` through the mount (`tree`); `differs[i]` says what planning saw differ
-/// at `targets[i]` (all of it when missing), `contents[i]` is its content as planning read and
-/// verified it (missing: read from its blob). `id` names the rewind (its temp names).
+/// Applies the `planned` targets through the mount (`tree`), each as far as planning saw it
+/// differ, from the content planning handed over or else from its blob. `id` names the
+/// rewind (its temp names).
 ///
 /// # Errors
 /// The first failure that is not a path changed meanwhile; the paths before it are done.
 pub(super) fn apply(
     tree: Tree<'_>,
     blobs: &Blobs,
-    targets: &[&Target],
-    differs: &[Differs],
-    contents: &[Option<&[u8]>],
+    planned: &[&Planned],
     id: &str,
 ) -> io::Result<Applied> {
     let mut in_place = Vec::new();
     let mut order = Vec::new();
-    for (i, t) in targets.iter().enumerate() {
+    for p in planned {
+        let t = &p.target;
         match t.apply {
-            Apply::InPlace => in_place.push(*t),
-            Apply::Replace => order.push((
-                *t,
-                differs.get(i).copied().unwrap_or_default(),
-                contents.get(i).copied().flatten(),
-            )),
+            Apply::InPlace => in_place.push(t),
+            Apply::Replace => order.push((t, p.differs, p.content.as_deref())),
         }
     }
     let mut live = Live {

@@ -143,8 +143,8 @@ fn bad_path(p: &[u8]) -> RewindError {
 
 /// Every target is a path inside the workspace, never the workspace itself: the last check
 /// before a plan is journalled or applied.
-fn check_targets(targets: &[Target]) -> Result<(), RewindError> {
-    match targets.iter().find(|t| !WsPath::is_valid(&t.path)) {
+fn check_targets<'a>(targets: impl IntoIterator<Item = &'a Target>) -> Result<(), RewindError> {
+    match targets.into_iter().find(|t| !WsPath::is_valid(&t.path)) {
         Some(t) => Err(bad_path(&t.path)),
         None => Ok(()),
     }
@@ -300,7 +300,7 @@ impl Target {
 /// applying reads again): whether the content and the extended attributes differ. Applying
 /// through the mount changes only those parts, as a process would (a mode restored is a chmod,
 /// nothing more). Not journalled: recovery sets every part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Differs {
     pub(super) content: bool,
     pub(super) xattrs: bool,
@@ -311,6 +311,40 @@ impl Default for Differs {
         Differs {
             content: true,
             xattrs: true,
+        }
+    }
+}
+
+/// One path a plan changes: its target state, and what planning learned of it. What a live
+/// rewind's helper is sent (`helper.rs`); the journal keeps only the targets (recovery sets
+/// every part, from the blobs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Planned {
+    /// The state the path goes back to.
+    pub(super) target: Target,
+    /// The lines it adds and removes, current → target (as the SDK counts them).
+    #[serde(skip)]
+    pub(super) lines: (u64, u64),
+    /// What planning saw differ at the path (all of it for scope `tool`, which rewrites every
+    /// file it restores).
+    #[serde(default)]
+    pub(super) differs: Differs,
+    /// The target's content as planning read and verified it from its blob, where small
+    /// enough: a live rewind's helper writes it instead of reading the blob again (and checks
+    /// its hash first). `None`: read from the blob.
+    #[serde(default, with = "crate::store::base64::option")]
+    pub(super) content: Option<Vec<u8>>,
+}
+
+impl Planned {
+    /// A target planned with nothing learned besides its lines: everything is set, the content
+    /// read from its blob.
+    fn whole(target: Target, lines: (u64, u64)) -> Planned {
+        Planned {
+            target,
+            lines,
+            differs: Differs::default(),
+            content: None,
         }
     }
 }
@@ -344,9 +378,9 @@ pub struct Outcome {
     pub skipped_links: u64,
     /// The id of the rewind applied (or, for an undo, undone).
     pub rewind_id: Option<String>,
-    /// What the rewind sets each changed path to: in path order, or (scope `tool`) in
-    /// tracked order.
-    pub targets: Vec<Target>,
+    /// What the rewind sets each changed path to, with what planning learned of it: in path
+    /// order, or (scope `tool`) in tracked order.
+    pub(super) planned: Vec<Planned>,
     /// Paths changed since the checkpoint that the scope leaves out.
     pub omitted: Omitted,
     /// Paths a real rewind left as someone else made them while it planned and applied
@@ -363,18 +397,14 @@ pub struct Outcome {
     pub withheld: Vec<Withheld>,
     /// What the rewind changes besides content (mode, owner, attributes), per target.
     pub attr_changes: Vec<AttrChange>,
-    /// The lines each target adds and removes (parallel to `targets`).
-    pub(super) lines: Vec<(u64, u64)>,
-    /// What planning saw differ at each target (parallel to `targets`; empty for scope
-    /// `tool`, which rewrites every file it restores).
-    pub(super) differs: Vec<Differs>,
-    /// Each target's content as planning read and verified it from its blob, where small
-    /// enough (parallel to `targets`; empty for scope `tool`): a live rewind's helper writes
-    /// it instead of reading the blob again.
-    pub(super) contents: Vec<Option<Vec<u8>>>,
 }
 
 impl Outcome {
+    /// What the rewind sets each changed path to.
+    pub(super) fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.planned.iter().map(|p| &p.target)
+    }
+
     /// After a rewind is applied: the paths it changed, their lines, the ones it skipped after
     /// all (scope `tool`: made unsafe by its own earlier steps), and those someone else changed
     /// meanwhile.
@@ -382,7 +412,12 @@ impl Outcome {
         self.files_changed.clear();
         self.insertions = 0;
         self.deletions = 0;
-        for (t, (i, d)) in self.targets.iter().zip(&self.lines) {
+        for Planned {
+            target: t,
+            lines: (i, d),
+            ..
+        } in &self.planned
+        {
             if applied.untouched.contains(&t.path) {
                 continue;
             }
@@ -513,7 +548,7 @@ impl Rewinder {
             one.discard();
             let mut out = out?;
             if out.can_rewind {
-                if let Err(e) = self.check_space(&out.targets) {
+                if let Err(e) = self.check_space(out.targets()) {
                     out.can_rewind = false;
                     out.error = Some(e);
                 }
@@ -531,7 +566,7 @@ impl Rewinder {
         let planned = planned.map(|mut out| {
             // Room for what it captures, or it does not begin (`space.rs`).
             if out.can_rewind {
-                if let Err(e) = self.check_space(&out.targets) {
+                if let Err(e) = self.check_space(out.targets()) {
                     out.can_rewind = false;
                     out.error = Some(e);
                 }
@@ -571,7 +606,7 @@ impl Rewinder {
         tracing::info!(
             "rewind to {uuid}: {} paths in {:?} (watch {t1:?}, plan {:?}, apply {:?}); {} left as \
              others changed them meanwhile ({changed_meanwhile} paths changed by others)",
-            out.targets.len(),
+            out.planned.len(),
             t0.elapsed(),
             t2 - t1,
             t3 - t2,

@@ -33,7 +33,7 @@ use super::filter::Filter;
 use super::history::{History, Lineage, rebase, under};
 use super::one::One;
 use super::privileges::{AttrChange, Policy, Present, Withheld};
-use super::{Differs, Ground, Outcome, Request, RewindError, Rewinder, Scope, Target};
+use super::{Differs, Ground, Outcome, Planned, Request, RewindError, Rewinder, Scope, Target};
 use crate::capture::snapshot;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
@@ -103,7 +103,7 @@ impl Rewinder {
         }
         out.conflicts.sort();
         refuse_on_conflicts(req, &mut out);
-        super::check_targets(&out.targets)?;
+        super::check_targets(out.targets())?;
         Ok(out)
     }
 
@@ -255,22 +255,26 @@ impl Rewinder {
             out.deletions += d;
             out.files_changed
                 .push(String::from_utf8_lossy(&p).into_owned());
-            out.lines.push((i, d));
-            out.differs.push(now.differs_in(&target, &new_content));
+            let differs = now.differs_in(&target, &new_content);
             // Verified just now: what a live rewind's helper writes, instead of reading the
             // blob again (within bounds: the plan travels to the helper whole).
-            out.contents.push(new_content.filter(|c| {
+            let content = new_content.filter(|c| {
                 let fits = c.len() <= INLINE_MAX && c.len() <= inline_budget;
                 if fits {
                     inline_budget -= c.len();
                 }
                 fits
-            }));
+            });
             let mut t = Target::new(rel, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
             }
-            out.targets.push(t);
+            out.planned.push(Planned {
+                target: t,
+                lines: (i, d),
+                differs,
+                content,
+            });
         }
         Ok(())
     }

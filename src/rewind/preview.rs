@@ -39,7 +39,7 @@ impl Rewinder {
         let text = self
             .plan(&mut one, cp.seq, cp.session_id.as_deref(), &req, &filter)
             .and_then(|out| {
-                let (text, stats) = self.diff_text(&one, &out.targets)?;
+                let (text, stats) = self.diff_text(&one, out.targets())?;
                 Ok(DiffOut {
                     text,
                     files_changed: out.files_changed,
@@ -51,10 +51,10 @@ impl Rewinder {
     }
 
     /// The unified diff, current → target, of each target, and each one's line counts.
-    fn diff_text(
+    fn diff_text<'a>(
         &self,
         one: &One<'_>,
-        targets: &[Target],
+        targets: impl IntoIterator<Item = &'a Target>,
     ) -> Result<(String, Vec<FileStat>), RewindError> {
         let mut text = String::new();
         let mut stats = Vec::new();

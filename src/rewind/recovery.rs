@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::apply::{Applied, apply_plan, depth};
 use super::history::{History, under};
 use super::one::One;
-use super::{Differs, Outcome, RewindError, Rewinder, Target};
+use super::{Outcome, Planned, RewindError, Rewinder, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
 use crate::store::{Actor, Apply, Kind, RewindScope, RewindState};
@@ -54,24 +54,23 @@ impl Rewinder {
         if let Some(d) = crate::faults::pause_planned() {
             std::thread::sleep(d);
         }
-        super::check_targets(&out.targets)?;
+        super::check_targets(out.targets())?;
         // No other checkpoint begins until the rewind is applied (`_applying` is held to the
         // end): undo reads what the rewind overwrote from its own checkpoint alone.
         let (seq, _applying) = self.g.recorder.begin_rewind(id)?;
         // Read after the checkpoint began: a change noted later is captured in it.
         let mut applied = Applied::default();
-        let mut targets = Vec::with_capacity(out.targets.len());
-        let mut differs = Vec::with_capacity(out.targets.len());
-        let mut contents = Vec::with_capacity(out.targets.len());
-        for (i, t) in out.targets.iter().enumerate() {
+        let mut todo: Vec<&Planned> = Vec::with_capacity(out.planned.len());
+        for p in &out.planned {
+            let t = &p.target;
             if watch.changed(&t.path, t.kind != Kind::Dir) {
                 applied.changed_meanwhile(&t.path);
             } else {
-                targets.push(t);
-                differs.push(out.differs.get(i).copied().unwrap_or_default());
-                contents.push(out.contents.get(i).and_then(|c| c.as_deref()));
+                todo.push(p);
             }
         }
+        // The journal keeps the targets alone: recovery sets every part, from the blobs.
+        let targets: Vec<&Target> = todo.iter().map(|p| &p.target).collect();
         let plan =
             serde_json::to_string(&targets).map_err(|e| RewindError::Failed(e.to_string()))?;
         let row = crate::store::RewindRow {
@@ -87,7 +86,7 @@ impl Rewinder {
             std::thread::sleep(d);
         }
         let done = self
-            .apply_with_precapture(one, watch, &targets, &differs, &contents, id)
+            .apply_with_precapture(one, watch, &todo, id)
             .map_err(|e| match e {
                 RewindError::Failed(m) => {
                     RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
@@ -107,23 +106,20 @@ impl Rewinder {
         &self,
         one: &mut One<'_>,
         watch: &Watch<'_>,
-        targets: &[&Target],
-        differs: &[Differs],
-        contents: &[Option<&[u8]>],
+        todo: &[&Planned],
         id: &str,
     ) -> Result<Applied, RewindError> {
-        let mut ahead: Vec<&Target> = targets
+        let mut ahead: Vec<&Target> = todo
             .iter()
-            .enumerate()
-            .filter(|(i, t)| t.kind == Kind::File && differs.get(*i).is_none_or(|d| d.content))
-            .map(|(_, t)| *t)
+            .filter(|p| p.target.kind == Kind::File && p.differs.content)
+            .map(|p| &p.target)
             .collect();
         ahead.sort_by_key(|t| (t.apply == Apply::InPlace, depth(&t.path)));
         let paths: Vec<&[u8]> = ahead.iter().map(|t| t.path.as_slice()).collect();
         let stop = AtomicBool::new(false);
         let (done, ahead) = std::thread::scope(|s| {
             let taking = s.spawn(|| self.g.recorder.precapture(watch, &paths, &stop));
-            let done = self.apply_through_mount(watch, targets, differs, contents, id);
+            let done = self.apply_through_mount(watch, todo, id);
             stop.store(true, Ordering::Relaxed);
             (done, taking.join().unwrap_or_default())
         });

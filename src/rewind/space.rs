@@ -35,7 +35,10 @@ pub(super) fn free_blocks(vfs: &rustix::fs::StatVfs) -> u64 {
 impl Rewinder {
     /// `Err`, in words that say how much is needed, how much is free and where, when the
     /// store's filesystem cannot hold what applying `targets` would capture.
-    pub(super) fn check_space(&self, targets: &[Target]) -> Result<(), String> {
+    pub(super) fn check_space<'a>(
+        &self,
+        targets: impl IntoIterator<Item = &'a Target>,
+    ) -> Result<(), String> {
         let dir = self.g.store.blobs.dir();
         let Ok(fd) = sys::open_dir_path(dir) else {
             return Ok(());

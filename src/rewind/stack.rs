@@ -192,7 +192,7 @@ impl Rewinder {
         drop(watch);
         one.discard();
         out.settle(&applied?);
-        let changed = out.targets.len();
+        let changed = out.planned.len();
         done.outcome = out;
         done.id = Some(id);
         // An unfinished rewind undone is finished with: `status` no longer names it.
@@ -234,12 +234,12 @@ impl Rewinder {
         };
         let mut out = self.plan(one, reverts.checkpoint, None, &plan_req, filter)?;
         let hist = History::load(&self.g.store, reverts.checkpoint)?;
-        done.conflict_actors = changed_by_others(&hist, &out.targets, foreign);
+        done.conflict_actors = changed_by_others(&hist, out.targets(), foreign);
         out.conflicts = done.conflict_actors.keys().cloned().collect();
         if !out.conflicts.is_empty() && !req.force {
             out.can_rewind = false;
             out.error = Some(refusal(req.direction, &done.rewind, &done.conflict_actors));
-        } else if let Err(e) = self.check_space(&out.targets) {
+        } else if let Err(e) = self.check_space(out.targets()) {
             // Room for what it captures, or it does not begin (`space.rs`).
             out.can_rewind = false;
             out.error = Some(e);
@@ -253,9 +253,9 @@ impl Rewinder {
 /// the renames of directories at, above or beneath it. A capture under one of the `foreign`
 /// checkpoints (another session's rewinds, undos and redos) counts as `rewind`: that session's
 /// work.
-fn changed_by_others(
+fn changed_by_others<'a>(
     hist: &History,
-    targets: &[Target],
+    targets: impl IntoIterator<Item = &'a Target>,
     foreign: &HashSet<i64>,
 ) -> BTreeMap<String, Vec<&'static str>> {
     let others = !Actor::Rewind.bit();

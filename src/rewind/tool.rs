@@ -48,7 +48,7 @@ use super::history::History;
 use super::one::One;
 use super::plan::Sessions;
 use super::privileges::{Policy, Withheld};
-use super::{Outcome, RewindError, Rewinder, Target};
+use super::{Outcome, Planned, RewindError, Rewinder, Target};
 use crate::store::{Actor, Apply, BlobRef, Kind, PreImage, Tracked};
 use crate::sys;
 
@@ -182,8 +182,7 @@ impl Rewinder {
             if !dry_run {
                 out.files_changed.push(name);
             }
-            out.targets.push(target);
-            out.lines.push(lines);
+            out.planned.push(Planned::whole(target, lines));
         }
         Ok(())
     }

@@ -887,8 +887,7 @@ fn the_rewind_helper_refuses_a_mount_that_is_not_its_daemons() {
         "dev": [0, 0],
         "blobs": m.store.join("blobs"),
         "id": uuid::Uuid::new_v4().to_string(),
-        "targets": [],
-        "differs": [],
+        "planned": [],
     });
     let mut child = std::process::Command::new(BIN)
         .arg("__apply-rewind")
