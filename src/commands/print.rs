@@ -4,7 +4,7 @@ use std::path::Path;
 
 use rewindfs::control::cmd::{
     CheckpointList, DiffReply, GcReply, LogReply, LsReply, NextStep, RewindAction, RewindInfo,
-    RewindReply, StackReply, StatusReply, unprotected_warning,
+    RewindReply, StatusReply, unprotected_warning,
 };
 use rewindfs::rewind::{AttrChange, Withheld};
 use rewindfs::store::{Kind, OriginKind, RewindState};
@@ -221,7 +221,7 @@ pub(crate) fn print_gc(r: &GcReply) {
 
 /// An undo's or redo's reply, for people: which rewind, what changed (or would), what others
 /// changed since, and what undo and redo can do next.
-pub(crate) fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
+pub(crate) fn print_stack(r: &RewindReply, dry_run: bool, ws: &Path) {
     if let Some(e) = &r.error {
         eprintln!("rewindfs: {e}");
         if r.undone.is_none() && r.redone.is_none() {
@@ -259,7 +259,8 @@ pub(crate) fn print_stack(r: &StackReply, dry_run: bool, ws: &Path) {
     if done {
         println!(
             "undo can go back {} more rewind(s), redo re-apply {}",
-            r.undoable, r.redoable
+            r.undoable.unwrap_or(0),
+            r.redoable.unwrap_or(0)
         );
     }
 }
@@ -323,12 +324,13 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
             }
         }
     }
-    if r.skipped_links > 0 {
+    let skipped = r.skipped_links.unwrap_or(0);
+    if skipped > 0 {
         let verb = if dry_run { "would skip" } else { "skipped" };
         println!(
             "{verb} {} path(s) as the SDK does: a symlink, not a regular file, hard linked, or \
              beneath a symlink or a non-directory",
-            r.skipped_links
+            skipped
         );
     }
     print_meanwhile(&r.changed_meanwhile, &r.partially_restored, ws);

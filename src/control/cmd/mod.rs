@@ -53,7 +53,7 @@ pub use self::status::{
     Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
 };
 pub use self::tool_use::{Phase, ToolUse, Unbound};
-pub use self::undo_rewind::{StackReply, UndoReply, UndoRewind};
+pub use self::undo_rewind::{UndoReply, UndoRewind};
 use super::Daemon;
 use super::error::ControlError;
 

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::Command;
-use super::undo_rewind::StackReply;
+use super::RewindReply;
+use super::undo_rewind::Stack;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
 use crate::rewind::Direction;
@@ -26,7 +27,7 @@ pub struct RedoRewind {
 }
 
 /// The reply to `redo_rewind`.
-pub type RedoReply = StackReply;
+pub type RedoReply = RewindReply;
 
 impl Command for RedoRewind {
     const SUBTYPE: &'static str = "redo_rewind";
@@ -35,7 +36,7 @@ impl Command for RedoRewind {
 
 impl RedoRewind {
     pub(super) fn apply(self, d: &Daemon) -> Result<RedoReply, ControlError> {
-        StackReply::run(
+        Stack::run(
             d,
             Direction::Redo,
             self.dry_run,
