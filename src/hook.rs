@@ -176,7 +176,7 @@ fn bind_unbound(
         }) {
             Ok(_) => bound.push((prompt_id, uuid)),
             // Refused (bound elsewhere, uuid taken): the daemon said why; the tool goes on.
-            Err(ClientError::Daemon(m)) => eprintln!("rewindfs hook: warning: {m}"),
+            Err(ClientError::Daemon(m, _)) => eprintln!("rewindfs hook: warning: {m}"),
             Err(e) => return Err(e),
         }
     }
@@ -206,7 +206,7 @@ fn begin_from_transcript(
                     user_message_id: u.clone(),
                 }) {
                     Ok(_) => Ok(Some(u)),
-                    Err(ClientError::Daemon(m)) if m.contains("already began") => Ok(None),
+                    Err(ClientError::Daemon(m, _)) if m.contains("already began") => Ok(None),
                     Err(e) => Err(e),
                 };
             }

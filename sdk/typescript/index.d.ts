@@ -73,7 +73,10 @@ export interface LogEntry {
   toolUseId: string | null;
 }
 
-export class RewindfsError extends Error {}
+export class RewindfsError extends Error {
+  /** The errno of the system call that stopped the request (28: a full disk …), when the daemon names one. */
+  readonly errno?: number;
+}
 
 export function findSocket(socket?: string, opts?: { cwd?: string; mountinfo?: string }): string;
 

@@ -5,9 +5,11 @@ import { readFileSync } from "node:fs";
 import { resolve, join, sep } from "node:path";
 
 export class RewindfsError extends Error {
-  constructor(message) {
+  /** `errno`: the errno of the system call that stopped the request, when the daemon names one. */
+  constructor(message, errno) {
     super(message);
     this.name = "RewindfsError";
+    this.errno = errno;
   }
 }
 
@@ -102,7 +104,7 @@ export class RewindfsClient {
     });
     const r = JSON.parse(line).response ?? {};
     if (r.subtype === "success") return r.response ?? {};
-    if (r.subtype === "error") throw new RewindfsError(r.error ?? "unknown error");
+    if (r.subtype === "error") throw new RewindfsError(r.error ?? "unknown error", r.errno);
     throw new RewindfsError(`unexpected response: ${line}`);
   }
 

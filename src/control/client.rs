@@ -25,9 +25,10 @@ pub enum ClientError {
     /// Talking to the daemon failed.
     #[error("control socket {path}")]
     Io { path: String, source: io::Error },
-    /// The daemon answered with an error (its exact message).
+    /// The daemon answered with an error (its exact message), and the errno of the system
+    /// call that failed when that is what stopped the request.
     #[error("{0}")]
-    Daemon(String),
+    Daemon(String, Option<i32>),
     /// The daemon's answer was not what the protocol says.
     #[error("unexpected response from the daemon: {0}")]
     Protocol(String),
@@ -147,7 +148,7 @@ impl Client {
             .map_err(|e| ClientError::Protocol(format!("{e}: {resp}")))?;
         match frame.response {
             Response::Success { response, .. } => Ok(response),
-            Response::Error { error, .. } => Err(ClientError::Daemon(error)),
+            Response::Error { error, errno, .. } => Err(ClientError::Daemon(error, errno)),
         }
     }
 

@@ -11,6 +11,17 @@ impl From<StoreError> for ControlError {
     }
 }
 
+impl ControlError {
+    /// The errno of the system call that failed, when that is what stopped the request (the
+    /// `errno` of the error frame).
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            ControlError::Rewind(e) => e.errno(),
+            _ => None,
+        }
+    }
+}
+
 /// A request that could not be carried out. Its `Display` is the `error` of the response.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {

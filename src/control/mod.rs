@@ -183,7 +183,7 @@ async fn handle_connection(
                         serde_json::to_value(RewindReply::refused(e.to_string()))
                             .unwrap_or_default(),
                     ),
-                    Ok(Err(e)) => protocol::error(&id, &e.to_string()),
+                    Ok(Err(e)) => protocol::error_with(&id, &e.to_string(), e.errno()),
                     Err(e) => protocol::error(&id, &format!("internal error: {e}")),
                 }
             }

@@ -32,8 +32,18 @@ pub struct ResponseFrame {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "subtype", rename_all = "lowercase")]
 pub enum Response {
-    Success { request_id: String, response: Value },
-    Error { request_id: String, error: String },
+    Success {
+        request_id: String,
+        response: Value,
+    },
+    Error {
+        request_id: String,
+        error: String,
+        /// The errno of the system call that failed, when that is what stopped the request
+        /// (`28`: the disk is full, `13`: permission denied …); absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        errno: Option<i32>,
+    },
 }
 
 /// The `type` of request frames.
@@ -85,11 +95,17 @@ pub fn success(request_id: &str, response: Value) -> ResponseFrame {
 
 /// An `error` frame.
 pub fn error(request_id: &str, message: &str) -> ResponseFrame {
+    error_with(request_id, message, None)
+}
+
+/// An `error` frame that names the errno of the system call that failed.
+pub fn error_with(request_id: &str, message: &str, errno: Option<i32>) -> ResponseFrame {
     ResponseFrame {
         kind: CONTROL_RESPONSE.into(),
         response: Response::Error {
             request_id: request_id.into(),
             error: message.into(),
+            errno,
         },
     }
 }

@@ -391,8 +391,10 @@ fn restore_in_place(
         sys::ftruncate(fd.as_fd(), 0)?;
         stepped.set(true);
         if crate::faults::fail_rewind_after() == Some(i) {
-            return Err(io::Error::other(
-                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated",
+            return Err(crate::sys::coded(
+                libc::EIO,
+                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER), the file left truncated"
+                    .into(),
             ));
         }
         Ok(())
@@ -454,8 +456,9 @@ fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> 
         .enumerate()
     {
         if crate::faults::fail_rewind_after() == Some(i) {
-            return Err(io::Error::other(
-                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
+            return Err(crate::sys::coded(
+                libc::EIO,
+                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)".into(),
             ));
         }
         let rel = t.rel();

@@ -87,8 +87,13 @@ enum Message {
         #[serde(default)]
         partial: Vec<Vec<u8>>,
     },
-    /// Stopped at this failure (the paths before it are done).
-    Failed { error: String },
+    /// Stopped at this failure (the paths before it are done), with its errno when a system
+    /// call failed.
+    Failed {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        errno: Option<i32>,
+    },
 }
 
 impl Rewinder {
@@ -101,7 +106,7 @@ impl Rewinder {
         id: &str,
     ) -> Result<Applied, RewindError> {
         let failed = |what: &str, e: io::Error| {
-            RewindError::Failed(format!("the rewind's helper process: {what}: {e}"))
+            RewindError::Io(sys::ctx(e, format!("the rewind's helper process: {what}")))
         };
         let mount = self.g.workspace.clone();
         let dev = *self.g.mount_dev.get().ok_or_else(|| {
@@ -172,7 +177,7 @@ impl Rewinder {
                             partial,
                         }));
                     }
-                    Message::Failed { error } => return Ok(Err(error)),
+                    Message::Failed { error, errno } => return Ok(Err((error, errno))),
                 }
             }
         })();
@@ -187,7 +192,9 @@ impl Rewinder {
         let _ = child.wait();
         match outcome {
             Ok(Ok(applied)) => Ok(applied),
-            Ok(Err(error)) => Err(RewindError::Failed(error)),
+            // The helper's message already says what failed; the errno comes with it.
+            Ok(Err((error, Some(code)))) => Err(RewindError::Io(sys::coded(code, error))),
+            Ok(Err((error, None))) => Err(RewindError::Failed(error)),
             Err(e) => Err(failed("talking to it", e)),
         }
     }
@@ -263,6 +270,7 @@ pub fn run_helper() -> io::Result<()> {
         },
         Err(e) => Message::Failed {
             error: e.to_string(),
+            errno: sys::known_errno(&e),
         },
     };
     send(&mut out, &m)

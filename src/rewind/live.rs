@@ -254,8 +254,10 @@ impl Live<'_> {
             .filter(|(t, _, _)| matches!(t.kind, Kind::File | Kind::Symlink | Kind::Other));
         for (i, (t, d, content)) in entries.enumerate() {
             if crate::faults::fail_rewind_after() == Some(i) {
-                return Err(io::Error::other(
-                    "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)",
+                // As a disk that failed: an errno the reply must carry.
+                return Err(crate::sys::coded(
+                    libc::EIO,
+                    "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)".into(),
                 ));
             }
             if self.skipped(t) {

@@ -191,6 +191,10 @@ pub enum RewindError {
     /// message names them, and says how to go on).
     #[error("{0}")]
     Conflicts(String),
+    /// A system call failed, in the SDK's `Failed to rewind: <cause>` form; the io error is
+    /// kept whole, so its errno reaches the reply (`errno` of the error frame) and the CLI.
+    #[error("Failed to rewind: {0}")]
+    Io(io::Error),
     /// Anything else, in the SDK's `Failed to rewind: <cause>` form.
     #[error("Failed to rewind: {0}")]
     Failed(String),
@@ -220,7 +224,26 @@ pub enum RewindError {
 
 impl From<io::Error> for RewindError {
     fn from(e: io::Error) -> Self {
-        RewindError::Failed(e.to_string())
+        RewindError::Io(e)
+    }
+}
+
+impl RewindError {
+    /// The errno of a failed system call, if that is what stopped it.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            RewindError::Io(e) => crate::sys::known_errno(e),
+            _ => None,
+        }
+    }
+
+    /// The same error, its message prefixed with `what` (the errno kept).
+    fn context(self, what: impl std::fmt::Display) -> RewindError {
+        match self {
+            RewindError::Io(e) => RewindError::Io(crate::sys::ctx(e, what)),
+            RewindError::Failed(m) => RewindError::Failed(format!("{what}: {m}")),
+            e => e,
+        }
     }
 }
 
@@ -704,5 +727,31 @@ impl Ground {
     /// apply or look (`one.rs`).
     fn one(&self) -> One<'_> {
         self.one.take(&self.recorder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A system call's failure keeps its errno through the context a rewind adds, and says
+    /// the SDK's prefix once.
+    #[test]
+    fn a_failed_call_keeps_its_errno_through_the_rewind() {
+        for code in [libc::ENOSPC, libc::EACCES, libc::EIO] {
+            let e = RewindError::from(io::Error::from_raw_os_error(code))
+                .context("rewinding to checkpoint c1")
+                .context("the helper");
+            assert_eq!(e.errno(), Some(code));
+            let said = e.to_string();
+            assert!(
+                said.starts_with("Failed to rewind: the helper: rewinding to checkpoint c1: "),
+                "{said}"
+            );
+            assert_eq!(said.matches("Failed to rewind").count(), 1, "{said}");
+        }
+        let other = RewindError::Failed("no".into()).context("x");
+        assert_eq!(other.errno(), None);
+        assert_eq!(other.to_string(), "Failed to rewind: x: no");
     }
 }

@@ -87,12 +87,7 @@ impl Rewinder {
         }
         let done = self
             .apply_with_precapture(one, watch, &todo, id)
-            .map_err(|e| match e {
-                RewindError::Failed(m) => {
-                    RewindError::Failed(format!("rewinding to checkpoint {target_uuid}: {m}"))
-                }
-                e => e,
-            })?;
+            .map_err(|e| e.context(format!("rewinding to checkpoint {target_uuid}")))?;
         applied.extend(done);
         // An undo or redo also moves the rewind it undid or redid on the stack.
         self.g.store.finish_rewind(&row)?;

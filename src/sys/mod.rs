@@ -41,16 +41,27 @@ fn errno(e: rustix::io::Errno) -> io::Error {
 
 /// Wraps an io error with the call and its argument, keeping the errno.
 pub fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
-    match e.raw_os_error() {
-        Some(code) => {
+    match (e.raw_os_error(), known_errno(&e)) {
+        (Some(code), _) => {
             // `base` says "… (os error N)" itself.
             // `coded`, not `io::Error::new`: that keeps only the kind, and `EROFS` would reach a
             // FUSE caller as `EIO`.
             let base = io::Error::from_raw_os_error(code);
             coded(code, format!("{what}: {base}"))
         }
-        None => io::Error::new(e.kind(), format!("{what}: {e}")),
+        // Wrapped before: its message already names the errno.
+        (None, Some(code)) => coded(code, format!("{what}: {e}")),
+        (None, None) => io::Error::new(e.kind(), format!("{what}: {e}")),
     }
+}
+
+/// The errno an error carries, its own or a [`Coded`]'s; `None` if it came from no system call.
+pub fn known_errno(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|i| i.downcast_ref::<Coded>())
+            .map(|c| c.errno)
+    })
 }
 
 /// An error whose message says what happened and which keeps its errno through `io::Error`
@@ -83,11 +94,8 @@ pub fn coded(errno: i32, message: String) -> io::Error {
 /// The errno of an error: its own, or the one a [`Coded`] carries; else the closest to its
 /// kind (a full disk `ENOSPC`, a busy resource `EAGAIN`), else `EIO`.
 pub fn errno_of(e: &io::Error) -> i32 {
-    if let Some(code) = e.raw_os_error() {
+    if let Some(code) = known_errno(e) {
         return code;
-    }
-    if let Some(c) = e.get_ref().and_then(|i| i.downcast_ref::<Coded>()) {
-        return c.errno;
     }
     match e.kind() {
         io::ErrorKind::StorageFull => libc::ENOSPC,

@@ -240,8 +240,16 @@ fn a_failed_rewinds_plan_keeps_its_blobs_until_the_next_mount_finishes_it() {
             json!({"user_message_id": t1, "scope": "all", "dry_run": dry}),
         )
     };
-    let e = rewind(&mut c, false).unwrap_err().to_string();
-    assert!(e.contains("injected failure"), "{e}");
+    let e = rewind(&mut c, false).unwrap_err();
+    assert!(e.to_string().contains("injected failure"), "{e}");
+    // A system call's failure keeps its errno through the helper and the reply.
+    assert!(
+        matches!(
+            e,
+            rewindfs::control::client::ClientError::Daemon(_, Some(libc::EIO))
+        ),
+        "the error frame names the errno: {e:?}"
+    );
     // The same plan again (for the file the failed one did not reach), as a dry run, a diff,
     // and a rewind that succeeds: each removes what it put together once done.
     assert_eq!(

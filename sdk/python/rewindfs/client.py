@@ -33,7 +33,15 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 class RewindfsError(Exception):
-    """The daemon answered with an error, or could not be reached."""
+    """The daemon answered with an error, or could not be reached.
+
+    ``errno`` is the errno of the system call that stopped the request (``errno.ENOSPC`` for a
+    full disk ...) when the daemon names one, else ``None``.
+    """
+
+    def __init__(self, message: str, errno: Optional[int] = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 @dataclass
@@ -153,7 +161,7 @@ def _payload(line: bytes, request_id: str) -> dict[str, Any]:
     if r.get("subtype") == "success":
         return r.get("response", {})
     if r.get("subtype") == "error":
-        raise RewindfsError(r.get("error", "unknown error"))
+        raise RewindfsError(r.get("error", "unknown error"), r.get("errno"))
     raise RewindfsError(f"unexpected response: {line!r}")
 
 
