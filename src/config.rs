@@ -193,7 +193,7 @@ pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
             PathBuf::from(home).join(".local/state")
         }
     };
-    let hash = blake3::hash(crate::mounts::path_bytes(dir)).to_hex();
+    let hash = blake3::hash(crate::host::mounts::path_bytes(dir)).to_hex();
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -220,8 +220,9 @@ impl MountConfig {
         agent_pid: Option<u32>,
         sync: bool,
     ) -> anyhow::Result<MountConfig> {
-        let abs = crate::mounts::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
-        if crate::mounts::is_stale(&abs) {
+        let abs =
+            crate::host::mounts::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
+        if crate::host::mounts::is_stale(&abs) {
             bail!(
                 "{} has a rewindfs mount whose daemon is gone (Transport endpoint is not connected); run `rewindfs umount {}` first",
                 abs.display(),
@@ -243,8 +244,8 @@ impl MountConfig {
         let dir = abs
             .canonicalize()
             .with_context(|| format!("resolving {}", abs.display()))?;
-        if let Some(m) = crate::mounts::mount_at(&dir)? {
-            if m.fstype == crate::mounts::FSTYPE {
+        if let Some(m) = crate::host::mounts::mount_at(&dir)? {
+            if m.fstype == crate::host::mounts::FSTYPE {
                 bail!(
                     "{} is already mounted by rewindfs (store {})",
                     dir.display(),

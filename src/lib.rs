@@ -3,35 +3,33 @@
 //! # Layout
 //! Layers, top to bottom; a layer never reaches up:
 //! - `cli` (clap) → `config` (the validated `MountConfig`); `daemon` wires everything and owns
-//!   the lifetime; `hook` is the Claude Code hook command;
+//!   the lifetime; `client` is what the CLI does beside the daemon (the agents' hook command,
+//!   `setup`, push and pull to a remote);
 //! - `control` (Unix socket server) and `fs` (FUSE adapter over a passthrough core);
-//! - `rewind` (plan and apply) and `capture` (pre-images before every change);
+//! - `rewind` (the rewinder and the views of the past), `turns` (the session and turn
+//!   bookkeeping) and `capture` (pre-images before every change);
 //! - `store` (SQLite and content-addressed blobs);
+//! - `host` (facts of this machine outside the mount: the mount table, processes from /proc,
+//!   the agents' transcripts), used by the daemon and the client alike;
 //! - `sys` (raw system calls, relative to a directory fd; /proc), `locks` (taking a lock, one
-//!   way: a poisoned one fails closed), `faults` (test-only fault injection); beside the layers, `mounts` (the mount table), `procs` (processes left
-//!   underneath a mount, from /proc) and `remote` (push and pull history to an S3-compatible
-//!   store), used by the CLI; `wspath` (the workspace path type, which only a path inside the
-//!   workspace can be), used by every layer.
+//!   way: a poisoned one fails closed), `faults` (test-only fault injection); `wspath` (the
+//!   workspace path type, which only a path inside the workspace can be), used by every layer.
 //!
 //! The binary (`main.rs`) parses the command line and calls one function per command, in
 //! `src/commands/` (a module of the binary, not of this library).
 
 pub(crate) mod capture;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub(crate) mod faults;
 pub(crate) mod fs;
-pub mod hook;
+pub mod host;
 pub(crate) mod locks;
-pub(crate) mod mounts;
-pub mod procs;
-pub mod remote;
 pub mod rewind;
-pub mod setup;
 pub mod store;
 pub mod sys;
-pub(crate) mod transcript;
 pub mod turns;
 pub mod wspath;

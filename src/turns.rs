@@ -227,7 +227,7 @@ impl Turns {
         }
         let mut bound = 0;
         for (t, ids) in by_transcript {
-            let found = match crate::transcript::prompt_uuids(Path::new(&t), &ids) {
+            let found = match crate::host::transcript::prompt_uuids(Path::new(&t), &ids) {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::debug!("transcript {t}: {e}");

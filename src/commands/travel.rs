@@ -426,7 +426,7 @@ pub(crate) fn push(
     if let Some(k) = &key {
         rewindfs::store::bundle::sign_file(&tmp, k)?;
     }
-    let r = rewindfs::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
+    let r = rewindfs::client::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
     drop(tmpdir);
     print_json_or(json, &r, |r| {
         println!(
@@ -449,7 +449,7 @@ pub(crate) fn pull(
     json: bool,
     socket: &SocketArgs,
 ) -> anyhow::Result<()> {
-    let rm = rewindfs::remote::Remote::open(remote)?;
+    let rm = rewindfs::client::remote::Remote::open(remote)?;
     let daemon_socket = match store {
         Some(s) => s.join(daemon::files::SOCKET),
         None => connect(socket)?.path().to_path_buf(),

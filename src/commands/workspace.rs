@@ -44,7 +44,7 @@ pub(crate) fn setup(
     user: bool,
     remove: bool,
 ) -> anyhow::Result<()> {
-    let agent = rewindfs::setup::Agent::parse(agent)
+    let agent = rewindfs::client::setup::Agent::parse(agent)
         .with_context(|| format!("no agent {agent:?}: `claude` or `qoder`"))?;
     let path = if user {
         let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
@@ -57,7 +57,7 @@ pub(crate) fn setup(
         agent.settings_in(&std::path::absolute(dir)?)
     };
     if remove {
-        let o = rewindfs::setup::remove(&path)?;
+        let o = rewindfs::client::setup::remove(&path)?;
         println!(
             "{}: removed {} rewindfs hook(s)",
             o.path.display(),
@@ -66,8 +66,8 @@ pub(crate) fn setup(
         return Ok(());
     }
     let exe = std::env::current_exe().context("finding the rewindfs binary")?;
-    let command = rewindfs::setup::command_for(&exe);
-    let o = rewindfs::setup::install(&path, &command, agent)?;
+    let command = rewindfs::client::setup::command_for(&exe);
+    let o = rewindfs::client::setup::install(&path, &command, agent)?;
     if o.changed == 0 {
         println!("{}: the rewindfs hooks are there already", o.path.display());
     } else {
@@ -153,7 +153,7 @@ pub(crate) fn hook(wait_ms: u64, socket: &SocketArgs) {
     let r = find_socket(socket.socket.as_deref())
         .and_then(|p| Client::connect(&p))
         .and_then(|mut c| {
-            rewindfs::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
+            rewindfs::client::hook::handle(&mut c, &v, std::time::Duration::from_millis(wait_ms))
         });
     if let Err(e) = r {
         eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");

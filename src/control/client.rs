@@ -48,7 +48,7 @@ pub fn find_socket(explicit: Option<&Path>) -> Result<PathBuf, ClientError> {
     }
     let cwd = std::env::current_dir()
         .map_err(|e| ClientError::NotFound(format!("current directory: {e}")))?;
-    match crate::mounts::containing(&cwd) {
+    match crate::host::mounts::containing(&cwd) {
         Ok(Some(m)) => Ok(m.source.join(crate::store::layout::SOCKET)),
         _ => Err(ClientError::NotFound(format!(
             "{} is not inside a rewindfs mount; run this inside the workspace, or pass --socket / set REWINDFS_SOCKET",

@@ -11,7 +11,8 @@ use anyhow::{Context, bail};
 
 use super::files;
 use crate::config::MountConfig;
-use crate::{mounts, sys};
+use crate::host::mounts;
+use crate::sys;
 
 /// Starts the daemon in the background and returns once the mount answers.
 ///

@@ -33,10 +33,11 @@ use crate::capture::{Observer, Recorder};
 use crate::config::MountConfig;
 use crate::control::Daemon;
 use crate::fs::{CacheConfig, Core, RewindFs};
+use crate::host::mounts;
 use crate::rewind::Rewinder;
 use crate::store::Store;
+use crate::sys;
 use crate::turns::Turns;
-use crate::{mounts, sys};
 
 /// Files the daemon keeps in the store directory.
 pub use crate::store::layout as files;

@@ -40,8 +40,8 @@ pub fn begin_fork_store(store_dir: &Path, origin: &Origin) -> anyhow::Result<Str
 /// # Errors
 /// The mount table cannot be read; no default store can be named.
 pub fn store_of_workspace(dir: &Path) -> anyhow::Result<PathBuf> {
-    Ok(match crate::mounts::mount_at(dir)? {
-        Some(m) if m.fstype == crate::mounts::FSTYPE => m.source,
+    Ok(match crate::host::mounts::mount_at(dir)? {
+        Some(m) if m.fstype == crate::host::mounts::FSTYPE => m.source,
         _ => crate::config::default_store(dir)?,
     })
 }

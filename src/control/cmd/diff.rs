@@ -101,8 +101,8 @@ fn is_fork_of(d: &Daemon, dir: &Path) -> Result<(), ControlError> {
     if crate::locks::Locked::locked(&d.forks).contains(dir) {
         return Ok(());
     }
-    let store = match crate::mounts::mount_at(dir) {
-        Ok(Some(m)) if m.fstype == crate::mounts::FSTYPE => Some(m.source),
+    let store = match crate::host::mounts::mount_at(dir) {
+        Ok(Some(m)) if m.fstype == crate::host::mounts::FSTYPE => Some(m.source),
         _ => crate::config::default_store(dir).ok(),
     };
     let origin = store.and_then(|s| crate::store::first_origin(&s).ok().flatten());

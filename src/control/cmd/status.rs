@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::procs::{Holds, Underneath};
+use crate::host::procs::{Holds, Underneath};
 
 /// Asks for the daemon's status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,15 +141,15 @@ pub fn unprotected_warning(workspace: &Path, list: &[UnprotectedProcess]) -> Str
 /// The processes left underneath the mount over `workspace` (none if it is not mounted), the
 /// daemon itself and `skip` aside.
 pub fn unprotected_processes(workspace: &Path, skip: &[u32]) -> Vec<UnprotectedProcess> {
-    let Ok(Some(m)) = crate::mounts::mount_at(workspace) else {
+    let Ok(Some(m)) = crate::host::mounts::mount_at(workspace) else {
         return Vec::new();
     };
-    if m.fstype != crate::mounts::FSTYPE {
+    if m.fstype != crate::host::mounts::FSTYPE {
         return Vec::new();
     }
     let mut skip = skip.to_vec();
     skip.push(std::process::id());
-    crate::procs::underneath(workspace, m.dev, &skip)
+    crate::host::procs::underneath(workspace, m.dev, &skip)
         .into_iter()
         .map(UnprotectedProcess::from)
         .collect()

@@ -165,7 +165,7 @@ fn bind_unbound(
     let wanted: HashSet<String> = unbound.into_iter().collect();
     // Not there yet (the first hook of a session can run before the file exists): a later
     // hook binds them.
-    let Ok(found) = crate::transcript::prompt_uuids(transcript, &wanted) else {
+    let Ok(found) = crate::host::transcript::prompt_uuids(transcript, &wanted) else {
         return Ok(Vec::new());
     };
     let mut bound = Vec::new();
@@ -199,7 +199,7 @@ fn begin_from_transcript(
     let current = client.call(&Status {})?.current_checkpoint;
     let deadline = Instant::now() + wait;
     loop {
-        match crate::transcript::latest_prompt_uuid(transcript) {
+        match crate::host::transcript::latest_prompt_uuid(transcript) {
             Some(u) if u != current => {
                 return match client.call(&BeginMessage {
                     session_id: session.to_string(),
