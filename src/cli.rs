@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 
-use crate::config::{DEFAULT_MAX_AGE, DEFAULT_MAX_STORE_BYTES, DEFAULT_RANGE_CAPTURE_MIN, IoUring};
+use crate::config::{
+    DEFAULT_MAX_AGE, DEFAULT_MAX_STORE_BYTES, DEFAULT_RANGE_CAPTURE_MIN, IoUring, MountRequest,
+    Retention, parse_size,
+};
 use crate::store::Scope;
 
 /// A rewind scope's name on the command line, parsed into its value (clap stays in this file:
@@ -55,137 +58,19 @@ pub enum KeyAction {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Mount rewindfs over DIR, in place; returns once the mount answers.
-    Mount {
-        /// The project directory to cover.
-        dir: PathBuf,
-        /// Stay in the foreground (for supervisors); stops cleanly on SIGINT/SIGTERM.
-        #[arg(long, short = 'f')]
-        foreground: bool,
-        /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/WORKSPACE-ID).
-        #[arg(long)]
-        store: Option<PathBuf>,
-        /// Threads reading /dev/fuse (with io_uring they serve only FORGET and INTERRUPT).
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Seconds the kernel may cache attributes and entries (every change goes through the
-        /// mount, and a rewind invalidates what it restores).
-        #[arg(long, default_value_t = 60.0)]
-        ttl: f64,
-        /// Serve FUSE requests over io_uring (Linux >= 6.14): `auto` uses it when the kernel
-        /// offers it (as root, switching on fuse's `enable_uring` parameter), `on` fails without
-        /// it, `off` keeps to /dev/fuse.
-        #[arg(long, value_enum, default_value_t = IoUringArg::Auto, env = "REWINDFS_IO_URING")]
-        io_uring: IoUringArg,
-        /// Register this pid as the agent (its writes are `tool`, its children's `shell`).
-        #[arg(long)]
-        agent_pid: Option<u32>,
-        /// fsync every pre-image before the change it protects (survives power loss, slower).
-        #[arg(long)]
-        sync: bool,
-        /// Store budget: gc drops the oldest checkpoints beyond it (e.g. 500M, 10G; 0 = none).
-        #[arg(long, default_value = DEFAULT_MAX_STORE_BYTES)]
-        max_store_bytes: String,
-        /// Age limit: gc drops checkpoints older than this (e.g. 12h, 30d; 0 = none).
-        #[arg(long, default_value = DEFAULT_MAX_AGE)]
-        max_age: String,
-        /// Files larger than this keep only the bytes a change overwrites, not a whole copy
-        /// (e.g. 256K, 1M; 0 = always copy whole files).
-        #[arg(long, default_value = DEFAULT_RANGE_CAPTURE_MIN)]
-        range_capture_min: String,
-        /// Internal: set by the detaching parent.
-        #[arg(long, hide = true)]
-        detached: bool,
-    },
+    Mount(MountArgs),
     /// Unmount a rewindfs mount cleanly (also clears a mount whose daemon died).
-    Umount {
-        dir: PathBuf,
-        /// Detach even if files are still open.
-        #[arg(long)]
-        lazy: bool,
-    },
+    Umount(UmountArgs),
     /// Begin the checkpoint of a user message (what the SDK does before sending a prompt).
-    Checkpoint {
-        /// The user message's UUID.
-        uuid: String,
-        /// The agent session it belongs to.
-        #[arg(long)]
-        session: String,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Checkpoint(CheckpointArgs),
     /// List checkpoints, oldest first.
-    List {
-        /// Only this session's.
-        #[arg(long)]
-        session: Option<String>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    List(ListArgs),
     /// Show the change log (when, what, which checkpoint, which actor/process).
-    Log {
-        /// Only changes to this path (or beneath it).
-        path: Option<PathBuf>,
-        /// Show at most this many changes, the newest (default 1000; `rewindfs log` says when
-        /// there are more).
-        #[arg(long, default_value_t = 1000)]
-        limit: i64,
-        /// Only changes made since this checkpoint began (a message uuid from `rewindfs list`).
-        #[arg(long)]
-        since: Option<String>,
-        /// Newest first.
-        #[arg(long)]
-        newest_first: bool,
-        /// Only changes by this session's actors.
-        #[arg(long)]
-        session: Option<String>,
-        /// Every entry as recorded (a file written beside its target and renamed over it is
-        /// otherwise shown as one change to the target).
-        #[arg(long)]
-        raw: bool,
-        /// JSON lines, one change per line, streamed page by page.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Log(LogArgs),
     /// Show the daemon's state.
-    Status {
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Status(StatusArgs),
     /// Rewind files to the state they had when a user message began.
-    Rewind {
-        /// The user message's UUID (a checkpoint).
-        uuid: String,
-        /// Only report what would change.
-        #[arg(long)]
-        dry_run: bool,
-        /// tool: what Write/Edit/NotebookEdit changed (the SDK's behaviour); agent: tool and
-        /// shell; all: everything.
-        #[arg(long, env = "REWINDFS_SCOPE", default_value = "tool", value_parser = scope_arg())]
-        scope: Scope,
-        /// Rewind even when other actors (or other sessions) changed the same paths.
-        #[arg(long)]
-        force: bool,
-        /// The session the checkpoint must belong to (refused if it is another's).
-        #[arg(long)]
-        session: Option<String>,
-        /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
-        /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
-        /// nodes. Without it they are withheld, and the dry run and the rewind say which.
-        #[arg(long)]
-        trust_imported: bool,
-        #[arg(long)]
-        json: bool,
-        /// Restrict to these paths or globs.
-        paths: Vec<String>,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Rewind(RewindArgs),
     /// Undo the newest rewind not yet undone (again and again, back to the first). Refuses,
     /// changing nothing, when someone other than rewindfs changed since then a path it would
     /// change (unless --force).
@@ -197,225 +82,50 @@ pub enum Command {
     /// Unified diff from the current files to a checkpoint (`diff A [PATH]`), or from the
     /// tree when checkpoint A began to the tree when B began (`diff A B [PATH]`), or from a
     /// fork's origin checkpoint to the fork's current tree (`diff --fork DIR [PATH]`).
-    Diff {
-        /// The checkpoint (a user message's UUID).
-        #[arg(required_unless_present = "fork")]
-        uuid: Option<String>,
-        /// A second checkpoint, then a path or glob; or one word: a checkpoint when it names one
-        /// (a UUID, or an id `rewindfs list` shows), else a path or glob.
-        #[arg(num_args = 0..=2)]
-        rest: Vec<String>,
-        /// Print a summary (lines added and removed per file) instead of the diff.
-        #[arg(long)]
-        stat: bool,
-        /// A fork made by `rewindfs fork`: compare its origin checkpoint with its tree now.
-        #[arg(long, value_name = "DIR")]
-        fork: Option<PathBuf>,
-        /// Which paths: those a rewind of this scope would change (`agent`, `tool`: of the
-        /// checkpoint's own session).
-        #[arg(long, default_value = "all", value_parser = scope_arg())]
-        scope: Scope,
-        /// The session the checkpoint must belong to (refused if it is another's).
-        #[arg(long)]
-        session: Option<String>,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Diff(DiffArgs),
     /// Print a file as it was when a checkpoint began (raw bytes), without rewinding.
-    Show {
-        /// The checkpoint (a user message's UUID).
-        uuid: String,
-        /// The file (absolute, or relative to the current directory).
-        path: PathBuf,
-        /// Print what the path was (type, mode, size, hash) as JSON instead of its content.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Show(ShowArgs),
     /// Write the whole tree as it was when a checkpoint began into a new directory (unchanged
     /// files copied from the workspace, changed ones from the store; reflinks where the disk
     /// allows). With --mount, mount it, its history beginning at a checkpoint that records
     /// where it came from.
-    Fork {
-        /// The checkpoint (a user message's UUID).
-        uuid: String,
-        /// The new directory (must not exist, or be empty; outside the workspace and store).
-        dir: PathBuf,
-        /// Mount the fork once written.
-        #[arg(long)]
-        mount: bool,
-        /// The fork's store (default: as for a mount of DIR).
-        #[arg(long)]
-        store: Option<PathBuf>,
-        /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
-        /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
-        /// nodes. Without it they are withheld, and the dry run and the rewind say which.
-        #[arg(long)]
-        trust_imported: bool,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Fork(ForkArgs),
     /// Write a session's history (every checkpoint from the first asked for to the newest, with
     /// every blob they need) into one self-checking bundle file.
-    Export {
-        /// Start at this session's first checkpoint (at or after --since).
-        #[arg(long)]
-        session: Option<String>,
-        /// Start at this checkpoint (a UUID).
-        #[arg(long)]
-        since: Option<String>,
-        /// The bundle to write (replaced if it exists).
-        file: PathBuf,
-        /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
-        /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
-        /// trust file's `sign-with` line, pushes and exports are signed without asking.
-        #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
-        sign: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Export(ExportArgs),
     /// Import a bundle's checkpoints into a store: listable, showable and rewindable there.
     /// Importing it again does nothing.
-    Import {
-        /// The bundle.
-        file: PathBuf,
-        /// The store to import into (through its daemon if one serves it, else directly).
-        #[arg(long)]
-        store: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Import(ImportArgs),
     /// Push history to an S3-compatible remote (s3://bucket/prefix): the blobs it lacks (stored
     /// once by hash for every workspace pushing there), then one object of rows per push.
     /// Credentials from AWS_* variables (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP for a local server).
-    Push {
-        /// s3://bucket[/prefix]
-        remote: String,
-        /// Push this session's history (from its first checkpoint at or after --since).
-        #[arg(long)]
-        session: Option<String>,
-        #[arg(long)]
-        since: Option<String>,
-        /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
-        /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
-        /// trust file's `sign-with` line, pushes and exports are signed without asking.
-        #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
-        sign: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Push(PushArgs),
     /// Pull history from an S3-compatible remote into a store (each push once; what is here
     /// already is skipped).
-    Pull {
-        /// s3://bucket[/prefix]
-        remote: String,
-        /// Only this session's pushes.
-        #[arg(long)]
-        session: Option<String>,
-        /// The store to import into (through its daemon if one serves it, else directly).
-        #[arg(long)]
-        store: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Pull(PullArgs),
     /// List a directory as it was when a checkpoint began, without rewinding.
-    Ls {
-        /// The checkpoint (a user message's UUID).
-        uuid: String,
-        /// The directory (default: the workspace).
-        dir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Ls(LsArgs),
     /// Drop the oldest checkpoints until the store is within its budget and age limit; report
     /// what was freed. Runs in the daemon when one serves the store, else on the store itself.
-    Gc {
-        /// The store directory (default: the daemon of the mount containing the current
-        /// directory, or its --socket).
-        #[arg(long)]
-        store: Option<PathBuf>,
-        /// Budget (e.g. 500M, 10G; 0 = none); default: the daemon's, else 10G.
-        #[arg(long)]
-        max_store_bytes: Option<String>,
-        /// Age limit (e.g. 12h, 30d; 0 = none); default: the daemon's, else 30d.
-        #[arg(long)]
-        max_age: Option<String>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Gc(GcArgs),
     /// Check a store: database integrity, every captured blob present and intact.
-    Fsck {
-        /// The store directory (default: the store of the workspace containing the current
-        /// directory).
-        #[arg(long)]
-        store: Option<PathBuf>,
-    },
+    Fsck(FsckArgs),
     /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse, PostToolUseFailure,
     /// Stop, SessionEnd; `rewindfs setup claude` writes them): reads the hook JSON on stdin and
     /// tells the daemon where a prompt begins and which tool call is running. Never blocks the
     /// agent: if the daemon is down it warns and lets the tool run.
-    Hook {
-        /// For CLIs whose hooks carry no prompt_id: how long UserPromptSubmit waits for the
-        /// prompt to appear in the transcript, in milliseconds.
-        #[arg(long, default_value_t = 2000)]
-        wait_ms: u64,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Hook(HookArgs),
     /// Mount DIR, run COMMAND inside it (at the caller's place when the caller is inside DIR,
     /// else at its root) as the agent (REWINDFS_SOCKET set, its pid registered), unmount when
     /// it exits, and exit with its status.
-    Exec {
-        /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
-        #[arg(long, value_parser = scope_arg())]
-        scope: Option<Scope>,
-        dir: PathBuf,
-        #[arg(long)]
-        store: Option<PathBuf>,
-        /// The command and its arguments.
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Exec(ExecArgs),
     /// Signing keys for history shared with others: `pull` and `import` can be made to accept
     /// only history signed by a trusted key (`require-signed yes` in ~/.config/rewindfs/trust).
-    Key {
-        #[command(subcommand)]
-        action: KeyAction,
-    },
+    Key(KeyArgs),
     /// Write `rewindfs hook` into Claude Code's settings (a project's .claude/settings.json,
     /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool
     /// calls become rewindfs checkpoints and tool spans; --remove takes them out again.
-    Setup {
-        /// The agent whose settings to write: `claude` (Claude Code) or `qoder` (the Qoder CLI).
-        #[arg(value_parser = ["claude", "qoder"])]
-        agent: String,
-        /// The project whose .claude/settings.json (.qoder/settings.json) to write (default: the
-        /// current directory).
-        #[arg(long, conflicts_with = "user")]
-        project: Option<PathBuf>,
-        /// Write the user's ~/.claude/settings.json (~/.qoder/settings.json) instead (every
-        /// project).
-        #[arg(long)]
-        user: bool,
-        /// Take the hooks out instead.
-        #[arg(long)]
-        remove: bool,
-    },
+    Setup(SetupArgs),
     /// Internal: the helper process a live rewind changes the mount through (started by the
     /// daemon; reads its job on stdin).
     #[command(name = "__apply-rewind", hide = true)]
@@ -423,21 +133,441 @@ pub enum Command {
     /// Internal: the process the daemon writes back the kernel's dirty data through (started
     /// by the daemon before a boundary or a rewind).
     #[command(name = "__flush", hide = true)]
-    Flush {
-        /// The mount.
-        dir: std::path::PathBuf,
-        /// Files mapped for writing, to fsync.
-        files: Vec<std::path::PathBuf>,
-    },
+    Flush(FlushArgs),
     /// Register a process as the agent (its writes are `tool`, its children's `shell`).
-    Agent {
-        pid: u32,
-        /// The session it works for (its writes and its children's belong to that session).
-        #[arg(long)]
-        session: Option<String>,
-        #[command(flatten)]
-        socket: SocketArgs,
-    },
+    Agent(AgentArgs),
+}
+
+/// `rewindfs mount`.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// The project directory to cover.
+    pub dir: PathBuf,
+    /// Stay in the foreground (for supervisors); stops cleanly on SIGINT/SIGTERM.
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Where the store lives (default: $XDG_STATE_HOME/rewindfs/WORKSPACE-ID).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Threads reading /dev/fuse (with io_uring they serve only FORGET and INTERRUPT).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Seconds the kernel may cache attributes and entries (every change goes through the
+    /// mount, and a rewind invalidates what it restores).
+    #[arg(long, default_value_t = 60.0)]
+    pub ttl: f64,
+    /// Serve FUSE requests over io_uring (Linux >= 6.14): `auto` uses it when the kernel
+    /// offers it (as root, switching on fuse's `enable_uring` parameter), `on` fails without
+    /// it, `off` keeps to /dev/fuse.
+    #[arg(long, value_enum, default_value_t = IoUringArg::Auto, env = "REWINDFS_IO_URING")]
+    pub io_uring: IoUringArg,
+    /// Register this pid as the agent (its writes are `tool`, its children's `shell`).
+    #[arg(long)]
+    pub agent_pid: Option<u32>,
+    /// fsync every pre-image before the change it protects (survives power loss, slower).
+    #[arg(long)]
+    pub sync: bool,
+    /// Store budget: gc drops the oldest checkpoints beyond it (e.g. 500M, 10G; 0 = none).
+    #[arg(long, default_value = DEFAULT_MAX_STORE_BYTES)]
+    pub max_store_bytes: String,
+    /// Age limit: gc drops checkpoints older than this (e.g. 12h, 30d; 0 = none).
+    #[arg(long, default_value = DEFAULT_MAX_AGE)]
+    pub max_age: String,
+    /// Files larger than this keep only the bytes a change overwrites, not a whole copy
+    /// (e.g. 256K, 1M; 0 = always copy whole files).
+    #[arg(long, default_value = DEFAULT_RANGE_CAPTURE_MIN)]
+    pub range_capture_min: String,
+    /// Internal: set by the detaching parent.
+    #[arg(long, hide = true)]
+    pub detached: bool,
+}
+
+/// `rewindfs umount`.
+#[derive(Debug, clap::Args)]
+pub struct UmountArgs {
+    pub dir: PathBuf,
+    /// Detach even if files are still open.
+    #[arg(long)]
+    pub lazy: bool,
+}
+
+/// `rewindfs checkpoint`.
+#[derive(Debug, clap::Args)]
+pub struct CheckpointArgs {
+    /// The user message's UUID.
+    pub uuid: String,
+    /// The agent session it belongs to.
+    #[arg(long)]
+    pub session: String,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this session's.
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs log`.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Only changes to this path (or beneath it).
+    pub path: Option<PathBuf>,
+    /// Show at most this many changes, the newest (default 1000; `rewindfs log` says when
+    /// there are more).
+    #[arg(long, default_value_t = 1000)]
+    pub limit: i64,
+    /// Only changes made since this checkpoint began (a message uuid from `rewindfs list`).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Newest first.
+    #[arg(long)]
+    pub newest_first: bool,
+    /// Only changes by this session's actors.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Every entry as recorded (a file written beside its target and renamed over it is
+    /// otherwise shown as one change to the target).
+    #[arg(long)]
+    pub raw: bool,
+    /// JSON lines, one change per line, streamed page by page.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs rewind`.
+#[derive(Debug, clap::Args)]
+pub struct RewindArgs {
+    /// The user message's UUID (a checkpoint).
+    pub uuid: String,
+    /// Only report what would change.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// tool: what Write/Edit/NotebookEdit changed (the SDK's behaviour); agent: tool and
+    /// shell; all: everything.
+    #[arg(long, env = "REWINDFS_SCOPE", default_value = "tool", value_parser = scope_arg())]
+    pub scope: Scope,
+    /// Rewind even when other actors (or other sessions) changed the same paths.
+    #[arg(long)]
+    pub force: bool,
+    /// The session the checkpoint must belong to (refused if it is another's).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
+    /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
+    /// nodes. Without it they are withheld, and the dry run and the rewind say which.
+    #[arg(long)]
+    pub trust_imported: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Restrict to these paths or globs.
+    pub paths: Vec<String>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The checkpoint (a user message's UUID).
+    #[arg(required_unless_present = "fork")]
+    pub uuid: Option<String>,
+    /// A second checkpoint, then a path or glob; or one word: a checkpoint when it names one
+    /// (a UUID, or an id `rewindfs list` shows), else a path or glob.
+    #[arg(num_args = 0..=2)]
+    pub rest: Vec<String>,
+    /// Print a summary (lines added and removed per file) instead of the diff.
+    #[arg(long)]
+    pub stat: bool,
+    /// A fork made by `rewindfs fork`: compare its origin checkpoint with its tree now.
+    #[arg(long, value_name = "DIR")]
+    pub fork: Option<PathBuf>,
+    /// Which paths: those a rewind of this scope would change (`agent`, `tool`: of the
+    /// checkpoint's own session).
+    #[arg(long, default_value = "all", value_parser = scope_arg())]
+    pub scope: Scope,
+    /// The session the checkpoint must belong to (refused if it is another's).
+    #[arg(long)]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The checkpoint (a user message's UUID).
+    pub uuid: String,
+    /// The file (absolute, or relative to the current directory).
+    pub path: PathBuf,
+    /// Print what the path was (type, mode, size, hash) as JSON instead of its content.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs fork`.
+#[derive(Debug, clap::Args)]
+pub struct ForkArgs {
+    /// The checkpoint (a user message's UUID).
+    pub uuid: String,
+    /// The new directory (must not exist, or be empty; outside the workspace and store).
+    pub dir: PathBuf,
+    /// Mount the fork once written.
+    #[arg(long)]
+    pub mount: bool,
+    /// The fork's store (default: as for a mount of DIR).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Apply what history from elsewhere (`import`, `pull`) would grant: set-user/group-ID
+    /// bits, file capabilities and other security.*/trusted.* attributes, owners, device
+    /// nodes. Without it they are withheld, and the dry run and the rewind say which.
+    #[arg(long)]
+    pub trust_imported: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// Start at this session's first checkpoint (at or after --since).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Start at this checkpoint (a UUID).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// The bundle to write (replaced if it exists).
+    pub file: PathBuf,
+    /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
+    /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
+    /// trust file's `sign-with` line, pushes and exports are signed without asking.
+    #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
+    pub sign: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The bundle.
+    pub file: PathBuf,
+    /// The store to import into (through its daemon if one serves it, else directly).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs push`.
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// s3://bucket[/prefix]
+    pub remote: String,
+    /// Push this session's history (from its first checkpoint at or after --since).
+    #[arg(long)]
+    pub session: Option<String>,
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
+    /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
+    /// trust file's `sign-with` line, pushes and exports are signed without asking.
+    #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
+    pub sign: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs pull`.
+#[derive(Debug, clap::Args)]
+pub struct PullArgs {
+    /// s3://bucket[/prefix]
+    pub remote: String,
+    /// Only this session's pushes.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The store to import into (through its daemon if one serves it, else directly).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs ls`.
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    /// The checkpoint (a user message's UUID).
+    pub uuid: String,
+    /// The directory (default: the workspace).
+    pub dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// The store directory (default: the daemon of the mount containing the current
+    /// directory, or its --socket).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Budget (e.g. 500M, 10G; 0 = none); default: the daemon's, else 10G.
+    #[arg(long)]
+    pub max_store_bytes: Option<String>,
+    /// Age limit (e.g. 12h, 30d; 0 = none); default: the daemon's, else 30d.
+    #[arg(long)]
+    pub max_age: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs fsck`.
+#[derive(Debug, clap::Args)]
+pub struct FsckArgs {
+    /// The store directory (default: the store of the workspace containing the current
+    /// directory).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+}
+
+/// `rewindfs hook`.
+#[derive(Debug, clap::Args)]
+pub struct HookArgs {
+    /// For CLIs whose hooks carry no prompt_id: how long UserPromptSubmit waits for the
+    /// prompt to appear in the transcript, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub wait_ms: u64,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs exec`.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// Default scope of `rewindfs rewind` inside the command (exported as REWINDFS_SCOPE).
+    #[arg(long, value_parser = scope_arg())]
+    pub scope: Option<Scope>,
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `rewindfs key`.
+#[derive(Debug, clap::Args)]
+pub struct KeyArgs {
+    #[command(subcommand)]
+    pub action: KeyAction,
+}
+
+/// `rewindfs setup`.
+#[derive(Debug, clap::Args)]
+pub struct SetupArgs {
+    /// The agent whose settings to write: `claude` (Claude Code) or `qoder` (the Qoder CLI).
+    #[arg(value_parser = ["claude", "qoder"])]
+    pub agent: String,
+    /// The project whose .claude/settings.json (.qoder/settings.json) to write (default: the
+    /// current directory).
+    #[arg(long, conflicts_with = "user")]
+    pub project: Option<PathBuf>,
+    /// Write the user's ~/.claude/settings.json (~/.qoder/settings.json) instead (every
+    /// project).
+    #[arg(long)]
+    pub user: bool,
+    /// Take the hooks out instead.
+    #[arg(long)]
+    pub remove: bool,
+}
+
+/// `rewindfs __flush` (internal).
+#[derive(Debug, clap::Args)]
+pub struct FlushArgs {
+    /// The mount.
+    pub dir: std::path::PathBuf,
+    /// Files mapped for writing, to fsync.
+    pub files: Vec<std::path::PathBuf>,
+}
+
+/// `rewindfs agent`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    pub pid: u32,
+    /// The session it works for (its writes and its children's belong to that session).
+    #[arg(long)]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+impl MountArgs {
+    /// The mount these arguments ask for, its sizes and ages parsed (checked by
+    /// [`MountRequest::check`]).
+    ///
+    /// # Errors
+    /// A size or age that does not parse, named.
+    pub fn request(self) -> anyhow::Result<MountRequest> {
+        Ok(MountRequest {
+            store: self.store,
+            foreground: self.foreground,
+            detached: self.detached,
+            threads: self.threads,
+            ttl: self.ttl,
+            io_uring: self.io_uring.into(),
+            agent_pid: self.agent_pid,
+            sync: self.sync,
+            retention: Retention::parse(&self.max_store_bytes, &self.max_age)?,
+            range_capture_min: parse_size(&self.range_capture_min)?.unwrap_or(u64::MAX),
+            ..MountRequest::new(self.dir)
+        })
+    }
+}
+
+impl Command {
+    /// Whether the command keeps SIGPIPE ignored (a daemon, or what runs an agent's commands
+    /// or hooks, must not die of a closed pipe); every other command dies quietly of one, as a
+    /// CLI in a pipeline should.
+    pub fn keeps_sigpipe(&self) -> bool {
+        matches!(
+            self,
+            Command::Mount(_) | Command::Exec(_) | Command::Hook(_) | Command::Agent(_)
+        )
+    }
 }
 
 /// `--io-uring`.

@@ -203,23 +203,66 @@ pub fn default_store(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
         .join(format!("{name}-{}", &hash[..16])))
 }
 
-impl MountConfig {
-    /// Validates the mount arguments: the directory exists and is a directory, the store is
-    /// outside it.
+/// What a mount is asked for, before it is checked: the workspace and every option, each with
+/// its default ([`MountRequest::new`]); [`MountRequest::check`] makes the [`MountConfig`].
+#[derive(Debug, Clone)]
+pub struct MountRequest {
+    /// The workspace, as given.
+    pub dir: PathBuf,
+    /// The store directory (default: [`default_store`]).
+    pub store: Option<PathBuf>,
+    pub foreground: bool,
+    pub detached: bool,
+    /// Threads reading /dev/fuse (1–64).
+    pub threads: usize,
+    /// Seconds the kernel may cache attributes and entries (0–86400).
+    pub ttl: f64,
+    pub io_uring: IoUring,
+    pub agent_pid: Option<u32>,
+    pub sync: bool,
+    pub retention: Retention,
+    /// Files larger than this get range pre-images (`u64::MAX`: none do).
+    pub range_capture_min: u64,
+}
+
+impl MountRequest {
+    /// A mount of `dir` with every option at its default.
+    pub fn new(dir: PathBuf) -> MountRequest {
+        MountRequest {
+            dir,
+            store: None,
+            foreground: false,
+            detached: false,
+            threads: 2,
+            ttl: 60.0,
+            io_uring: IoUring::Auto,
+            agent_pid: None,
+            sync: false,
+            retention: Retention::default(),
+            range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
+        }
+    }
+
+    /// Checks the request: the directory exists and is a directory not mounted by rewindfs
+    /// already, the store is outside it and apart from it, the numbers are in range. Creates
+    /// nothing: the store directory is made by whoever mounts ([`MountConfig::create_store`]).
     ///
     /// # Errors
-    /// A one-line reason naming the path.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        dir: PathBuf,
-        store: Option<PathBuf>,
-        foreground: bool,
-        detached: bool,
-        threads: usize,
-        ttl: f64,
-        agent_pid: Option<u32>,
-        sync: bool,
-    ) -> anyhow::Result<MountConfig> {
+    /// A one-line reason naming the path or the option.
+    pub fn check(self) -> anyhow::Result<MountConfig> {
+        let MountRequest {
+            dir,
+            store,
+            foreground,
+            detached,
+            threads,
+            ttl,
+            io_uring,
+            agent_pid,
+            sync,
+            retention,
+            range_capture_min,
+        } = self;
         let abs =
             crate::host::mounts::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
         if crate::host::mounts::is_stale(&abs) {
@@ -280,11 +323,6 @@ impl MountConfig {
         if !(0.0..=86400.0).contains(&ttl) {
             bail!("--ttl must be between 0 and 86400 seconds");
         }
-        // 0700 whatever the umask; someone else's store is refused here, before anything is
-        // created in it (the daemon then makes it private, see `daemon::make_private`).
-        crate::store::private::create_dir(&store)
-            .with_context(|| format!("creating store {}", store.display()))?;
-        crate::store::private::secure(&store, false)?;
         Ok(MountConfig {
             dir,
             store,
@@ -292,33 +330,27 @@ impl MountConfig {
             detached,
             threads,
             ttl: Duration::from_secs_f64(ttl),
-            io_uring: IoUring::Auto,
+            io_uring,
             agent_pid,
             sync,
-            retention: Retention::default(),
-            range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
+            retention,
+            range_capture_min,
         })
     }
+}
 
-    /// Sets the io_uring mode (`--io-uring`).
-    pub fn with_io_uring(mut self, mode: IoUring) -> MountConfig {
-        self.io_uring = mode;
-        self
-    }
-
-    /// Sets the size above which files get range pre-images (`--range-capture-min`).
+impl MountConfig {
+    /// Makes the store directory, 0700 whatever the umask; someone else's store is refused
+    /// here, before anything is created in it (the daemon then makes it private, see
+    /// `daemon::make_private`). The first thing a mount does.
     ///
     /// # Errors
-    /// A message naming the bad value.
-    pub fn with_range_capture_min(mut self, s: &str) -> anyhow::Result<MountConfig> {
-        self.range_capture_min = parse_size(s)?.unwrap_or(u64::MAX);
-        Ok(self)
-    }
-
-    /// Sets the retention limits.
-    pub fn with_retention(mut self, r: Retention) -> MountConfig {
-        self.retention = r;
-        self
+    /// It cannot be made, or it is someone else's.
+    pub fn create_store(&self) -> anyhow::Result<()> {
+        crate::store::private::create_dir(&self.store)
+            .with_context(|| format!("creating store {}", self.store.display()))?;
+        crate::store::private::secure(&self.store, false)?;
+        Ok(())
     }
 }
 

@@ -1,13 +1,15 @@
 //! The history of the workspace and moving through it: `log`, `status`, `rewind`, `undo`,
 //! `redo`, `checkpoint`, `list`.
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use rewindfs::cli::{SocketArgs, StackArgs};
+use rewindfs::cli::{
+    AgentArgs, CheckpointArgs, ListArgs, LogArgs, RewindArgs, StackArgs, StatusArgs,
+};
 use rewindfs::control::client::Client;
-use rewindfs::control::cmd::{Log, RedoRewind, RewindFiles, Status, UndoRewind};
-use rewindfs::store::Scope;
+use rewindfs::control::cmd::{
+    BeginMessage, ListCheckpoints, Log, RedoRewind, RegisterAgent, RewindFiles, Status, UndoRewind,
+};
 
 use super::print::{print_log, print_rewind, print_stack, print_status};
 use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
@@ -56,12 +58,27 @@ pub(crate) fn log_json_lines(client: &mut Client, req: Log) -> anyhow::Result<()
 
 /// `rewindfs log`: for people, the newest entries (saying so when there are more); `--json`,
 /// one change per line.
-pub(crate) fn log(
-    mut req: Log,
-    path: Option<&Path>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn log(a: LogArgs) -> anyhow::Result<()> {
+    let LogArgs {
+        path,
+        limit,
+        since,
+        newest_first,
+        session,
+        raw,
+        json,
+        socket,
+    } = a;
+    let mut req = Log {
+        path: None,
+        since,
+        session_id: session,
+        limit,
+        after: None,
+        newest_first,
+        raw,
+    };
+    let (path, socket) = (path.as_deref(), &socket);
     let mut client = connect(socket)?;
     req.path = match path {
         Some(p) => Some(workspace_rel(&mut client, p)?),
@@ -86,8 +103,9 @@ fn truncated_notice(shown: usize, total: i64) -> String {
 }
 
 /// `rewindfs status`.
-pub(crate) fn status(json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
-    let mut r = connect(socket)?.call(&Status {})?;
+pub(crate) fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let StatusArgs { json, socket } = a;
+    let mut r = connect(&socket)?.call(&Status {})?;
     // Run from a shell left underneath, this process is there too: the shell is the one
     // that matters.
     r.unprotected_processes
@@ -95,19 +113,9 @@ pub(crate) fn status(json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
     print_json_or(json, &r, print_status)
 }
 
-/// What `rewindfs rewind` asks for.
-pub(crate) struct RewindArgs {
-    pub uuid: String,
-    pub dry_run: bool,
-    pub scope: Scope,
-    pub force: bool,
-    pub session: Option<String>,
-    pub trust_imported: bool,
-    pub paths: Vec<String>,
-}
-
 /// `rewindfs rewind`: fails (exit 1) when the rewind cannot be done.
-pub(crate) fn rewind(a: RewindArgs, json: bool, socket: &SocketArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
+    let (json, socket) = (a.json, &a.socket);
     let mut client = connect(socket)?;
     let paths = a
         .paths
@@ -189,4 +197,31 @@ pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `rewindfs checkpoint`: begins a user message's checkpoint.
+pub(crate) fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
+    let r = connect(&a.socket)?.call(&BeginMessage {
+        session_id: a.session,
+        user_message_id: a.uuid,
+    })?;
+    println!("checkpoint {} began (seq {})", r.checkpoint, r.seq);
+    Ok(())
+}
+
+/// `rewindfs list`: the checkpoints, oldest first.
+pub(crate) fn list(a: ListArgs) -> anyhow::Result<()> {
+    let r = connect(&a.socket)?.call(&ListCheckpoints {
+        session_id: a.session,
+    })?;
+    print_json_or(a.json, &r, super::print::print_checkpoints)
+}
+
+/// `rewindfs agent`: registers a process as the agent.
+pub(crate) fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    connect(&a.socket)?.call(&RegisterAgent {
+        pid: a.pid,
+        session_id: a.session,
+    })?;
+    Ok(())
 }

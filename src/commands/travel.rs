@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use rewindfs::cli::SocketArgs;
-use rewindfs::config::MountConfig;
+use rewindfs::cli::{
+    DiffArgs, ExportArgs, ForkArgs, ImportArgs, KeyArgs, LsArgs, PullArgs, PushArgs, ShowArgs,
+    SocketArgs,
+};
+use rewindfs::config::MountRequest;
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{
     Diff, DiffReply, Export, Fork, Import, ImportReply, ListCheckpoints, Ls, Show, Status,
@@ -127,22 +130,28 @@ pub(crate) fn diff_fork(
 
 /// `rewindfs fork`: the daemon writes the tree; the fork's store is begun with its origin;
 /// with `--mount`, the fork is mounted.
-pub(crate) fn fork(
-    uuid: &str,
-    dir: &Path,
-    mount: bool,
-    store: Option<PathBuf>,
-    trust_imported: bool,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn fork(a: ForkArgs) -> anyhow::Result<()> {
+    let ForkArgs {
+        uuid,
+        dir,
+        mount,
+        store,
+        trust_imported,
+        json,
+        socket,
+    } = a;
+    let (uuid, dir, socket) = (uuid.as_str(), dir.as_path(), &socket);
     let abs = std::path::absolute(dir)?;
     let r = connect(socket)?.call(&Fork {
         user_message_id: uuid.to_string(),
         dir: abs.to_string_lossy().into_owned(),
         trust_imported,
     })?;
-    let cfg = MountConfig::new(r.dir.clone(), store, false, false, 2, 60.0, None, false)?;
+    let cfg = MountRequest {
+        store,
+        ..MountRequest::new(r.dir.clone())
+    }
+    .check()?;
     let origin = Origin {
         kind: OriginKind::Fork,
         workspace: r.workspace.to_string_lossy().into_owned(),
@@ -151,6 +160,7 @@ pub(crate) fn fork(
         session_id: r.session_id.clone(),
         at: rewindfs::store::origin_now(),
     };
+    cfg.create_store()?;
     daemon::begin_fork_store(&cfg.store, &origin)?;
     if mount {
         daemon::spawn_detached(&cfg)?;
@@ -181,7 +191,14 @@ pub(crate) fn fork(
 const SHOW_CHUNK: u64 = 32 << 20;
 
 /// `rewindfs show`: the file's bytes, raw, to stdout (`--json`: what the path was).
-pub(crate) fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> anyhow::Result<()> {
+pub(crate) fn show(a: ShowArgs) -> anyhow::Result<()> {
+    let ShowArgs {
+        uuid,
+        path,
+        json,
+        socket,
+    } = a;
+    let (uuid, path, socket) = (uuid.as_str(), path.as_path(), &socket);
     use std::io::Write;
     let mut client = connect(socket)?;
     let rel = workspace_rel(&mut client, path)?;
@@ -232,15 +249,17 @@ pub(crate) fn show(uuid: &str, path: &Path, json: bool, socket: &SocketArgs) -> 
 }
 
 /// `rewindfs diff A [B] [PATH]` and `rewindfs diff --fork DIR [PATH]`: unified, or `--stat`.
-pub(crate) fn diff(
-    uuid: Option<String>,
-    rest: Vec<String>,
-    stat: bool,
-    fork: Option<&Path>,
-    scope: Scope,
-    session: Option<String>,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn diff(a: DiffArgs) -> anyhow::Result<()> {
+    let DiffArgs {
+        uuid,
+        rest,
+        stat,
+        fork,
+        scope,
+        session,
+        socket,
+    } = a;
+    let (fork, socket) = (fork.as_deref(), &socket);
     // The reply's paths are absolute: under the fork for --fork, else the workspace.
     let (r, root) = match fork {
         Some(dir) => diff_fork(dir, rest, socket)?,
@@ -295,7 +314,8 @@ fn signing_key(
 }
 
 /// `rewindfs key generate|show`.
-pub(crate) fn key(action: rewindfs::cli::KeyAction) -> anyhow::Result<()> {
+pub(crate) fn key(a: KeyArgs) -> anyhow::Result<()> {
+    let KeyArgs { action } = a;
     use rewindfs::cli::KeyAction;
     let default =
         || rewindfs::config::default_signing_key().context("no home directory: name the key file");
@@ -331,14 +351,16 @@ pub(crate) fn key(action: rewindfs::cli::KeyAction) -> anyhow::Result<()> {
 }
 
 /// `rewindfs export`: the daemon writes the bundle; the key's holder signs it here.
-pub(crate) fn export(
-    session: Option<String>,
-    since: Option<String>,
-    file: &Path,
-    sign: Option<PathBuf>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let ExportArgs {
+        session,
+        since,
+        file,
+        sign,
+        json,
+        socket,
+    } = a;
+    let (file, socket) = (file.as_path(), &socket);
     let key = signing_key(sign)?;
     let r = connect(socket)?.call(&Export {
         path: std::path::absolute(file)?.to_string_lossy().into_owned(),
@@ -362,12 +384,14 @@ pub(crate) fn export(
 }
 
 /// `rewindfs import`.
-pub(crate) fn import_cmd(
-    file: &Path,
-    store: Option<&Path>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn import_cmd(a: ImportArgs) -> anyhow::Result<()> {
+    let ImportArgs {
+        file,
+        store,
+        json,
+        socket,
+    } = a;
+    let (file, store, socket) = (file.as_path(), store.as_deref(), &socket);
     let r = import(&std::path::absolute(file)?, store, socket)?;
     print_json_or(json, &r, |r| {
         if r.already_imported {
@@ -406,14 +430,16 @@ fn private_tmp(what: &str, socket: &Path) -> anyhow::Result<tempfile::TempDir> {
 }
 
 /// `rewindfs push`: an export to a temporary bundle, then its upload.
-pub(crate) fn push(
-    remote: &str,
-    session: Option<String>,
-    since: Option<String>,
-    sign: Option<PathBuf>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn push(a: PushArgs) -> anyhow::Result<()> {
+    let PushArgs {
+        remote,
+        session,
+        since,
+        sign,
+        json,
+        socket,
+    } = a;
+    let (remote, socket) = (remote.as_str(), &socket);
     let key = signing_key(sign)?;
     let mut client = connect(socket)?;
     let tmpdir = private_tmp("push", client.path())?;
@@ -442,13 +468,20 @@ pub(crate) fn push(
 
 /// `rewindfs pull`: each pushed history assembled into a bundle in a private directory, then
 /// imported.
-pub(crate) fn pull(
-    remote: &str,
-    session: Option<&str>,
-    store: Option<&Path>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn pull(a: PullArgs) -> anyhow::Result<()> {
+    let PullArgs {
+        remote,
+        session,
+        store,
+        json,
+        socket,
+    } = a;
+    let (remote, session, store, socket) = (
+        remote.as_str(),
+        session.as_deref(),
+        store.as_deref(),
+        &socket,
+    );
     let rm = rewindfs::client::remote::Remote::open(remote)?;
     let daemon_socket = match store {
         Some(s) => s.join(daemon::files::SOCKET),
@@ -514,12 +547,14 @@ pub(crate) fn pull(
 }
 
 /// `rewindfs ls UUID [DIR]`.
-pub(crate) fn ls(
-    uuid: String,
-    dir: Option<&Path>,
-    json: bool,
-    socket: &SocketArgs,
-) -> anyhow::Result<()> {
+pub(crate) fn ls(a: LsArgs) -> anyhow::Result<()> {
+    let LsArgs {
+        uuid,
+        dir,
+        json,
+        socket,
+    } = a;
+    let (dir, socket) = (dir.as_deref(), &socket);
     let mut client = connect(socket)?;
     let path = match dir {
         Some(d) => Some(workspace_rel(&mut client, d)?),

@@ -5,14 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use rewindfs::cli::SocketArgs;
-use rewindfs::config::{MountConfig, Retention, parse_age, parse_size};
+use rewindfs::cli::{
+    ExecArgs, FlushArgs, FsckArgs, GcArgs, HookArgs, MountArgs, SetupArgs, UmountArgs,
+};
+use rewindfs::config::{MountRequest, Retention, parse_age, parse_size};
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{Gc, GcReply, RegisterAgent, Status, unprotected_warning};
 use rewindfs::daemon;
 use serde_json::Value;
 
-use super::connect;
+use super::{connect, print_json_or};
 
 /// After a mount: warns about the processes that were inside the directory before it and
 /// still see the one underneath (a shell that `cd`'d into it, an editor holding a file).
@@ -38,12 +40,14 @@ pub(crate) fn warn_unprotected(store: &Path) {
 }
 
 /// `rewindfs setup claude`: the settings file, then what was done to it.
-pub(crate) fn setup(
-    agent: &str,
-    project: Option<PathBuf>,
-    user: bool,
-    remove: bool,
-) -> anyhow::Result<()> {
+pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
+    let SetupArgs {
+        agent,
+        project,
+        user,
+        remove,
+    } = a;
+    let agent = agent.as_str();
     let agent = rewindfs::client::setup::Agent::parse(agent)
         .with_context(|| format!("no agent {agent:?}: `claude` or `qoder`"))?;
     let path = if user {
@@ -82,12 +86,22 @@ pub(crate) fn setup(
 }
 
 /// `rewindfs gc`: through the daemon when one serves the store, else on the store directly.
-pub(crate) fn gc(
-    store: Option<PathBuf>,
-    max_store_bytes: Option<String>,
-    max_age: Option<String>,
-    socket: &SocketArgs,
-) -> anyhow::Result<GcReply> {
+pub(crate) fn gc(a: GcArgs) -> anyhow::Result<()> {
+    let json = a.json;
+    let r = gc_reply(a)?;
+    print_json_or(json, &r, super::print::print_gc)
+}
+
+/// What `rewindfs gc` did.
+fn gc_reply(a: GcArgs) -> anyhow::Result<GcReply> {
+    let GcArgs {
+        store,
+        max_store_bytes,
+        max_age,
+        socket,
+        ..
+    } = a;
+    let socket = &socket;
     let d = Retention::default();
     let retention = Retention {
         max_bytes: match &max_store_bytes {
@@ -114,7 +128,8 @@ pub(crate) fn gc(
 }
 
 /// `rewindfs fsck`: the store of the mount containing the current directory by default.
-pub(crate) fn fsck(store: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub(crate) fn fsck(a: FsckArgs) -> anyhow::Result<ExitCode> {
+    let FsckArgs { store } = a;
     let store = match store {
         Some(s) => s,
         None => {
@@ -134,17 +149,18 @@ pub(crate) fn fsck(store: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 }
 
 /// `rewindfs hook`: whatever happens, the agent's tool runs: problems are warnings on stderr.
-pub(crate) fn hook(wait_ms: u64, socket: &SocketArgs) {
+pub(crate) fn hook(a: HookArgs) -> anyhow::Result<()> {
+    let HookArgs { wait_ms, socket } = a;
     let mut input = String::new();
     if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
         eprintln!("rewindfs hook: reading stdin: {e}");
-        return;
+        return Ok(());
     }
     let v: Value = match serde_json::from_str(&input) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("rewindfs hook: the hook input is not JSON ({e}); ignoring");
-            return;
+            return Ok(());
         }
     };
     if let Some(cwd) = v["cwd"].as_str() {
@@ -158,17 +174,24 @@ pub(crate) fn hook(wait_ms: u64, socket: &SocketArgs) {
     if let Err(e) = r {
         eprintln!("rewindfs hook: warning: {e}; the change will not be rewindable by message");
     }
+    Ok(())
 }
 
 /// `rewindfs exec`: the child waits on a FIFO until its pid is registered as the agent, then
 /// execs the command (same pid), so not one of its writes is misclassified.
-pub(crate) fn exec(
-    dir: PathBuf,
-    store: Option<PathBuf>,
-    scope: Option<rewindfs::store::Scope>,
-    command: Vec<String>,
-) -> anyhow::Result<ExitCode> {
-    let cfg = MountConfig::new(dir, store, false, false, 2, 1.0, None, false)?;
+pub(crate) fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
+    let ExecArgs {
+        scope,
+        dir,
+        store,
+        command,
+    } = a;
+    let cfg = MountRequest {
+        store,
+        ttl: 1.0,
+        ..MountRequest::new(dir)
+    }
+    .check()?;
     let cwd = exec_cwd(&cfg.dir);
     // This process waits for the command and unmounts: it holds nothing in the directory, so
     // it is never one left underneath the mount, nor what keeps the unmount busy.
@@ -223,7 +246,8 @@ pub(crate) fn exec_cwd(workspace: &Path) -> PathBuf {
 
 /// `rewindfs mount`: in the foreground, serves until unmounted; else returns once the mount
 /// answers, warning about processes left underneath.
-pub(crate) fn mount(cfg: &MountConfig) -> anyhow::Result<()> {
+pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
+    let cfg = &a.request()?.check()?;
     if cfg.foreground {
         daemon::run(cfg.clone())?;
     } else {
@@ -231,4 +255,19 @@ pub(crate) fn mount(cfg: &MountConfig) -> anyhow::Result<()> {
         warn_unprotected(&cfg.store);
     }
     Ok(())
+}
+
+/// `rewindfs umount`.
+pub(crate) fn umount(a: UmountArgs) -> anyhow::Result<()> {
+    daemon::umount(&a.dir, a.lazy)
+}
+
+/// The hidden `__apply-rewind`: the helper a live rewind applies through.
+pub(crate) fn apply_rewind() -> anyhow::Result<()> {
+    rewindfs::rewind::run_helper().context("the rewind's helper process")
+}
+
+/// The hidden `__flush`: writes back the kernel's dirty data through the mount.
+pub(crate) fn flush(a: FlushArgs) -> anyhow::Result<()> {
+    daemon::run_flush(&a.dir, &a.files).context("flushing the mount")
 }

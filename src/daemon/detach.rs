@@ -19,6 +19,7 @@ use crate::sys;
 /// # Errors
 /// The daemon's own error message when it exits before the mount is live, or a timeout.
 pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
+    cfg.create_store()?;
     let log_path = cfg.store.join(files::LOG);
     let log =
         crate::store::private::open_file(&log_path, OpenOptions::new().create(true).append(true))

@@ -66,6 +66,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     // For the workspace: modes the kernel sends already carry the caller's umask. The store
     // sets its modes explicitly (`store::private`), so this does not open it up.
     sys::clear_umask();
+    cfg.create_store()?;
     make_private(&cfg.store)?;
     let lock = StoreLock::acquire(&cfg.store)?;
     let source = mount_source(&cfg.store)?;
