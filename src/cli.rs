@@ -279,7 +279,7 @@ pub struct RewindArgs {
     #[arg(long)]
     pub json: bool,
     /// Restrict to these paths or globs.
-    pub paths: Vec<String>,
+    pub paths: Vec<PathBuf>,
     #[command(flatten)]
     pub socket: SocketArgs,
 }

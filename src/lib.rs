@@ -32,4 +32,5 @@ pub mod rewind;
 pub mod store;
 pub mod sys;
 pub mod turns;
+pub mod wire_path;
 pub mod wspath;

@@ -9,6 +9,7 @@ pub(crate) mod print;
 pub(crate) mod travel;
 pub(crate) mod workspace;
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -43,15 +44,18 @@ pub(crate) fn workspace_rel(client: &mut Client, p: &Path) -> anyhow::Result<Str
             ws.display()
         )
     })?;
-    Ok(rel.to_string_lossy().into_owned())
+    // Its wire form: a name that is not UTF-8 goes quoted, exactly (`wire_path.rs`).
+    Ok(rewindfs::wire_path::encode(rel.as_os_str().as_bytes()))
 }
 
 /// Like `workspace_rel`, but globs are taken as workspace-relative as they are.
-pub(crate) fn workspace_rel_glob(client: &mut Client, p: &str) -> anyhow::Result<String> {
-    if p.contains(['*', '?', '[', '{']) {
-        Ok(p.trim_start_matches("./").to_string())
-    } else {
-        workspace_rel(client, Path::new(p))
+pub(crate) fn workspace_rel_glob(
+    client: &mut Client,
+    p: impl AsRef<std::ffi::OsStr>,
+) -> anyhow::Result<String> {
+    match p.as_ref().to_str() {
+        Some(g) if g.contains(['*', '?', '[', '{']) => Ok(g.trim_start_matches("./").to_string()),
+        _ => workspace_rel(client, Path::new(p.as_ref())),
     }
 }
 

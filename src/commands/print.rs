@@ -292,10 +292,13 @@ fn print_meanwhile(meanwhile: &[String], partial: &[String], ws: &Path) {
     }
 }
 
-/// An absolute path from a reply, as people read it: relative to the workspace.
+/// An absolute path from a reply (its wire form), as people read it: relative to the
+/// workspace, a name that is not UTF-8 still quoted as on the wire.
 pub(crate) fn shown<'a>(p: &'a str, ws: &Path) -> std::borrow::Cow<'a, str> {
-    match Path::new(p).strip_prefix(ws) {
-        Ok(rel) => rel.to_string_lossy(),
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = rewindfs::wire_path::decode(p);
+    match Path::new(std::ffi::OsStr::from_bytes(&bytes)).strip_prefix(ws) {
+        Ok(rel) => rewindfs::wire_path::encode(rel.as_os_str().as_bytes()).into(),
         Err(_) => p.into(),
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod protocol;
 
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -50,7 +51,9 @@ impl Daemon {
     /// `p` (absolute, or relative to the workspace) as a validated workspace-relative path;
     /// `None` if it does not name anything inside the workspace.
     pub fn rel_to_workspace(&self, p: &str) -> Option<PathBuf> {
-        let path = Path::new(p);
+        // A path's wire form: a name that is not UTF-8 comes quoted (`wire_path.rs`).
+        let bytes = crate::wire_path::decode(p);
+        let path = Path::new(std::ffi::OsStr::from_bytes(&bytes));
         let rel = if path.is_absolute() {
             path.strip_prefix(&self.workspace).ok()?.to_path_buf()
         } else {

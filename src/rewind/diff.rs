@@ -111,7 +111,7 @@ pub(super) fn file_diff(name: &str, old: &Side, new: &Side) -> (String, FileStat
         let t = |s: &Side| {
             s.target
                 .as_deref()
-                .map(|t| String::from_utf8_lossy(t).into_owned())
+                .map(crate::wire_path::encode)
                 .unwrap_or_else(|| "(none)".into())
         };
         return (format!("symlink {name}: {} -> {}\n", t(old), t(new)), stat);

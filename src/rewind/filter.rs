@@ -40,7 +40,21 @@ impl Filter {
         }
         let mut b = globset::GlobSetBuilder::new();
         let mut prefixes = Vec::new();
-        for p in paths {
+        for wire in paths {
+            // A path's wire form: a name that is not UTF-8 comes quoted (`wire_path.rs`), and
+            // is matched exactly, as a path and what lies beneath it, never as a glob.
+            let bytes = crate::wire_path::decode(wire);
+            let Ok(p) = std::str::from_utf8(&bytes) else {
+                let p = bytes.strip_prefix(b"./").unwrap_or(&bytes);
+                let p = p.strip_suffix(b"/").unwrap_or(p);
+                if p.starts_with(b"/") || p.split(|c| *c == b'/').any(|c| c == b"..") {
+                    return Err(RewindError::Failed(format!(
+                        "path {wire} is not inside the workspace"
+                    )));
+                }
+                prefixes.push(p.to_vec());
+                continue;
+            };
             let p = p.trim_start_matches("./").trim_end_matches('/');
             if p.starts_with('/') || p.split('/').any(|c| c == "..") {
                 return Err(RewindError::Failed(format!(
@@ -99,6 +113,10 @@ mod tests {
         for bad in ["/etc", "a/../../b", ".."] {
             assert!(Filter::new(&[bad.into()]).is_err(), "{bad}");
         }
+        // A name that is not UTF-8, in its wire form: that path and what lies beneath it.
+        let odd = Filter::new(&[crate::wire_path::encode(b"d\xff")]).unwrap();
+        assert!(odd.matches(b"d\xff") && odd.matches(b"d\xff/x"));
+        assert!(!odd.matches(b"d\xfe") && !odd.matches("d\u{fffd}".as_bytes()));
         let exact = Filter::exactly([b"a".to_vec()].into_iter().collect());
         assert!(exact.matches(b"a") && !exact.matches(b"a/b"));
     }

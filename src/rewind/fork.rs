@@ -462,7 +462,7 @@ impl Views {
             if !sa.differs(&sb) {
                 continue;
             }
-            let name = String::from_utf8_lossy(p).into_owned();
+            let name = crate::wire_path::encode(p);
             let (text, stat) = file_diff(&name, &sa, &sb);
             out.text.push_str(&text);
             out.files_changed.push(name);
@@ -509,7 +509,7 @@ fn limit_entry(e: &mut Entry, policy: &Policy, report: &mut ForkReport) -> bool 
     let (what, leave) = policy.limit(&mut pre, None);
     if !what.is_empty() {
         report.withheld.push(Withheld {
-            path: String::from_utf8_lossy(&e.path).into_owned(),
+            path: crate::wire_path::encode(&e.path),
             what,
         });
     }

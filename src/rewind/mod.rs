@@ -123,7 +123,7 @@ use crate::wspath::WsPath;
 fn unusable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
     RewindError::Failed(format!(
         "{}: its content at checkpoint {checkpoint} cannot be restored: {e}; nothing was changed (`rewindfs fsck` checks the whole store)",
-        String::from_utf8_lossy(path)
+        crate::wire_path::encode(path)
     ))
 }
 
@@ -137,7 +137,7 @@ fn bad_path(p: &[u8]) -> RewindError {
         "the store names {:?} as a path to restore, which is not a path inside the \
          workspace{why}; nothing was changed. rewindfs never records such a path itself: the \
          store was altered (`rewindfs fsck` checks it)",
-        String::from_utf8_lossy(p)
+        crate::wire_path::encode(p)
     ))
 }
 
@@ -444,8 +444,7 @@ impl Outcome {
             if applied.untouched.contains(&t.path) {
                 continue;
             }
-            self.files_changed
-                .push(String::from_utf8_lossy(&t.path).into_owned());
+            self.files_changed.push(crate::wire_path::encode(&t.path));
             self.insertions += i;
             self.deletions += d;
         }
@@ -453,13 +452,13 @@ impl Outcome {
         self.changed_meanwhile = applied
             .meanwhile
             .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .map(|p| crate::wire_path::encode(p))
             .collect();
         self.changed_meanwhile.sort();
         self.partially_restored = applied
             .partial
             .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .map(|p| crate::wire_path::encode(p))
             .collect();
         self.partially_restored.sort();
     }

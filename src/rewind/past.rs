@@ -552,7 +552,7 @@ impl Views {
             if !sa.differs(&sb) {
                 continue;
             }
-            let name = String::from_utf8_lossy(p).into_owned();
+            let name = crate::wire_path::encode(p);
             let (text, stat) = file_diff(&name, &sa, &sb);
             out.text.push_str(&text);
             out.files_changed.push(name);
@@ -567,7 +567,7 @@ impl Views {
 pub(super) fn unreadable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindError {
     RewindError::Refused(format!(
         "{}: its content at checkpoint {checkpoint} cannot be read: {e} (`rewindfs fsck` checks the whole store)",
-        String::from_utf8_lossy(path)
+        crate::wire_path::encode(path)
     ))
 }
 

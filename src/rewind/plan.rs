@@ -110,7 +110,7 @@ impl Rewinder {
     /// Notes `p` as a conflict of this rewind: `external` (an external actor changed it, by
     /// `bits`) and the other sessions that changed it since the checkpoint.
     pub(super) fn conflict(out: &mut Outcome, p: &[u8], bits: u8, sessions: &Sessions) {
-        let name = String::from_utf8_lossy(p).into_owned();
+        let name = crate::wire_path::encode(p);
         let mut who: Vec<String> = sessions
             .others(p)
             .into_iter()
@@ -228,7 +228,7 @@ impl Rewinder {
             let (withheld, leave) = policy.limit(&mut target, owner);
             if !withheld.is_empty() {
                 out.withheld.push(Withheld {
-                    path: String::from_utf8_lossy(&p).into_owned(),
+                    path: crate::wire_path::encode(&p),
                     what: withheld,
                 });
             }
@@ -253,8 +253,7 @@ impl Rewinder {
             let (i, d) = line_counts(&old, &new);
             out.insertions += i;
             out.deletions += d;
-            out.files_changed
-                .push(String::from_utf8_lossy(&p).into_owned());
+            out.files_changed.push(crate::wire_path::encode(&p));
             let differs = now.differs_in(&target, &new_content);
             // Verified just now: what a live rewind's helper writes, instead of reading the
             // blob again (within bounds: the plan travels to the helper whole).

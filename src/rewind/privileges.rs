@@ -146,7 +146,7 @@ pub(super) fn attr_change(
     let octal = |m: u32| format!("{:04o}", m & 0o7777);
     let same_kind = now.as_ref().filter(|n| n.kind == want.kind);
     let mut c = AttrChange {
-        path: String::from_utf8_lossy(path).into_owned(),
+        path: crate::wire_path::encode(path),
         ..AttrChange::default()
     };
     let from_mode = same_kind.map(|n| n.mode & 0o7777);

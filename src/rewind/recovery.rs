@@ -177,7 +177,7 @@ impl Rewinder {
                     "rewind {}: its journalled plan names {:?}, which is not a path inside the \
                      workspace: left out",
                     r.id,
-                    String::from_utf8_lossy(&t.path)
+                    crate::wire_path::encode(&t.path)
                 );
             }
             ok
@@ -266,10 +266,7 @@ impl Rewinder {
 
 /// Up to ten of `paths`, for a log line.
 fn shown(paths: &HashSet<Vec<u8>>) -> String {
-    let mut v: Vec<String> = paths
-        .iter()
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .collect();
+    let mut v: Vec<String> = paths.iter().map(|p| crate::wire_path::encode(p)).collect();
     v.sort();
     let more = v.len().saturating_sub(10);
     v.truncate(10);

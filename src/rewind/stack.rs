@@ -272,9 +272,7 @@ fn changed_by_others<'a>(
     };
     let mut found: BTreeMap<String, u8> = BTreeMap::new();
     let mut note = |p: &[u8], bits: u8| {
-        *found
-            .entry(String::from_utf8_lossy(p).into_owned())
-            .or_default() |= bits;
+        *found.entry(crate::wire_path::encode(p)).or_default() |= bits;
     };
     for t in targets {
         let bits = hist.by_path.get(&t.path).map_or(0, |caps| bits_of(caps));

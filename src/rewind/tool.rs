@@ -97,7 +97,7 @@ impl Rewinder {
                 continue;
             }
             let rel = PathBuf::from(OsStr::from_bytes(&t.path));
-            let name = String::from_utf8_lossy(&t.path).into_owned();
+            let name = crate::wire_path::encode(&t.path);
             // Only a file or its absence is a state the SDK restores. A path that was a
             // symlink, directory or special file at the checkpoint is left as it is (the SDK
             // would restore what the link led to, or an earlier backup; not measured).

@@ -406,3 +406,61 @@ fn a_scope_that_leaves_out_changes_says_so_and_how_to_include_them() {
         "{stdout}"
     );
 }
+
+/// A name that is not UTF-8 is named exactly on the wire (`wire_path.rs`: git's quoting), in
+/// `filesChanged`, `conflicts`, `show` and `log`, and a client can send that form back to name
+/// the file. Before, every bad byte went out as U+FFFD: `n\xff.txt` and `n\xfe.txt` were
+/// reported under one name, and neither could be asked for.
+#[test]
+fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
+    require_fuse();
+    use std::os::unix::ffi::OsStrExt;
+    let name: &[u8] = b"n\xff.txt";
+    let mut a = Agent::new(|d| {
+        fs::write(d.join(std::ffi::OsStr::from_bytes(name)), "v0\n").unwrap();
+        fs::write(d.join(std::ffi::OsStr::from_bytes(b"n\xfe.txt")), "other\n").unwrap();
+    });
+    let t1 = a.turn();
+    a.bash("printf 'agent\\n' > \"$(printf 'n\\377.txt')\"");
+    crate::support::as_stranger(&a.m.dir, "printf 'user\\n' >> \"$(printf 'n\\377.txt')\"");
+    let path = a.m.dir.join(std::ffi::OsStr::from_bytes(name));
+    assert!(crate::support::wait_until(5, || fs::read(&path).is_ok_and(|b| b.ends_with(b"user\n"))));
+    let wire = rewindfs::wire_path::encode(path.as_os_str().as_bytes());
+    assert!(
+        wire.starts_with('"') && wire.ends_with("n\\377.txt\""),
+        "{wire}"
+    );
+    let dry = a.rewind(&t1, "agent", true).unwrap();
+    assert_eq!(dry["conflicts"], json!([wire]), "{dry}");
+    assert_eq!(dry["filesChanged"], json!([wire]), "{dry}");
+    let all = a.rewind(&t1, "all", true).unwrap();
+    assert_eq!(all["filesChanged"], json!([wire]), "{all}");
+    // The same form names the file in a request: show it as it was, and its log.
+    let shown =
+        a.c.request(
+            "show",
+            json!({"user_message_id": t1, "path": wire, "content": true}),
+        )
+        .unwrap();
+    assert_eq!(shown["path"], json!("\"n\\377.txt\""), "{shown}");
+    let log =
+        a.c.request("log", json!({"path": wire, "since": t1}))
+            .unwrap();
+    let entries = log["entries"].as_array().unwrap();
+    assert!(!entries.is_empty(), "{log}");
+    for e in entries {
+        assert_eq!(e["path"], json!("\"n\\377.txt\""), "{log}");
+    }
+    // And a rewind restricted to that file (its workspace-relative form) restores it, not
+    // its neighbour.
+    a.c.request(
+        "rewind_files",
+        json!({"user_message_id": t1, "scope": "all", "paths": [rewindfs::wire_path::encode(name)]}),
+    )
+    .unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"v0\n");
+    assert_eq!(
+        fs::read(a.m.dir.join(std::ffi::OsStr::from_bytes(b"n\xfe.txt"))).unwrap(),
+        b"other\n"
+    );
+}

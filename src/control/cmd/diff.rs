@@ -81,7 +81,7 @@ impl DiffReply {
 impl DiffStat {
     fn of(workspace: &Path, s: FileStat) -> DiffStat {
         DiffStat {
-            path: workspace.join(s.path).to_string_lossy().into_owned(),
+            path: crate::wire_path::encode_under(workspace, &crate::wire_path::decode(&s.path)),
             insertions: s.insertions,
             deletions: s.deletions,
             binary: s.binary,

@@ -70,7 +70,7 @@ impl Ls {
                 let r = ShowReply::of(e);
                 let name = e.path.rsplit(|b| *b == b'/').next().unwrap_or(&e.path);
                 LsEntry {
-                    name: String::from_utf8_lossy(name).into_owned(),
+                    name: crate::wire_path::encode(name),
                     kind: r.kind,
                     mode: r.mode,
                     size: r.size,

@@ -171,17 +171,15 @@ impl RewindReply {
     }
 }
 
-/// One workspace-relative path as the SDK answers paths: absolute.
+/// One workspace-relative path (its wire form) as the SDK answers paths: absolute.
 fn abs(workspace: &Path, rel: &str) -> String {
-    workspace.join(rel).to_string_lossy().into_owned()
+    crate::wire_path::encode_under(workspace, &crate::wire_path::decode(rel))
 }
 
 /// Workspace-relative paths as the SDK answers them: absolute, under the workspace (which, with
 /// the mount in place, is the project's own path).
 pub(super) fn absolute(workspace: &Path, rel: Vec<String>) -> Vec<String> {
-    rel.into_iter()
-        .map(|p| workspace.join(p).to_string_lossy().into_owned())
-        .collect()
+    rel.into_iter().map(|p| abs(workspace, &p)).collect()
 }
 
 impl Command for RewindFiles {

@@ -77,7 +77,7 @@ pub(super) fn shown(path: &[u8]) -> String {
     if path.is_empty() {
         ".".into()
     } else {
-        String::from_utf8_lossy(path).into_owned()
+        crate::wire_path::encode(path)
     }
 }
 
@@ -92,10 +92,7 @@ impl ShowReply {
             gid: e.gid,
             size: if e.kind == Kind::File { e.size } else { 0 },
             hash: e.known_hash().map(str::to_string),
-            target: e
-                .target
-                .as_deref()
-                .map(|t| String::from_utf8_lossy(t).into_owned()),
+            target: e.target.as_deref().map(crate::wire_path::encode),
             unchanged: e.unchanged(),
             offset: 0,
             content: None,
