@@ -620,7 +620,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
             };
             // Hashed while copied: a blob changed since the plan read it is never put in place.
             if let Some(hash) = &t.blob {
-                store.blobs.copy_verified(hash, fd.as_fd())?;
+                store.blobs.copy_verified(hash.as_str(), fd.as_fd())?;
             }
             if sys::geteuid() == 0 {
                 let _ = sys::fchown(fd.as_fd(), t.uid, t.gid);

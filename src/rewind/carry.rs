@@ -296,14 +296,14 @@ impl Views {
                     let (hash, size) = if size <= IN_MEMORY {
                         let mut buf = Vec::with_capacity(size as usize);
                         (&mut f).take(size).read_to_end(&mut buf)?;
-                        let h = blake3::hash(&buf).to_hex().to_string();
+                        let h = crate::store::blobs::content_hash(&buf);
                         w.blob(&h, buf.len() as u64, &mut &buf[..])?;
                         c.insert("size".into(), Value::from(buf.len() as u64));
                         (h, buf.len() as u64)
                     } else {
-                        let mut hasher = blake3::Hasher::new();
+                        let mut hasher = crate::store::blobs::ContentHasher::default();
                         io::copy(&mut (&mut f).take(size), &mut hasher)?;
-                        let h = hasher.finalize().to_hex().to_string();
+                        let h = hasher.finish();
                         if !w.has_blob(&h) {
                             io::Seek::seek(&mut f, io::SeekFrom::Start(0))?;
                             w.blob(&h, size, &mut f)?;

@@ -378,7 +378,7 @@ impl Views {
                 )?)
             }
             // Copied while hashed: a blob that does not hash to its name fails the fork.
-            Source::Blob(h) => self.g.store.blobs.copy_verified(h, fd),
+            Source::Blob(h) => self.g.store.blobs.copy_verified(h.as_str(), fd),
             Source::Chain(..) | Source::Saved => {
                 let mut src = self
                     .content(past, e)

@@ -642,7 +642,7 @@ impl Rewinder {
     fn target_content(&self, one: &One<'_>, b: &BlobRef) -> io::Result<Vec<u8>> {
         match one.looked(b) {
             Some(c) => Ok(c),
-            None => self.g.store.blobs.read_verified(b),
+            None => self.g.store.blobs.read_verified(b.as_str()),
         }
     }
 

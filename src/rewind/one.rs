@@ -66,7 +66,7 @@ impl One<'_> {
     /// content goes to the store then).
     pub(super) fn keep_looked(&mut self, content: Vec<u8>) -> Option<BlobRef> {
         let m = self.plans.looked.as_mut()?;
-        let h = blake3::hash(&content).to_hex().to_string();
+        let h = crate::store::blobs::content_hash(&content);
         m.insert(h.clone(), content);
         Some(BlobRef::hash(h))
     }

@@ -36,6 +36,7 @@ use super::diff::{DiffOut, Side, file_diff};
 use super::filter::Filter;
 use super::history::{History, Lineage};
 use super::{Request, RewindError, Scope, Views};
+use crate::store::blobs::ContentHasher;
 use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
 
@@ -362,7 +363,13 @@ impl Views {
         let unreadable = |err: io::Error| unreadable(&e.path, &past.uuid, err);
         Ok(match &e.source {
             Source::Saved => Box::new(io::empty()),
-            Source::Blob(h) => Box::new(self.g.store.blobs.stream_verified(h).map_err(unreadable)?),
+            Source::Blob(h) => Box::new(
+                self.g
+                    .store
+                    .blobs
+                    .stream_verified(h.as_str())
+                    .map_err(unreadable)?,
+            ),
             Source::Chain(c, at) => Box::new(self.g.chain(&past.hist, c, at, &unreadable)?),
             Source::Tree(at) if e.kind == Kind::File => {
                 let rel = Path::new(OsStr::from_bytes(at));
@@ -412,17 +419,17 @@ impl Views {
             Want::Meta => match entry.known_hash() {
                 Some(h) => (Some(h.to_string()), None),
                 None => {
-                    let mut h = blake3::Hasher::new();
+                    let mut h = ContentHasher::default();
                     io::copy(&mut self.content(&past, &entry)?, &mut h)
                         .map_err(|err| unreadable(q, &past.uuid, err))?;
-                    (Some(h.finalize().to_hex().to_string()), None)
+                    (Some(h.finish()), None)
                 }
             },
             Want::Bytes { offset, length } => {
                 // One pass, to the end (which verifies a blob): the whole content is hashed
                 // (unless the store knows the hash), the part asked for kept.
                 let mut src = self.content(&past, &entry)?;
-                let mut h = entry.known_hash().is_none().then(blake3::Hasher::new);
+                let mut h = entry.known_hash().is_none().then(ContentHasher::default);
                 let mut kept = Vec::new();
                 let end = length.map_or(u64::MAX, |l| offset.saturating_add(l));
                 let mut pos = 0u64;
@@ -445,7 +452,7 @@ impl Views {
                 }
                 let hash = h.map_or_else(
                     || entry.known_hash().map(str::to_string),
-                    |h| Some(h.finalize().to_hex().to_string()),
+                    |h| Some(h.finish()),
                 );
                 (hash, Some(kept))
             }

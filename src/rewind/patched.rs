@@ -143,7 +143,7 @@ impl Ground {
     /// file, or nothing (zeros) for an absent path, a directory or the empty blob.
     fn blob_base(&self, p: &PreImage) -> io::Result<Base> {
         Ok(match (&p.kind, &p.blob) {
-            (Kind::File, Some(h)) => match self.store.blobs.open_verified(h)? {
+            (Kind::File, Some(h)) => match self.store.blobs.open_verified(h.as_str())? {
                 Some(b) => Base::Blob(b),
                 None => Base::None, // the empty blob
             },
@@ -219,7 +219,9 @@ impl Patched<'_> {
         let r = &layer.ranges[i];
         if layer.loaded.as_ref().map(|l| l.0) != Some(i) {
             let data = match &r.content {
-                crate::store::RangeContent::Blob(h) => self.store.blobs.read_verified(h)?,
+                crate::store::RangeContent::Blob(h) => {
+                    self.store.blobs.read_verified(h.as_str())?
+                }
                 crate::store::RangeContent::Inline(d) => d.clone(),
             };
             if data.len() as u64 != r.length {

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::BlobRef;
-use super::blobs::{self, Blobs};
+use super::blobs::Blobs;
 use super::journal::{self, Journal, Record};
 use super::{PreImage, RangeContent, Result, Store};
 use crate::locks::Locked;
@@ -110,9 +110,9 @@ fn resolve_pending(
             ..
         } = r
         {
-            if blobs::is_pending(b) {
+            if b.is_pending() {
                 keys.push(b.to_string());
-                match blobs.resolve(b) {
+                match blobs.resolve(b.as_str()) {
                     Ok(h) => *b = BlobRef::hash(h),
                     Err(_) if capture_exists(&conn.locked(), *id) => {}
                     Err(e) => tracing::error!(
@@ -138,7 +138,7 @@ pub(super) fn capture_exists(conn: &Connection, id: i64) -> bool {
 /// Whether a batch names an adopted file, which must be hashed before it is applied.
 fn has_pending(records: &[Record]) -> bool {
     records.iter().any(|r| {
-        matches!(r, Record::Capture { pre: PreImage { blob: Some(b), .. }, .. } if blobs::is_pending(b))
+        matches!(r, Record::Capture { pre: PreImage { blob: Some(b), .. }, .. } if b.is_pending())
     })
 }
 
@@ -374,7 +374,10 @@ mod tests {
         );
         let caps = s.captures_in(k).unwrap();
         let h = blake3::hash(b"deleted content").to_hex().to_string();
-        assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
+        assert_eq!(
+            caps[0].pre.blob.as_ref().map(super::BlobRef::as_str),
+            Some(h.as_str())
+        );
         assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
         capture(&s, "also");
         std::mem::forget(s);
@@ -383,7 +386,10 @@ mod tests {
         let s = Store::open(&store_dir, false).unwrap();
         let caps = s.captures_in(k).unwrap();
         let h2 = blake3::hash(b"other content").to_hex().to_string();
-        assert_eq!(caps[1].pre.blob.as_deref(), Some(h2.as_str()));
+        assert_eq!(
+            caps[1].pre.blob.as_ref().map(super::BlobRef::as_str),
+            Some(h2.as_str())
+        );
         assert_eq!(s.blobs.read_verified(&h2).unwrap(), b"other content");
         assert_eq!(
             std::fs::read_dir(store_dir.join("blobs/pending"))
@@ -417,7 +423,10 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         let s = Store::open(&crashed, false).unwrap();
         let caps = s.captures_in(k).unwrap();
-        assert_eq!(caps[0].pre.blob.as_deref(), Some(h.as_str()));
+        assert_eq!(
+            caps[0].pre.blob.as_ref().map(super::BlobRef::as_str),
+            Some(h.as_str())
+        );
         assert_eq!(s.blobs.read_verified(&h).unwrap(), b"deleted content");
     }
 

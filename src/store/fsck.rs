@@ -13,7 +13,7 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use super::apply::capture_exists;
-use super::blobs::{self, Blobs};
+use super::blobs::Blobs;
 use super::journal::{self, Record};
 use super::migrate::SCHEMA_VERSION;
 use super::{PreImage, Range, RangeContent, Result, StoreError};
@@ -108,12 +108,17 @@ fn check_journal_blobs(
             _ => continue,
         };
         if let Record::Capture { id, .. } = r {
-            if blobs::is_pending(h) && capture_exists(conn, *id) {
+            if h.is_pending() && capture_exists(conn, *id) {
                 continue; // applied before a crash emptied the journal; its row has the hash
             }
         }
         checked += 1;
-        verify(blobs, h, &format!("journal: blob {h} of {path}"), problems);
+        verify(
+            blobs,
+            h.as_str(),
+            &format!("journal: blob {h} of {path}"),
+            problems,
+        );
     }
     Ok(checked)
 }

@@ -212,7 +212,7 @@ impl Record {
                 e.bytes(path);
                 e.u8(*tool as u8);
                 e.u8(kind_code(pre.kind));
-                e.opt(pre.blob.as_deref().map(str::as_bytes));
+                e.opt(pre.blob.as_ref().map(|b| b.as_str().as_bytes()));
                 e.i64(pre.mode as i64);
                 e.i64(pre.uid as i64);
                 e.i64(pre.gid as i64);
@@ -236,7 +236,7 @@ impl Record {
                 match &range.content {
                     RangeContent::Blob(h) => {
                         e.u8(0);
-                        e.bytes(h.as_bytes());
+                        e.bytes(h.as_str().as_bytes());
                     }
                     RangeContent::Inline(d) => {
                         e.u8(1);

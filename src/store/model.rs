@@ -90,41 +90,65 @@ impl Kind {
 }
 
 /// Where a pre-image's bytes are: a content blob named by its BLAKE3 hash, or an adopted
-/// file not yet hashed, named by its key under `blobs/pending/` (see `blobs.rs`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct BlobRef(String);
+/// file not yet hashed, named by its key under `blobs/pending/` (see `blobs/adopt.rs`). Stored
+/// (in rows, the journal, a plan) as one string: the hash, or the key, which begins
+/// `pending/` — read back by [`BlobRef::from_stored`], the one place that tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlobRef {
+    /// Content by its BLAKE3 hash (hex).
+    Hash(String),
+    /// An adopted file not yet hashed, by its key (`pending/…`).
+    Pending(String),
+}
 
 impl BlobRef {
     /// The blob whose hash (hex) is `h`.
     pub fn hash(h: impl Into<String>) -> BlobRef {
-        BlobRef(h.into())
+        BlobRef::Hash(h.into())
     }
     /// A reference as stored in a row or the journal (a hash or a `pending/…` key).
     pub fn from_stored(s: impl Into<String>) -> BlobRef {
-        BlobRef(s.into())
+        let s = s.into();
+        if super::blobs::is_pending(&s) {
+            BlobRef::Pending(s)
+        } else {
+            BlobRef::Hash(s)
+        }
     }
     /// An adopted file not yet hashed.
     pub fn is_pending(&self) -> bool {
-        super::blobs::is_pending(&self.0)
+        matches!(self, BlobRef::Pending(_))
     }
-    /// The hash, or the pending key, as stored.
+    /// The hash, if the content has one yet.
+    pub fn content_hash(&self) -> Option<&str> {
+        match self {
+            BlobRef::Hash(h) => Some(h),
+            BlobRef::Pending(_) => None,
+        }
+    }
+    /// The hash, or the pending key, as stored (and as the blob store names the file).
     pub fn as_str(&self) -> &str {
-        &self.0
+        match self {
+            BlobRef::Hash(s) | BlobRef::Pending(s) => s,
+        }
     }
 }
 
-/// A reference is used where the blob store takes its name (`blobs.read(&r)`).
-impl std::ops::Deref for BlobRef {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
+impl Serialize for BlobRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for BlobRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(BlobRef::from_stored)
     }
 }
 
 impl std::fmt::Display for BlobRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 

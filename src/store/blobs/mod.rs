@@ -50,7 +50,40 @@ use crate::sys;
 
 /// The hash of the empty blob, which is never written to disk.
 pub fn empty_hash() -> String {
-    blake3::hash(b"").to_hex().to_string()
+    content_hash(b"")
+}
+
+/// The name content has in the blob store (its BLAKE3 hash, hex). Every content hash in
+/// rewindfs is made here or by [`ContentHasher`]: the blob store decides what names content.
+pub fn content_hash(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+/// [`content_hash`] of content that arrives in pieces (`io::copy` into it, or `update`).
+#[derive(Default)]
+pub struct ContentHasher(blake3::Hasher);
+
+impl ContentHasher {
+    /// Adds the next piece.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    /// The name of everything added.
+    pub fn finish(&self) -> String {
+        self.0.finalize().to_hex().to_string()
+    }
+}
+
+impl std::io::Write for ContentHasher {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Where adopted files wait for their hash; their keys are `pending/<nonce>-<n>` (a nonce drawn

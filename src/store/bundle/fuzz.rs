@@ -131,9 +131,7 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
     let mut w = BundleWriter::new(Vec::new()).unwrap();
     let data = s
         .blobs
-        .read_verified(&BlobRef::hash(
-            blake3::hash(b"hello\n").to_hex().to_string(),
-        ))
+        .read_verified(BlobRef::hash(blake3::hash(b"hello\n").to_hex().to_string()).as_str())
         .unwrap();
     w.blob(
         blake3::hash(&data).to_hex().as_ref(),

@@ -220,7 +220,7 @@ mod tests {
     fn bundle(rows: &[Row], blobs: &[&[u8]]) -> Vec<u8> {
         let mut w = BundleWriter::new(Vec::new()).unwrap();
         for b in blobs {
-            let h = blake3::hash(b).to_hex().to_string();
+            let h = crate::store::blobs::content_hash(b);
             w.blob(&h, b.len() as u64, &mut &b[..]).unwrap();
         }
         let cp = "88888888-8888-4888-8888-888888888888";
