@@ -5,9 +5,9 @@
 //! resolve and who captures what they overwrite.
 //!
 //! Targets of [`Apply::Replace`] (scopes `agent` and `all`, undo) are applied by
-//! [`apply_plan`] in four passes: removals deepest first, directories shallowest first, then
-//! files, symlinks and special files, then directory modes deepest first (so a read-only
-//! directory is filled before it is closed). Targets of [`Apply::InPlace`] (scope `tool`) come
+//! [`apply_plan`] in the four passes of `passes.rs` (removals deepest first, directories
+//! shallowest first, then files, symlinks and special files, then directory modes deepest
+//! first), with the steps of [`Behind`]. Targets of [`Apply::InPlace`] (scope `tool`) come
 //! after, one after the other in plan order, as the SDK's own rewind does them
 //! ([`apply_in_place`]): a file rewritten in place or unlinked, or skipped when [`look`] says
 //! it is no longer safe to touch.
@@ -35,7 +35,6 @@
 //!   recorded (see `attrs.rs` for which), after the owner and before the mode.
 
 use std::cell::Cell;
-use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
@@ -45,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{OFlags, Stat};
 
+use super::passes::{self, Step, Steps};
 use super::{Target, attrs};
 use crate::capture::{MEANWHILE, Recorder};
 use crate::store::{Apply, Blobs, Kind, Store};
@@ -194,18 +194,21 @@ pub(super) fn apply_plan(
     targets: &[Target],
     id: &str,
 ) -> io::Result<Applied> {
-    let (in_place, mut order): (Vec<&Target>, Vec<&Target>) =
+    let (in_place, order): (Vec<&Target>, Vec<&Target>) =
         targets.iter().partition(|t| t.apply == Apply::InPlace);
-    if !order.is_empty() {
-        // The sorts are stable and each starts from the previous order: keep their sequence.
-        order.sort_by_key(|t| Reverse(depth(&t.path)));
-        remove_what_goes(rec, &order)?;
-        order.sort_by_key(|t| depth(&t.path));
-        make_dirs(rec, &order)?;
-        write_entries(rec, store, &order, id)?;
-        order.sort_by_key(|t| Reverse(depth(&t.path)));
-        set_dir_modes(rec, &order)?;
-    }
+    // Recovery sets every part of every target (what differed is not journalled), from the
+    // blobs.
+    let order = order
+        .into_iter()
+        .map(|t| (t, super::Differs::default(), None))
+        .collect();
+    let mut behind = Behind {
+        rec,
+        store,
+        id,
+        dirs: HashSet::new(),
+    };
+    passes::run(order, &mut behind)?;
     apply_in_place(Tree::behind(rec), &store.blobs, &in_place)
 }
 
@@ -403,99 +406,89 @@ fn restore_in_place(
     Ok(true)
 }
 
-/// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
-/// changing to or from a directory (a directory with everything beneath it).
-fn remove_what_goes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
-    let root = rec.root();
-    for t in order {
+/// The steps behind the mount: each path captured before it changes (the FUSE core does not
+/// see these), nothing else changing the tree meanwhile.
+struct Behind<'a> {
+    rec: &'a Recorder,
+    store: &'a Store,
+    /// The rewind's id, which its temp names carry.
+    id: &'a str,
+    /// Directories whose parents are made already (once per directory).
+    dirs: HashSet<PathBuf>,
+}
+
+impl Steps for Behind<'_> {
+    fn remove(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
         let rel = t.rel();
-        let cur = sys::lstat_beneath_opt(root, rel)?;
-        let Some(cur) = cur else { continue };
-        let cur_kind = match cur.st_mode & libc::S_IFMT {
-            libc::S_IFREG => Kind::File,
-            libc::S_IFDIR => Kind::Dir,
-            libc::S_IFLNK => Kind::Symlink,
-            _ => Kind::Other,
+        let Some(cur) = sys::lstat_beneath_opt(self.rec.root(), rel)? else {
+            return Ok(());
         };
+        let cur_kind = kind_of(&cur);
         if t.kind() == Kind::Absent
             || (cur_kind != t.kind() && (cur_kind == Kind::Dir || t.kind() == Kind::Dir))
         {
-            rec.capture_for_rewind(rel)?;
-            remove_tree(rec, rel, cur_kind == Kind::Dir)?;
+            self.rec.capture_for_rewind(rel)?;
+            remove_tree(self.rec, rel, cur_kind == Kind::Dir)?;
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Pass 2, shallowest first: creates the target directories that are missing, as 0700 so
-/// that pass 3 can write into them; pass 4 gives them their modes.
-fn make_dirs(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
-    let root = rec.root();
-    for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
+    fn make_dir(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
         let rel = t.rel();
-        ensure_parents(Tree::behind(rec), rel)?;
-        match sys::lstat_beneath_opt(root, rel)? {
+        ensure_parents(Tree::behind(self.rec), rel)?;
+        match sys::lstat_beneath_opt(self.rec.root(), rel)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             _ => {
-                rec.capture_for_rewind(rel)?;
-                sys::mkdirat(root, rel, 0o700)?;
+                self.rec.capture_for_rewind(rel)?;
+                sys::mkdirat(self.rec.root(), rel, 0o700)?;
             }
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Pass 3: writes each file, symlink and special file beside its path and puts it in place,
-/// creating missing parents (once per directory).
-fn write_entries(rec: &Recorder, store: &Store, order: &[&Target], id: &str) -> io::Result<()> {
-    let root = rec.root();
-    let mut dirs = HashSet::new();
-    for (i, t) in order
-        .iter()
-        .filter(|t| matches!(t.kind(), Kind::File | Kind::Symlink | Kind::Other))
-        .enumerate()
-    {
-        if crate::faults::fail_rewind_after() == Some(i) {
-            return Err(crate::sys::coded(
-                libc::EIO,
-                "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)".into(),
-            ));
-        }
+    /// Written beside its path and put in place, missing parents made first.
+    fn write(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
         let rel = t.rel();
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if dirs.insert(parent.to_path_buf()) {
-                ensure_parents(Tree::behind(rec), rel)?;
+            if self.dirs.insert(parent.to_path_buf()) {
+                ensure_parents(Tree::behind(self.rec), rel)?;
             }
         }
-        rec.capture_for_replace(rel)?;
-        match write_beside(root, store, rel, t, id) {
-            Ok(()) => rec.replaced(rel),
+        self.rec.capture_for_replace(rel)?;
+        match write_beside(self.rec.root(), self.store, rel, t, self.id) {
+            Ok(()) => {
+                self.rec.replaced(rel);
+                Ok(())
+            }
             Err(e) => {
-                rec.not_replaced(rel);
-                return Err(e);
+                self.rec.not_replaced(rel);
+                Err(e)
             }
         }
     }
-    Ok(())
-}
 
-/// Pass 4, deepest first: directory modes, owners and extended attributes, once nothing more
-/// is written into them.
-/// A directory that was already there is captured first (one made in pass 2 was captured as
-/// absent then): without it, an undo would not know the mode and owner it had.
-fn set_dir_modes(rec: &Recorder, order: &[&Target]) -> io::Result<()> {
-    let root = rec.root();
-    for t in order.iter().filter(|t| t.kind() == Kind::Dir) {
-        let rel = t.rel();
-        rec.capture_for_rewind(rel)?;
+    /// A directory that was already there is captured first (one made in pass 2 was captured
+    /// as absent then): without it, an undo would not know the mode and owner it had.
+    fn dir_attrs(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
+        let (root, rel) = (self.rec.root(), t.rel());
+        self.rec.capture_for_rewind(rel)?;
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }
         // After the owner (a chown drops some), before the mode (an ACL sets group bits).
         attrs::restore_at(root, rel, t.xattrs.as_ref());
-        sys::chmodat(root, rel, t.mode & 0o7777)?;
+        sys::chmodat(root, rel, t.mode & 0o7777)
     }
-    Ok(())
+}
+
+/// The kind of what a stat describes.
+pub(super) fn kind_of(st: &Stat) -> Kind {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Kind::File,
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
 }
 
 /// Creates missing parent directories of `rel` (capturing each as it is created), each one

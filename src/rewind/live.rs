@@ -36,7 +36,6 @@
 //!   takes nothing from the daemon but the plan and the answers to "changed meanwhile?".
 
 use std::cell::Cell;
-use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io;
@@ -46,7 +45,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{OFlags, Stat};
 
-use super::apply::{Applied, Tree, apply_in_place, depth, ensure_parents, parent_of, temp_name};
+use super::apply::{Applied, Tree, apply_in_place, ensure_parents, kind_of, parent_of, temp_name};
+use super::passes::{self, Step, Steps};
 use super::{Differs, Planned, Target, attrs};
 use crate::capture::MEANWHILE;
 use crate::store::{Apply, Blobs, Kind};
@@ -82,23 +82,11 @@ pub(super) fn apply(
         made: HashSet::new(),
         stepped: Cell::new(false),
     };
-    if !order.is_empty() {
-        // The sorts are stable and each starts from the previous order: keep their sequence.
-        order.sort_by_key(|(t, _, _)| Reverse(depth(&t.path)));
-        live.remove_what_goes(&order)?;
-        order.sort_by_key(|(t, _, _)| depth(&t.path));
-        live.make_dirs(&order)?;
-        live.write_entries(&order)?;
-        order.sort_by_key(|(t, _, _)| Reverse(depth(&t.path)));
-        live.set_dir_modes(&order)?;
-    }
+    passes::run(order, &mut live)?;
     let mut applied = live.applied;
     applied.extend(apply_in_place(tree, blobs, &in_place)?);
     Ok(applied)
 }
-
-/// A target, what planning saw differ at it, and its content if planning handed it over.
-type Step<'a> = (&'a Target, Differs, Option<&'a [u8]>);
 
 /// One apply through the mount.
 struct Live<'a> {
@@ -146,16 +134,6 @@ impl Live<'_> {
             }
             Err(e) => Err(sys::ctx(e, format!("restoring {}", t.rel().display()))),
         }
-    }
-
-    /// Pass 1, deepest first: removes what must go — paths whose target is absent, and those
-    /// changing to or from a directory (a directory with everything beneath it).
-    fn remove_what_goes(&mut self, order: &[Step<'_>]) -> io::Result<()> {
-        for (t, _, _) in order {
-            let r = self.remove_one(t);
-            self.settle(t, true, r)?;
-        }
-        Ok(())
     }
 
     fn remove_one(&mut self, t: &Target) -> io::Result<()> {
@@ -206,20 +184,7 @@ impl Live<'_> {
         }
     }
 
-    /// Pass 2, shallowest first: creates the target directories that are missing, as 0700 so
-    /// that pass 3 can write into them; pass 4 gives them their modes.
-    fn make_dirs(&mut self, order: &[Step<'_>]) -> io::Result<()> {
-        for (t, _, _) in order.iter().filter(|(t, _, _)| t.kind == Kind::Dir) {
-            if self.skipped(t) {
-                continue;
-            }
-            let r = self.make_dir(t);
-            self.settle(t, false, r)?;
-        }
-        Ok(())
-    }
-
-    fn make_dir(&mut self, t: &Target) -> io::Result<()> {
+    fn make_one_dir(&mut self, t: &Target) -> io::Result<()> {
         let rel = t.rel();
         self.parents(rel)?;
         match sys::lstat_beneath_opt(self.root(), rel)? {
@@ -244,30 +209,6 @@ impl Live<'_> {
         }
         ensure_parents(self.tree, rel)?;
         self.dirs.insert(parent.to_path_buf());
-        Ok(())
-    }
-
-    /// Pass 3: each file, symlink and special file, in place or beside and renamed into place.
-    fn write_entries(&mut self, order: &[Step<'_>]) -> io::Result<()> {
-        let entries = order
-            .iter()
-            .filter(|(t, _, _)| matches!(t.kind, Kind::File | Kind::Symlink | Kind::Other));
-        for (i, (t, d, content)) in entries.enumerate() {
-            if crate::faults::fail_rewind_after() == Some(i) {
-                // As a disk that failed: an errno the reply must carry.
-                return Err(crate::sys::coded(
-                    libc::EIO,
-                    "injected failure (REWINDFS_TEST_FAIL_REWIND_AFTER)".into(),
-                ));
-            }
-            if self.skipped(t) {
-                continue;
-            }
-            let r = self
-                .parents(t.rel())
-                .and_then(|()| self.put(t, *d, *content));
-            self.settle(t, false, r)?;
-        }
         Ok(())
     }
 
@@ -458,25 +399,50 @@ impl Live<'_> {
         Ok(())
     }
 
-    /// Pass 4, deepest first: directory owners, extended attributes and modes where they
-    /// differ, once nothing more is written into them.
-    fn set_dir_modes(&mut self, order: &[Step<'_>]) -> io::Result<()> {
-        for (t, d, _) in order.iter().filter(|(t, _, _)| t.kind == Kind::Dir) {
-            if self.skipped(t) {
-                continue;
-            }
-            let r = self.dir_attrs(t, *d);
-            self.settle(t, false, r)?;
-        }
-        Ok(())
-    }
-
-    fn dir_attrs(&self, t: &Target, d: Differs) -> io::Result<()> {
+    fn one_dir_attrs(&self, t: &Target, d: Differs) -> io::Result<()> {
         let rel = t.rel();
         let fd: OwnedFd = sys::open_beneath(self.root(), rel, OFlags::PATH | OFlags::DIRECTORY, 0)?;
         let st = sys::fstat(fd.as_fd())?;
         let made = self.made.contains(&t.path);
         self.set_meta(fd.as_fd(), &st, t, d.xattrs || made)
+    }
+}
+
+/// Through the mount every step is a process's change (the FUSE core captures it): a step
+/// refused because someone else changed its path meanwhile leaves that target alone, and later
+/// passes skip it.
+impl Steps for Live<'_> {
+    fn remove(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
+        let r = self.remove_one(t);
+        self.settle(t, true, r)
+    }
+
+    fn make_dir(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
+        if self.skipped(t) {
+            return Ok(());
+        }
+        let r = self.make_one_dir(t);
+        self.settle(t, false, r)
+    }
+
+    /// In place or beside and renamed into place, missing parents made first.
+    fn write(&mut self, (t, d, content): &Step<'_>) -> io::Result<()> {
+        if self.skipped(t) {
+            return Ok(());
+        }
+        let r = self
+            .parents(t.rel())
+            .and_then(|()| self.put(t, *d, *content));
+        self.settle(t, false, r)
+    }
+
+    /// Only what differs, or everything of a directory this apply made.
+    fn dir_attrs(&mut self, (t, d, _): &Step<'_>) -> io::Result<()> {
+        if self.skipped(t) {
+            return Ok(());
+        }
+        let r = self.one_dir_attrs(t, *d);
+        self.settle(t, false, r)
     }
 }
 
@@ -488,15 +454,5 @@ fn pause_once() {
         if !PAUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             std::thread::sleep(d);
         }
-    }
-}
-
-/// The kind of what a stat describes.
-fn kind_of(st: &Stat) -> Kind {
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Kind::File,
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
     }
 }

@@ -80,6 +80,7 @@ mod live;
 mod omitted;
 mod one;
 mod outside;
+mod passes;
 mod past;
 mod patched;
 mod plan;
