@@ -1052,16 +1052,36 @@ fn a_writer_at_work_during_a_rewind_loses_nothing_and_a_forced_undo_gives_back_e
         let want = written.get(&i).cloned().unwrap_or(format!("one {i}\n"));
         assert_eq!(now, want, "r/f{i:03} after the rewind");
     }
+    // A file the rewind began to restore before the writer came back to it (partly restored:
+    // its content written, its length not yet set) was overwritten by the rewind: a forced
+    // undo gives back what the rewind overwrote there too, as it does for every file the
+    // writer changed after the rewind restored it.
+    let partial: std::collections::HashSet<String> = r["partiallyRestored"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            Path::new(p.as_str().unwrap())
+                .strip_prefix(&m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
     let u = c.request("undo_rewind", json!({"force": true})).unwrap();
     assert_eq!(u["canRewind"], json!(true), "{u}");
     for i in 0..N {
         let now = fs::read_to_string(path(i)).unwrap();
-        let want = if left.contains(&format!("r/f{i:03}")) {
+        let name = format!("r/f{i:03}");
+        let want = if left.contains(&name) && !partial.contains(&name) {
             written[&i].clone()
         } else {
             before[i].clone()
         };
-        assert_eq!(now, want, "r/f{i:03} after a forced undo");
+        assert_eq!(
+            now, want,
+            "{name} after a forced undo (partly restored: {partial:?})"
+        );
     }
     let log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
     assert!(!log.contains("panicked"), "{log}");
