@@ -182,3 +182,6 @@ fn reply<R: Serialize>(r: Result<R, ControlError>) -> Result<Value, ControlError
     // Serializing plain structs of strings and numbers cannot fail.
     r.map(|r| serde_json::to_value(r).unwrap_or_default())
 }
+
+#[cfg(test)]
+mod schema_check;
