@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::{OFlags, Stat};
 
-use super::files::NodeFile;
 use super::inodes::{Inodes, Looked};
+use super::node_file::NodeFile;
 use crate::capture::{Change, Observer, Op, Permit};
 use crate::locks::Locked;
 use crate::sys;

@@ -7,6 +7,7 @@ pub mod core;
 mod dir;
 mod files;
 pub mod inodes;
+mod node_file;
 mod remove;
 mod xattr;
 

@@ -657,8 +657,3 @@ fn put_in_place(root: BorrowedFd<'_>, tmp: &Path, rel: &Path) -> io::Result<()> 
         Err(e) => Err(e),
     }
 }
-
-/// How deep a path lies: its number of separators (the root's entries are 0).
-pub(super) fn depth(p: &[u8]) -> usize {
-    p.iter().filter(|b| **b == b'/').count()
-}

@@ -16,7 +16,6 @@
 use std::cmp::Reverse;
 use std::io;
 
-use super::apply::depth;
 use super::{Differs, Target};
 use crate::store::Kind;
 
@@ -68,4 +67,9 @@ pub(super) fn run(mut order: Vec<Step<'_>>, steps: &mut impl Steps) -> io::Resul
         steps.dir_attrs(s)?;
     }
     Ok(())
+}
+
+/// How deep a path lies: its number of separators (the root's entries are 0).
+pub(super) fn depth(p: &[u8]) -> usize {
+    p.iter().filter(|b| **b == b'/').count()
 }

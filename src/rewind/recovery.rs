@@ -29,9 +29,10 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::apply::{Applied, apply_plan, depth};
+use super::apply::{Applied, apply_plan};
 use super::history::{History, under};
 use super::one::One;
+use super::passes::depth;
 use super::{Outcome, Planned, RewindError, Rewinder, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
