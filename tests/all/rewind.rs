@@ -464,3 +464,30 @@ fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
         b"other\n"
     );
 }
+
+/// A directory renamed away and back in one turn, nothing written between (`mv d e; mv e d`):
+/// its files are where they were, and a rewind to the turn's checkpoint keeps them. Before,
+/// the two renames shared one place in the history, the second was never followed, and the
+/// rewind deleted `d/f` (found by the property test of `rewind/history.rs`).
+#[test]
+fn a_directory_renamed_away_and_back_keeps_its_files_through_a_rewind() {
+    require_fuse();
+    let mut a = Agent::new(|d| {
+        fs::create_dir_all(d.join("d/sub")).unwrap();
+        fs::write(d.join("d/f"), "kept\n").unwrap();
+        fs::write(d.join("d/sub/g"), "kept too\n").unwrap();
+    });
+    let before = tree(&a.m.dir);
+    let t1 = a.turn();
+    a.bash("mv d e && mv e d && mv d/sub d/sub2 && mv d/sub2 d/sub");
+    let dry = a.rewind(&t1, "all", true).unwrap();
+    assert_eq!(dry["filesChanged"], json!([]), "{dry}");
+    a.rewind(&t1, "all", false).unwrap();
+    assert_eq!(tree(&a.m.dir), before);
+    // And with a change after the renames: only that change goes back.
+    let t2 = a.turn();
+    a.bash("mv d e && mv e d && echo changed > d/f");
+    let r = a.rewind(&t2, "agent", false).unwrap();
+    assert_eq!(r["filesChanged"], json!([a.m.p("d/f")]), "{r}");
+    assert_eq!(tree(&a.m.dir), before);
+}
