@@ -457,7 +457,7 @@ mod tests {
             };
             let file_now = dir.path().join("now");
             std::fs::write(&file_now, &now).unwrap();
-            for k in 0..states.len() - 1 {
+            for (k, want) in states.iter().enumerate().take(states.len() - 1) {
                 let base = Base::File(std::fs::File::open(&file_now).unwrap());
                 let layers = layers_from(k);
                 proptest::prop_assert!(check_sizes(&layers, &base).is_ok());
@@ -472,7 +472,7 @@ mod tests {
                     }
                     got.extend_from_slice(&buf[..n]);
                 }
-                proptest::prop_assert_eq!(&got, &states[k], "state at checkpoint {}", k);
+                proptest::prop_assert_eq!(&got, want, "state at checkpoint {}", k);
             }
         }
     }
