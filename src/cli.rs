@@ -39,6 +39,16 @@ pub struct SocketArgs {
     pub socket: Option<PathBuf>,
 }
 
+/// `--sign` of `export` and `push`.
+#[derive(Debug, clap::Args, Clone)]
+pub struct SignArgs {
+    /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
+    /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
+    /// trust file's `sign-with` line, pushes and exports are signed without asking.
+    #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
+    pub sign: Option<PathBuf>,
+}
+
 /// `rewindfs key`.
 #[derive(Debug, Subcommand)]
 pub enum KeyAction {
@@ -360,11 +370,8 @@ pub struct ExportArgs {
     pub since: Option<String>,
     /// The bundle to write (replaced if it exists).
     pub file: PathBuf,
-    /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
-    /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
-    /// trust file's `sign-with` line, pushes and exports are signed without asking.
-    #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
-    pub sign: Option<PathBuf>,
+    #[command(flatten)]
+    pub sign: SignArgs,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -395,11 +402,8 @@ pub struct PushArgs {
     pub session: Option<String>,
     #[arg(long)]
     pub since: Option<String>,
-    /// Sign it (Ed25519) with this key, or with no value the trust file's `sign-with` key
-    /// or ~/.config/rewindfs/signing.key (`rewindfs key generate` makes one); with the
-    /// trust file's `sign-with` line, pushes and exports are signed without asking.
-    #[arg(long, value_name = "KEYFILE", num_args = 0..=1, default_missing_value = "")]
-    pub sign: Option<PathBuf>,
+    #[command(flatten)]
+    pub sign: SignArgs,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

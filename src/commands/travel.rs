@@ -361,7 +361,7 @@ pub(crate) fn export(a: ExportArgs) -> anyhow::Result<()> {
         socket,
     } = a;
     let (file, socket) = (file.as_path(), &socket);
-    let key = signing_key(sign)?;
+    let key = signing_key(sign.sign)?;
     let r = connect(socket)?.call(&Export {
         path: std::path::absolute(file)?.to_string_lossy().into_owned(),
         session_id: session,
@@ -440,7 +440,7 @@ pub(crate) fn push(a: PushArgs) -> anyhow::Result<()> {
         socket,
     } = a;
     let (remote, socket) = (remote.as_str(), &socket);
-    let key = signing_key(sign)?;
+    let key = signing_key(sign.sign)?;
     let mut client = connect(socket)?;
     let tmpdir = private_tmp("push", client.path())?;
     let tmp = tmpdir.path().join("history.rwb");

@@ -76,6 +76,7 @@ mod filter;
 mod fork;
 mod helper;
 mod history;
+mod lifecycle;
 mod live;
 mod omitted;
 mod one;
@@ -579,61 +580,39 @@ impl Rewinder {
             out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
             return Ok(out);
         }
-        let t0 = std::time::Instant::now();
         self.g.kernel.flush();
-        // From here on, what anyone else changes is noted, and never overwritten.
-        let watch = self.g.recorder.watch_for(cp.session_id.as_deref());
-        let t1 = t0.elapsed();
-        let planned = self.plan(&mut one, cp.seq, cp.session_id.as_deref(), req, &filter);
-        let t2 = t0.elapsed();
-        let planned = planned.map(|mut out| {
-            // Room for what it captures, or it does not begin (`space.rs`).
-            if out.can_rewind {
-                if let Err(e) = self.check_space(out.targets()) {
-                    out.can_rewind = false;
-                    out.error = Some(e);
-                }
-            }
-            out
-        });
-        let mut out = match planned {
-            Ok(out) if out.can_rewind => out,
-            Ok(out) => {
-                one.discard();
-                return Err(RewindError::Failed(
-                    out.error.unwrap_or_else(|| "cannot rewind".into()),
-                ));
-            }
-            Err(e) => {
-                one.discard();
-                return Err(e);
-            }
-        };
-        let id = uuid::Uuid::new_v4().to_string();
-        // A failed one stays 'applying', and `discard` keeps what its plan names.
-        let applied = self.apply_targets(
+        let session = cp.session_id.as_deref();
+        let lived = self.live(
             &mut one,
-            &id,
-            &uuid,
-            RewindScope::Scope(req.scope),
-            &out,
-            &watch,
-        );
-        let changed_meanwhile = watch.count();
-        drop(watch);
-        one.discard();
-        out.settle(&applied?);
-        let t3 = t0.elapsed();
-        out.rewind_id = Some(id);
-        out.omitted = self.omitted(cp.seq, cp.session_id.as_deref(), req.scope)?;
+            session,
+            lifecycle::Journal {
+                target: &uuid,
+                scope: RewindScope::Scope(req.scope),
+            },
+            |one| {
+                let mut out = self.plan(one, cp.seq, session, req, &filter)?;
+                // Room for what it captures, or it does not begin (`space.rs`).
+                if out.can_rewind {
+                    if let Err(e) = self.check_space(out.targets()) {
+                        out.can_rewind = false;
+                        out.error = Some(e);
+                    }
+                }
+                Ok(out)
+            },
+            RewindError::Failed,
+        )?;
+        let mut out = lived.outcome;
+        out.rewind_id = Some(lived.id);
+        out.omitted = self.omitted(cp.seq, session, req.scope)?;
+        let [watch, plan, apply] = lived.took;
         tracing::info!(
-            "rewind to {uuid}: {} paths in {:?} (watch {t1:?}, plan {:?}, apply {:?}); {} left as \
-             others changed them meanwhile ({changed_meanwhile} paths changed by others)",
+            "rewind to {uuid}: {} paths in {:?} (watch {watch:?}, plan {plan:?}, apply {apply:?}); \
+             {} left as others changed them meanwhile ({} paths changed by others)",
             out.planned.len(),
-            t0.elapsed(),
-            t2 - t1,
-            t3 - t2,
+            watch + plan + apply,
             out.changed_meanwhile.len(),
+            lived.changed_by_others,
         );
         Ok(out)
     }

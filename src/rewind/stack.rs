@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::filter::Filter;
 use super::history::{History, under};
+use super::lifecycle;
 use super::one::One;
 use super::{Outcome, Request, RewindError, Rewinder, Scope, Target};
 use crate::locks::Locked;
@@ -168,30 +169,21 @@ impl Rewinder {
             .store
             .checkpoint(&rewind.target)?
             .and_then(|c| c.session_id);
-        let watch = self.g.recorder.watch_for(session.as_deref());
-        let planned = self.revert_plan(&mut one, &reverts, &foreign, &filter, &req, &mut done);
-        let mut out = match planned {
-            Ok(out) if out.can_rewind => out,
-            Ok(out) => {
-                one.discard();
-                return Err(RewindError::Conflicts(
-                    out.error.unwrap_or_else(|| "cannot rewind".into()),
-                ));
-            }
-            Err(e) => {
-                one.discard();
-                return Err(e);
-            }
-        };
-        let id = uuid::Uuid::new_v4().to_string();
         let scope = match req.direction {
             Direction::Undo => RewindScope::Undo,
             Direction::Redo => RewindScope::Redo,
         };
-        let applied = self.apply_targets(&mut one, &id, &rewind.id, scope, &out, &watch);
-        drop(watch);
-        one.discard();
-        out.settle(&applied?);
+        let lived = self.live(
+            &mut one,
+            session.as_deref(),
+            lifecycle::Journal {
+                target: &rewind.id,
+                scope,
+            },
+            |one| self.revert_plan(one, &reverts, &foreign, &filter, &req, &mut done),
+            RewindError::Conflicts,
+        )?;
+        let (out, id) = (lived.outcome, lived.id);
         let changed = out.planned.len();
         done.outcome = out;
         done.id = Some(id);

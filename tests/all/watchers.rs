@@ -1056,18 +1056,8 @@ fn a_writer_at_work_during_a_rewind_loses_nothing_and_a_forced_undo_gives_back_e
     // its content written, its length not yet set) was overwritten by the rewind: a forced
     // undo gives back what the rewind overwrote there too, as it does for every file the
     // writer changed after the rewind restored it.
-    let partial: std::collections::HashSet<String> = r["partiallyRestored"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            Path::new(p.as_str().unwrap())
-                .strip_prefix(&m.dir)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let partial: std::collections::HashSet<String> =
+        listed(&m, &r, "partiallyRestored").into_iter().collect();
     let u = c.request("undo_rewind", json!({"force": true})).unwrap();
     assert_eq!(u["canRewind"], json!(true), "{u}");
     for i in 0..N {
