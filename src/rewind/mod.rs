@@ -3,11 +3,11 @@
 //!
 //! # Types
 //! - [`Rewinder`]: plans and applies rewinds, undoes and redoes them, recovers, runs gc — one
-//!   at a time, behind the guard type [`One`](one::One) (`one.rs`);
+//!   at a time, behind the guard type `One` (`one.rs`);
 //! - [`Views`]: looks at the past (`show`, `ls`, `diff A B`, `fork`) and carries history out
 //!   and in (`export`, `import`); changes nothing in the workspace;
 //! - both work on one `Ground` (the mount's recorder, store, kernel, turns and the lock); the
-//!   session and turn bookkeeping is [`Turns`](crate::turns::Turns), outside this module.
+//!   session and turn bookkeeping is [`Turns`], outside this module.
 //!
 //! # Layout
 //! - `mod.rs`: the public types, `Rewinder::rewind` and `Rewinder::gc`, and what both services
