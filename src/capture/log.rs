@@ -148,11 +148,7 @@ impl Recorder {
                 return;
             }
         };
-        let inline = flush_inline(
-            n,
-            self.is_rewinder(pid),
-            self.watching.load(Ordering::Acquire),
-        );
+        let inline = flush_inline(n, self.is_rewinder(pid), self.live.watching());
         if inline {
             self.flush_log();
         } else if n % LOG_FLUSH_AT == 0 {

@@ -9,7 +9,7 @@
 //! they would overwrite such a change. The rewind leaves those paths as the other writer made
 //! them and reports them (`changedMeanwhile`).
 //!
-//! Invariants, kept under the recorder's `meanwhile` lock (a leaf: nothing else is taken while
+//! Invariants, kept under the lock of `LiveRewind::changed` (a leaf: nothing else is taken while
 //! it is held):
 //! - a watch starts under the gate taken exclusively, for a moment: every change either
 //!   finished before it (and planning sees it) or is noted, in `before`, before it is applied;
@@ -68,6 +68,29 @@ impl Changed {
     }
 }
 
+/// What the recorder knows of the live rewind in progress: its process and session, and what
+/// others changed since it began. One per recorder; every field is set and cleared here, by
+/// [`Recorder::watch_for`], [`Watch::apply_here_for`] and their guards.
+#[derive(Default)]
+pub(super) struct LiveRewind {
+    /// The process applying it through the mount (its pid, which is its one thread's id; 0:
+    /// none): its requests are the rewind's, which never wait at the gate.
+    pid: std::sync::atomic::AtomicU32,
+    /// The session that process's rewind is of (`None`: of no session), set with `pid`.
+    session: std::sync::Mutex<Option<String>>,
+    /// Whether a rewind is watching for changes by others (`changed` is `Some`).
+    watching: std::sync::atomic::AtomicBool,
+    /// What others changed since the watching rewind began.
+    changed: std::sync::Mutex<Option<Changed>>,
+}
+
+impl LiveRewind {
+    /// Whether a rewind is watching for changes by others.
+    pub(super) fn watching(&self) -> bool {
+        self.watching.load(Ordering::Acquire)
+    }
+}
+
 /// A rewind applying through the mount, from its planning to its last change: dropped, it
 /// ends (see the module doc).
 pub struct Watch<'a> {
@@ -81,22 +104,22 @@ impl Watch<'_> {
     /// namespace — or, with `beneath`, something below it (for a path a rewind removes or
     /// replaces by another kind).
     pub fn changed(&self, p: &[u8], beneath: bool) -> bool {
-        let m = self.rec.meanwhile.locked();
+        let m = self.rec.live.changed.locked();
         m.as_ref()
             .is_some_and(|c| c.at_or_above(p) || (beneath && c.beneath(p)))
     }
 
     /// How many paths others changed since the watch began.
     pub fn count(&self) -> usize {
-        let m = self.rec.meanwhile.locked();
+        let m = self.rec.live.changed.locked();
         m.as_ref().map_or(0, |c| c.0.len())
     }
 
     /// Makes the single-threaded process `pid` the rewind's: its requests through the mount
     /// are the rewind's own (see the module doc) until the guard is dropped.
     pub fn apply_here_for(&self, pid: u32) -> Rewinder<'_> {
-        *self.rec.rewinder_session.locked() = self.session.clone();
-        self.rec.rewinder.store(pid, Ordering::Release);
+        *self.rec.live.session.locked() = self.session.clone();
+        self.rec.live.pid.store(pid, Ordering::Release);
         Rewinder { rec: self.rec }
     }
 }
@@ -109,16 +132,16 @@ pub struct Rewinder<'a> {
 
 impl Drop for Rewinder<'_> {
     fn drop(&mut self) {
-        self.rec.rewinder.store(0, Ordering::Release);
-        *self.rec.rewinder_session.locked() = None;
+        self.rec.live.pid.store(0, Ordering::Release);
+        *self.rec.live.session.locked() = None;
     }
 }
 
 impl Drop for Watch<'_> {
     // The rewinder is reset by its own guard, which borrows the watch and so is gone already.
     fn drop(&mut self) {
-        self.rec.watching.store(false, Ordering::Release);
-        *self.rec.meanwhile.locked() = None;
+        self.rec.live.watching.store(false, Ordering::Release);
+        *self.rec.live.changed.locked() = None;
     }
 }
 
@@ -135,8 +158,8 @@ impl Recorder {
     /// rewind leaves it alone (docs/design.md §3).
     pub fn watch_for(&self, session: Option<&str>) -> Watch<'_> {
         let _all = self.gate.exclusive();
-        *self.meanwhile.locked() = Some(Changed::default());
-        self.watching.store(true, Ordering::Release);
+        *self.live.changed.locked() = Some(Changed::default());
+        self.live.watching.store(true, Ordering::Release);
         Watch {
             rec: self,
             session: session.map(str::to_string),
@@ -145,13 +168,13 @@ impl Recorder {
 
     /// Whether a request from `pid` is the rewind's own.
     pub(super) fn is_rewinder(&self, pid: u32) -> bool {
-        pid != 0 && pid == self.rewinder.load(Ordering::Acquire)
+        pid != 0 && pid == self.live.pid.load(Ordering::Acquire)
     }
 
     /// Before another process's change, while a rewind is watching: notes what it changes.
     /// The caller holds the gate (shared) until the change is done.
     pub(super) fn note_meanwhile(&self, change: &Change<'_>) {
-        if !self.watching.load(Ordering::Acquire) {
+        if !self.live.watching() {
             return;
         }
         let names = matches!(
@@ -165,7 +188,7 @@ impl Recorder {
                 | Op::Rename
                 | Op::Exchange
         );
-        let mut m = self.meanwhile.locked();
+        let mut m = self.live.changed.locked();
         let Some(c) = m.as_mut() else { return };
         c.note(&path_key(change.path), names);
         if let Some(p2) = change.path2 {
@@ -179,7 +202,7 @@ impl Recorder {
     /// Before the rewind's own change: refused with [`MEANWHILE`] if someone else changed what
     /// it would change since the rewind began.
     pub(super) fn check_own(&self, change: &Change<'_>) -> std::io::Result<()> {
-        let m = self.meanwhile.locked();
+        let m = self.live.changed.locked();
         let Some(c) = m.as_ref() else { return Ok(()) };
         let hit = c.at_or_above(&path_key(change.path))
             || change.path2.is_some_and(|p| c.at_or_above(&path_key(p)));
@@ -195,7 +218,7 @@ impl Recorder {
             actor: Actor::Rewind,
             comm: "rewindfs".into(),
             span: None,
-            session: self.rewinder_session.locked().clone(),
+            session: self.live.session.locked().clone(),
         }
     }
 }

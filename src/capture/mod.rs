@@ -116,15 +116,9 @@ pub struct Recorder {
     /// Changes hold it shared; a rewind holds it exclusively for a moment, to start watching
     /// (`meanwhile.rs`).
     gate: RwLock<()>,
-    /// The process applying a rewind through the mount (its pid, which is its one thread's id;
-    /// 0: none): its requests are the rewind's, which never wait at the gate.
-    rewinder: std::sync::atomic::AtomicU32,
-    /// The session that process's rewind is of (`None`: of no session), set with `rewinder`.
-    rewinder_session: Mutex<Option<String>>,
-    /// Whether a rewind is watching for changes by others (`meanwhile` is `Some`).
-    watching: std::sync::atomic::AtomicBool,
-    /// What others changed since the watching rewind began (see `meanwhile.rs`).
-    meanwhile: Mutex<Option<meanwhile::Changed>>,
+    /// The live rewind in progress, if one is: its process and session, and what others changed
+    /// since it began (`meanwhile.rs`).
+    live: meanwhile::LiveRewind,
     /// Actor classification (see `actors.rs`).
     actors: Mutex<Actors>,
     /// The change log not yet written and the flusher's signals.
@@ -153,10 +147,7 @@ impl Recorder {
             capture: Mutex::new(()),
             boundary: Mutex::new(()),
             gate: RwLock::new(()),
-            rewinder: std::sync::atomic::AtomicU32::new(0),
-            rewinder_session: Mutex::new(None),
-            watching: std::sync::atomic::AtomicBool::new(false),
-            meanwhile: Mutex::new(None),
+            live: meanwhile::LiveRewind::default(),
             actors: Mutex::new(Actors::default()),
             log: ChangeLog::default(),
             range_capture_min: std::sync::atomic::AtomicU64::new(DEFAULT_RANGE_CAPTURE_MIN),
