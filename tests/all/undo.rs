@@ -6,7 +6,10 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use serde_json::json;
+use rewindfs::control::cmd::{
+    CheckpointInfo, ListCheckpoints, RedoRewind, RewindReply, UndoRewind,
+};
+use rewindfs::store::CheckpointKind;
 
 use crate::agent::Agent;
 use crate::support::require_fuse;
@@ -77,8 +80,38 @@ pub(crate) fn setxattr(p: &Path, name: &str, value: &str) {
         .unwrap_or_else(|e| panic!("setxattr {} {name}: {e}", p.display()));
 }
 
-fn undo(a: &mut Agent) -> serde_json::Value {
-    a.c.request("undo_rewind", json!({})).unwrap()
+/// An undo or redo through the typed client: its reply, or the daemon's error.
+fn stack(a: &mut Agent, redo: bool, dry_run: bool, force: bool) -> Result<RewindReply, String> {
+    let r = if redo {
+        a.c.call(&RedoRewind {
+            dry_run,
+            force,
+            session_id: None,
+        })
+    } else {
+        a.c.call(&UndoRewind {
+            dry_run,
+            force,
+            session_id: None,
+        })
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// `rel` as a reply names it: absolute, in the workspace.
+fn abs(a: &Agent, rel: &str) -> String {
+    a.m.p(rel).to_string_lossy().into_owned()
+}
+
+/// A reply's `conflictsBy`.
+fn by(who: &[(&str, &[&str])]) -> std::collections::BTreeMap<String, Vec<String>> {
+    who.iter()
+        .map(|(p, w)| (p.to_string(), w.iter().map(|x| x.to_string()).collect()))
+        .collect()
+}
+
+fn undo(a: &mut Agent) -> RewindReply {
+    stack(a, false, false, false).unwrap()
 }
 
 /// A tree of `n` nested and side-by-side directories with a file in each, all 0755 / 0644.
@@ -104,7 +137,7 @@ fn directory_modes_come_back_on_rewind_and_on_undo() {
     assert!(after.iter().any(|l| l.contains(" dir 700 ")), "{after:#?}");
     a.rewind(&t1, "agent", false).unwrap();
     assert_eq!(full_tree(&a.m.dir), before, "the rewind");
-    assert_eq!(undo(&mut a)["canRewind"], json!(true));
+    assert!(undo(&mut a).can_rewind);
     assert_eq!(full_tree(&a.m.dir), after, "the undo");
 }
 
@@ -157,19 +190,16 @@ fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo(
     assert_eq!(full_tree(&a.m.dir), after, "the undo");
 }
 
-fn redo(a: &mut Agent) -> serde_json::Value {
-    a.c.request("redo_rewind", json!({})).unwrap()
+fn redo(a: &mut Agent) -> RewindReply {
+    stack(a, true, false, false).unwrap()
 }
 
-/// The uuids, kinds and rewind labels of `list_checkpoints`, for the `rewind` checkpoints.
-fn rewind_checkpoints(a: &mut Agent) -> Vec<serde_json::Value> {
-    let l = a.c.request("list_checkpoints", json!({})).unwrap();
-    l["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["kind"] == json!("rewind"))
-        .map(|c| json!({"uuid": c["uuid"], "rewind": c["rewind"]}))
+/// The `rewind` checkpoints of `list_checkpoints`, oldest first.
+fn rewind_checkpoints(a: &mut Agent) -> Vec<CheckpointInfo> {
+    let l = a.c.call(&ListCheckpoints { session_id: None }).unwrap();
+    l.checkpoints
+        .into_iter()
+        .filter(|c| c.kind == CheckpointKind::Rewind)
         .collect()
 }
 
@@ -188,9 +218,10 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
     a.tool_write("f.txt", b"v2\n");
     a.bash("echo 2 > d/two && chmod 700 d");
     let s0 = full_tree(&a.m.dir);
-    let r1 = a.rewind(&t2, "all", false).unwrap()["rewindId"].clone();
+    let id = |v: serde_json::Value| v["rewindId"].as_str().unwrap().to_string();
+    let r1 = id(a.rewind(&t2, "all", false).unwrap());
     let s1 = full_tree(&a.m.dir);
-    let r2 = a.rewind(&t1, "all", false).unwrap()["rewindId"].clone();
+    let r2 = id(a.rewind(&t1, "all", false).unwrap());
     let s2 = full_tree(&a.m.dir);
     assert!(s0 != s1 && s1 != s2 && s0 != s2);
 
@@ -202,14 +233,11 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
         s0,
         "the second undo: before the first rewind"
     );
-    assert_eq!(u["undone"], r2);
-    assert_eq!(u["rewoundTo"], json!(t1));
-    assert_eq!((&u["undoable"], &u["redoable"]), (&json!(1), &json!(1)));
-    assert_eq!(u2["undone"], r1);
-    let none =
-        a.c.request("undo_rewind", json!({}))
-            .unwrap_err()
-            .to_string();
+    assert_eq!(u.undone.as_ref(), Some(&r2));
+    assert_eq!(u.rewound_to.as_ref(), Some(&t1));
+    assert_eq!((u.undoable, u.redoable), (Some(1), Some(1)));
+    assert_eq!(u2.undone.as_ref(), Some(&r1));
+    let none = stack(&mut a, false, false, false).unwrap_err();
     assert!(none.contains("there is no rewind to undo"), "{none}");
     assert_eq!(full_tree(&a.m.dir), s0);
 
@@ -218,16 +246,21 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
     let info: Vec<(String, String, String, Option<String>)> = list
         .iter()
         .map(|c| {
-            let r = &c["rewind"];
+            let r = c.rewind.as_ref().unwrap();
             (
-                r["action"].as_str().unwrap().to_string(),
-                r["target"].as_str().unwrap().to_string(),
-                r["state"].as_str().unwrap().to_string(),
-                r["next"].as_str().map(str::to_string),
+                r.action.as_str().to_string(),
+                r.target.clone(),
+                r.state.as_str().to_string(),
+                r.next.map(|n| {
+                    serde_json::to_value(n)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                }),
             )
         })
         .collect();
-    let s = |v: &serde_json::Value| v.as_str().unwrap().to_string();
     assert_eq!(
         info,
         vec![
@@ -238,57 +271,41 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
                 Some("redo".into())
             ),
             ("rewind".into(), t1.clone(), "undone".into(), None),
-            ("undo".into(), s(&r2), "done".into(), None),
-            ("undo".into(), s(&r1), "done".into(), None),
+            ("undo".into(), r2.clone(), "done".into(), None),
+            ("undo".into(), r1.clone(), "done".into(), None),
         ]
     );
-    assert_eq!(
-        list[0]["uuid"], r1,
-        "a rewind's id is its checkpoint's uuid"
-    );
+    assert_eq!(list[0].uuid, r1, "a rewind's id is its checkpoint's uuid");
 
     let r = redo(&mut a);
-    assert_eq!(r["redone"], r1);
+    assert_eq!(r.redone.as_ref(), Some(&r1));
     assert_eq!(full_tree(&a.m.dir), s1, "the first redo");
     // Through the command line, as people use it.
     let sock = a.m.socket();
     let out = crate::support::rewindfs_ok(&["redo", "--socket", sock.to_str().unwrap()]);
-    assert!(
-        out.starts_with(&format!("redid rewind {}", s(&r2))),
-        "{out}"
-    );
+    assert!(out.starts_with(&format!("redid rewind {r2}")), "{out}");
     assert_eq!(full_tree(&a.m.dir), s2, "the second redo");
-    let none =
-        a.c.request("redo_rewind", json!({}))
-            .unwrap_err()
-            .to_string();
+    let none = stack(&mut a, true, false, false).unwrap_err();
     assert!(none.contains("there is no rewind to redo"), "{none}");
 
     // Undo once, then a new rewind: what was undone can no longer be redone.
     let out = crate::support::rewindfs_ok(&["undo", "--socket", sock.to_str().unwrap()]);
-    assert!(
-        out.starts_with(&format!("undid rewind {}", s(&r2))),
-        "{out}"
-    );
+    assert!(out.starts_with(&format!("undid rewind {r2}")), "{out}");
     assert_eq!(full_tree(&a.m.dir), s1);
-    let dry =
-        a.c.request("redo_rewind", json!({"dry_run": true}))
-            .unwrap();
-    assert_eq!(dry["redone"], r2, "{dry}");
-    let r3 = a.rewind(&t1, "tool", false).unwrap()["rewindId"].clone();
-    let dry =
-        a.c.request("redo_rewind", json!({"dry_run": true}))
-            .unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(undo(&mut a)["undone"], r3);
+    let dry = stack(&mut a, true, true, false).unwrap();
+    assert_eq!(dry.redone.as_ref(), Some(&r2), "{dry:?}");
+    let r3 = id(a.rewind(&t1, "tool", false).unwrap());
+    let dry = stack(&mut a, true, true, false).unwrap();
+    assert!(!dry.can_rewind, "{dry:?}");
+    assert_eq!(undo(&mut a).undone, Some(r3.clone()));
     assert_eq!(
-        undo(&mut a)["undone"],
-        r1,
+        undo(&mut a).undone,
+        Some(r1.clone()),
         "the cleared rewind is passed over"
     );
-    assert_eq!(redo(&mut a)["redone"], r1);
-    assert_eq!(redo(&mut a)["redone"], r3);
-    assert!(a.c.request("redo_rewind", json!({})).is_err());
+    assert_eq!(redo(&mut a).redone, Some(r1));
+    assert_eq!(redo(&mut a).redone, Some(r3));
+    assert!(stack(&mut a, true, false, false).is_err());
 }
 
 /// Runs `cmd` in a process that is not a descendant of the agent: the user's editor.
@@ -310,24 +327,25 @@ fn undo_and_redo_never_clobber_a_change_made_since_unless_forced() {
     let t1 = a.turn();
     a.tool_write("f.txt", b"v1\n");
     a.tool_write("g.txt", b"g1\n");
-    let rewind = a.rewind(&t1, "all", false).unwrap()["rewindId"].clone();
+    let rewind = a.rewind(&t1, "all", false).unwrap()["rewindId"]
+        .as_str()
+        .map(str::to_string);
     as_user(&a, "echo work > f.txt");
     assert!(crate::support::wait_until(5, || a.read("f.txt").as_deref() == Some("work\n")));
     let edited = full_tree(&a.m.dir);
 
-    let dry =
-        a.c.request("undo_rewind", json!({"dry_run": true}))
-            .unwrap();
+    let dry = stack(&mut a, false, true, false).unwrap();
     assert_eq!(full_tree(&a.m.dir), edited, "a dry run changes nothing");
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(dry["undone"], rewind);
-    assert_eq!(dry["conflicts"], json!([a.m.p("f.txt")]));
-    assert_eq!(dry["conflictsBy"], json!({"f.txt": ["external"]}));
-    assert_eq!(a.files(&dry), vec!["f.txt", "g.txt"]);
-    let err =
-        a.c.request("undo_rewind", json!({}))
-            .unwrap_err()
-            .to_string();
+    assert!(!dry.can_rewind, "{dry:?}");
+    assert_eq!(dry.undone, rewind);
+    assert_eq!(dry.conflicts, [abs(&a, "f.txt")]);
+    assert_eq!(dry.conflicts_by, by(&[("f.txt", &["external"])]));
+    assert_eq!(
+        dry.files_changed,
+        [abs(&a, "f.txt"), abs(&a, "g.txt")],
+        "{dry:?}"
+    );
+    let err = stack(&mut a, false, false, false).unwrap_err();
     for says in [
         "cannot undo rewind",
         "f.txt (external)",
@@ -360,8 +378,8 @@ fn undo_and_redo_never_clobber_a_change_made_since_unless_forced() {
     assert_eq!(full_tree(&a.m.dir), edited);
 
     // Forced: overwritten, and captured like a rewind, so a redo gives the edit back.
-    let forced = a.c.request("undo_rewind", json!({"force": true})).unwrap();
-    assert_eq!(forced["conflicts"], json!([a.m.p("f.txt")]));
+    let forced = stack(&mut a, false, false, true).unwrap();
+    assert_eq!(forced.conflicts, [abs(&a, "f.txt")]);
     assert_eq!(a.read("f.txt").as_deref(), Some("v1\n"));
     assert_eq!(a.read("g.txt").as_deref(), Some("g1\n"));
     let undone = full_tree(&a.m.dir);
@@ -376,20 +394,15 @@ fn undo_and_redo_never_clobber_a_change_made_since_unless_forced() {
     undo(&mut a);
     assert_eq!(full_tree(&a.m.dir), undone);
     a.bash("echo mine >> g.txt");
-    let dry =
-        a.c.request("redo_rewind", json!({"dry_run": true}))
-            .unwrap();
-    assert_eq!(dry["conflictsBy"], json!({"g.txt": ["shell"]}), "{dry}");
-    let err =
-        a.c.request("redo_rewind", json!({}))
-            .unwrap_err()
-            .to_string();
+    let dry = stack(&mut a, true, true, false).unwrap();
+    assert_eq!(dry.conflicts_by, by(&[("g.txt", &["shell"])]), "{dry:?}");
+    let err = stack(&mut a, true, false, false).unwrap_err();
     assert!(
         err.contains("cannot redo rewind") && err.contains("`rewindfs undo`"),
         "{err}"
     );
     assert_eq!(a.read("g.txt").as_deref(), Some("g1\nmine\n"));
-    a.c.request("redo_rewind", json!({"force": true})).unwrap();
+    stack(&mut a, true, false, true).unwrap();
     assert_eq!(a.read("g.txt").as_deref(), Some("g0\n"));
     undo(&mut a);
     assert_eq!(a.read("g.txt").as_deref(), Some("g1\nmine\n"));
@@ -409,11 +422,13 @@ fn undo_refuses_to_remove_a_directory_someone_filled_since() {
     a.rewind(&t1, "agent", false).unwrap();
     assert_eq!(a.read("d/a.txt").as_deref(), Some("a\n"));
     a.bash("echo kept > d/new.txt");
-    let dry =
-        a.c.request("undo_rewind", json!({"dry_run": true}))
-            .unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(dry["conflictsBy"], json!({"d/new.txt": ["shell"]}), "{dry}");
-    assert!(a.c.request("undo_rewind", json!({})).is_err());
+    let dry = stack(&mut a, false, true, false).unwrap();
+    assert!(!dry.can_rewind, "{dry:?}");
+    assert_eq!(
+        dry.conflicts_by,
+        by(&[("d/new.txt", &["shell"])]),
+        "{dry:?}"
+    );
+    assert!(stack(&mut a, false, false, false).is_err());
     assert_eq!(a.read("d/new.txt").as_deref(), Some("kept\n"));
 }
