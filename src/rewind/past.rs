@@ -404,7 +404,7 @@ impl Views {
         let q = path.as_os_str().as_bytes();
         let Some(entry) = self.entry(&past, q)? else {
             return Err(RewindError::NotThen {
-                path: path.display().to_string(),
+                path: crate::wire_path::encode(q),
                 checkpoint: past.uuid,
             });
         };
@@ -583,6 +583,6 @@ fn shown_name(p: &Path) -> String {
     if p.as_os_str().is_empty() {
         ".".into()
     } else {
-        p.display().to_string()
+        crate::wire_path::encode(p.as_os_str().as_bytes())
     }
 }

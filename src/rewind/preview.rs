@@ -78,7 +78,7 @@ impl Rewinder {
                 },
                 target: t.target.clone(),
             };
-            let (d, stat) = file_diff(&rel.display().to_string(), &old, &new);
+            let (d, stat) = file_diff(&crate::wire_path::encode(&t.path), &old, &new);
             text.push_str(&d);
             stats.push(stat);
         }

@@ -451,6 +451,14 @@ fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
     for e in entries {
         assert_eq!(e["path"], json!("\"n\\377.txt\""), "{log}");
     }
+    let diff =
+        a.c.request(
+            "diff",
+            json!({"user_message_id": t1, "path": rewindfs::wire_path::encode(name)}),
+        )
+        .unwrap();
+    assert_eq!(diff["filesChanged"], json!([wire]), "{diff}");
+    assert_eq!(diff["stats"][0]["path"], json!(wire), "{diff}");
     // And a rewind restricted to that file (its workspace-relative form) restores it, not
     // its neighbour.
     a.c.request(
