@@ -319,6 +319,7 @@ mod tests {
         Write(u8, u8),
         Delete(u8, u8),
         RenameDir(u8, u8),
+        ExchangeDirs(u8, u8),
     }
 
     fn change() -> impl proptest::strategy::Strategy<Value = Change> {
@@ -327,6 +328,7 @@ mod tests {
             3 => (0u8..3, 0u8..3).prop_map(|(d, f)| Change::Write(d, f)),
             1 => (0u8..3, 0u8..3).prop_map(|(d, f)| Change::Delete(d, f)),
             2 => (0u8..3, 0u8..3).prop_map(|(a, b)| Change::RenameDir(a, b)),
+            1 => (0u8..3, 0u8..3).prop_map(|(a, b)| Change::ExchangeDirs(a, b)),
         ]
     }
 
@@ -414,12 +416,46 @@ mod tests {
                     self.seen
                         .retain(|p| !p.starts_with(&sa) && !p.starts_with(&sb));
                 }
+                Change::ExchangeDirs(a, b) => {
+                    let (a, b) = (format!("d{a}"), format!("d{b}"));
+                    if a == b || !self.dirs.contains(&a) || !self.dirs.contains(&b) {
+                        return;
+                    }
+                    self.capture(&a);
+                    self.capture(&b);
+                    self.moves.push(crate::store::Move {
+                        seq: self.moves.len() as i64 + 1,
+                        checkpoint: 1,
+                        src: a.as_bytes().to_vec(),
+                        dst: b.as_bytes().to_vec(),
+                        exchange: true,
+                        after_capture: self.caps.len() as i64,
+                        actor: Actor::Shell,
+                    });
+                    let (sa, sb) = (format!("{a}/"), format!("{b}/"));
+                    let swapped: Vec<(String, u64)> = self
+                        .files
+                        .iter()
+                        .filter_map(|(p, id)| {
+                            if let Some(rest) = p.strip_prefix(&sa) {
+                                Some((format!("{sb}{rest}"), *id))
+                            } else {
+                                p.strip_prefix(&sb).map(|rest| (format!("{sa}{rest}"), *id))
+                            }
+                        })
+                        .collect();
+                    self.files
+                        .retain(|p, _| !p.starts_with(&sa) && !p.starts_with(&sb));
+                    self.files.extend(swapped);
+                    self.seen
+                        .retain(|p| !p.starts_with(&sa) && !p.starts_with(&sb));
+                }
             }
         }
     }
 
     proptest::proptest! {
-        /// For any run of writes, deletions and directory renames recorded as the capture
+        /// For any run of writes, deletions, directory renames and exchanges recorded as the capture
         /// layer records them, every name's lineage is what that name was when the checkpoint
         /// began: its own capture, or — never captured under the name it was known by — the
         /// same thing, found where it is now.
