@@ -339,30 +339,21 @@ fn each_session_undoes_its_own_rewinds() {
     rewind(&mut c, &a1, false, false).unwrap();
     rewind(&mut c, &b1, false, false).unwrap();
     assert_eq!((read(&m, "a.txt"), read(&m, "b.txt")), (None, None));
-    let r = c
-        .request("undo_rewind", json!({"session_id": "s-a"}))
-        .unwrap();
-    assert_eq!(r["rewoundTo"], json!(a1), "{r}");
+    let r = stack(&mut c, Undo, Some("s-a"), false, false).unwrap();
+    assert_eq!(r.rewound_to.as_ref(), Some(&a1), "{r:?}");
     assert_eq!(read(&m, "a.txt").as_deref(), Some("a\n"));
     assert_eq!(read(&m, "b.txt"), None, "B's rewind stays");
     // Nothing more of A's to undo; B's stack is untouched.
-    let e = c
-        .request("undo_rewind", json!({"session_id": "s-a"}))
-        .unwrap_err()
-        .to_string();
+    let e = stack(&mut c, Undo, Some("s-a"), false, false).unwrap_err();
     assert!(e.contains("no rewind to undo"), "{e}");
-    let r = c
-        .request("redo_rewind", json!({"session_id": "s-b", "dry_run": true}))
-        .unwrap();
-    assert_eq!(r["canRewind"], json!(false), "B undid nothing: {r}");
-    let r = c.request("undo_rewind", json!({})).unwrap();
-    assert_eq!(r["rewoundTo"], json!(b1), "{r}");
+    let r = stack(&mut c, Redo, Some("s-b"), true, false).unwrap();
+    assert!(!r.can_rewind, "B undid nothing: {r:?}");
+    let r = stack(&mut c, Undo, None, false, false).unwrap();
+    assert_eq!(r.rewound_to.as_ref(), Some(&b1), "{r:?}");
     assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"));
     // A's undone rewind is A's to redo.
-    let r = c
-        .request("redo_rewind", json!({"session_id": "s-a"}))
-        .unwrap();
-    assert_eq!(r["rewoundTo"], json!(a1), "{r}");
+    let r = stack(&mut c, Redo, Some("s-a"), false, false).unwrap();
+    assert_eq!(r.rewound_to.as_ref(), Some(&a1), "{r:?}");
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(read(&m, "b.txt").as_deref(), Some("b\n"));
 }
@@ -386,23 +377,17 @@ fn a_sessions_undo_refuses_over_another_sessions_later_rewind() {
     rewind(&mut c, &b1, false, true).unwrap();
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
     // A's own stack: undoing its rewind would put back "a" over B's rewind.
-    let dry = c
-        .request("undo_rewind", json!({"session_id": "s-a", "dry_run": true}))
-        .unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    let dry = stack(&mut c, Undo, Some("s-a"), true, false).unwrap();
+    assert!(!dry.can_rewind, "{dry:?}");
     assert_eq!(
-        dry["conflictsBy"],
-        json!({"shared.txt": ["rewind"]}),
-        "{dry}"
+        dry.conflicts_by,
+        [("shared.txt".to_string(), vec!["rewind".to_string()])].into(),
+        "{dry:?}"
     );
-    let e = c
-        .request("undo_rewind", json!({"session_id": "s-a"}))
-        .unwrap_err()
-        .to_string();
+    let e = stack(&mut c, Undo, Some("s-a"), false, false).unwrap_err();
     assert!(e.contains("shared.txt (another session's rewind)"), "{e}");
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"), "refused");
-    c.request("undo_rewind", json!({"session_id": "s-a", "force": true}))
-        .unwrap();
+    stack(&mut c, Undo, Some("s-a"), false, true).unwrap();
     assert_eq!(
         read(&m, "shared.txt").as_deref(),
         Some("a\n"),
@@ -726,4 +711,37 @@ mod model {
             check(n, steps, pick)?;
         }
     }
+}
+
+/// Which way [`stack`] goes.
+#[derive(Clone, Copy)]
+enum Way {
+    Undo,
+    Redo,
+}
+use Way::{Redo, Undo};
+
+/// An undo or redo (of `session`'s own stack, if given) through the typed client: its reply,
+/// or the daemon's error.
+fn stack(
+    c: &mut Client,
+    way: Way,
+    session: Option<&str>,
+    dry_run: bool,
+    force: bool,
+) -> Result<rewindfs::control::cmd::RewindReply, String> {
+    let session_id = session.map(str::to_string);
+    let r = match way {
+        Undo => c.call(&rewindfs::control::cmd::UndoRewind {
+            dry_run,
+            force,
+            session_id,
+        }),
+        Redo => c.call(&rewindfs::control::cmd::RedoRewind {
+            dry_run,
+            force,
+            session_id,
+        }),
+    };
+    r.map_err(|e| e.to_string())
 }
