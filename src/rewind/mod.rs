@@ -85,6 +85,8 @@ mod passes;
 mod past;
 mod patched;
 mod plan;
+#[cfg(test)]
+mod plan_tests;
 mod preview;
 mod privileges;
 mod recovery;
