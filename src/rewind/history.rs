@@ -369,6 +369,22 @@ mod tests {
             self.caps.push(c);
         }
 
+        /// A directory rename (or exchange) of `a` and `b`, as the capture layer records it:
+        /// both names captured, the move noted after the last capture.
+        fn record_move(&mut self, a: &str, b: &str, exchange: bool) {
+            self.capture(a);
+            self.capture(b);
+            self.moves.push(crate::store::Move {
+                seq: self.moves.len() as i64 + 1,
+                checkpoint: 1,
+                src: a.as_bytes().to_vec(),
+                dst: b.as_bytes().to_vec(),
+                exchange,
+                after_capture: self.caps.len() as i64,
+                actor: Actor::Shell,
+            });
+        }
+
         fn apply(&mut self, op: &Change) {
             match *op {
                 Change::Write(d, f) | Change::Delete(d, f) => {
@@ -389,17 +405,7 @@ mod tests {
                     if a == b || !self.dirs.contains(&a) || self.dirs.contains(&b) {
                         return;
                     }
-                    self.capture(&a);
-                    self.capture(&b);
-                    self.moves.push(crate::store::Move {
-                        seq: self.moves.len() as i64 + 1,
-                        checkpoint: 1,
-                        src: a.as_bytes().to_vec(),
-                        dst: b.as_bytes().to_vec(),
-                        exchange: false,
-                        after_capture: self.caps.len() as i64,
-                        actor: Actor::Shell,
-                    });
+                    self.record_move(&a, &b, false);
                     let moved: Vec<(String, u64)> = self
                         .files
                         .iter()
@@ -421,17 +427,7 @@ mod tests {
                     if a == b || !self.dirs.contains(&a) || !self.dirs.contains(&b) {
                         return;
                     }
-                    self.capture(&a);
-                    self.capture(&b);
-                    self.moves.push(crate::store::Move {
-                        seq: self.moves.len() as i64 + 1,
-                        checkpoint: 1,
-                        src: a.as_bytes().to_vec(),
-                        dst: b.as_bytes().to_vec(),
-                        exchange: true,
-                        after_capture: self.caps.len() as i64,
-                        actor: Actor::Shell,
-                    });
+                    self.record_move(&a, &b, true);
                     let (sa, sb) = (format!("{a}/"), format!("{b}/"));
                     let swapped: Vec<(String, u64)> = self
                         .files
