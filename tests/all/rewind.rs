@@ -462,12 +462,14 @@ fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
     // A quoted form that names no path inside the workspace (a NUL byte, `..`) is refused,
     // naming what was asked for, and the daemon goes on.
     for bad in ["\"n\\000x\"", "\"../\\377\""] {
-        let e = a
-            .c
-            .request("show", json!({"user_message_id": t1, "path": bad}))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not a path inside the workspace") && e.contains(bad), "{e}");
+        let e =
+            a.c.request("show", json!({"user_message_id": t1, "path": bad}))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("not a path inside the workspace") && e.contains(bad),
+            "{e}"
+        );
     }
     assert!(a.c.request("status", json!({})).is_ok());
     // And a rewind restricted to that file (its workspace-relative form) restores it, not
