@@ -12,6 +12,17 @@
 //! - not empty (the workspace root is never a path a rewind or an import names);
 //! - no leading or trailing `/`, no empty component (`a//b`), no `.` or `..` component;
 //! - no NUL byte; each component at most 255 bytes, the whole at most 4095.
+//!
+//! What may also name the workspace root itself — a capture of the root's attributes, a
+//! change log entry for a `chmod` of it, a plan target that restores them — is a [`Node`]:
+//! [`Node::Root`] or a [`WsPath`], so the root is always said, never an empty string by
+//! accident.
+//!
+//! The questions every layer asks of such paths — is one beneath another, its parent, its last
+//! name, a name beneath it, the same place after its directory was renamed — are answered here
+//! once: on the types, and as free functions ([`beneath`], [`parent`], [`name`], [`join`],
+//! [`rebase`]) on the raw keys that hot paths (the recorder's maps, the history's indexes)
+//! keep as bytes. A key is a [`Node`]'s bytes: empty for the root.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -40,6 +51,8 @@ pub enum PathError {
     NameTooLong,
     #[error("longer than 4095 bytes")]
     TooLong,
+    #[error("a `/` in what should be one name")]
+    NotOneName,
 }
 
 /// A valid workspace-relative path (see the module doc).
@@ -76,6 +89,177 @@ impl WsPath {
     pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }
+
+    /// The last name (`c` of `a/b/c`).
+    pub fn name(&self) -> &[u8] {
+        name(&self.0)
+    }
+
+    /// The directory it is in: the root for a name at the top.
+    pub fn parent(&self) -> Node {
+        match parent(&self.0) {
+            b"" => Node::Root,
+            p => Node::Path(WsPath(p.to_vec())),
+        }
+    }
+
+    /// `name` beneath this directory.
+    ///
+    /// # Errors
+    /// `name` is not one name (empty, `.`, `..`, a `/` or NUL in it, too long).
+    pub fn join(&self, name: &[u8]) -> Result<WsPath, PathError> {
+        Node::Path(self.clone()).join(name)
+    }
+
+    /// Whether this lies strictly beneath `dir` (`a/b` is beneath `a`; `ab` and `a` are not).
+    pub fn is_beneath(&self, dir: &Node) -> bool {
+        beneath(&self.0, dir.as_bytes())
+    }
+
+    /// Where this is once `from` (itself or a directory above it) is known as `onto`; `None`
+    /// when it is neither `from` nor beneath it.
+    pub fn rebased(&self, from: &WsPath, onto: &WsPath) -> Option<WsPath> {
+        if self == from {
+            return Some(onto.clone());
+        }
+        rebase(&self.0, &from.0, &onto.0).map(WsPath)
+    }
+}
+
+/// What a change, a capture or a plan target names: the workspace root itself, or a path
+/// inside it. Its bytes (the store's key) are empty for the root.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Node {
+    Root,
+    Path(WsPath),
+}
+
+impl Node {
+    /// Checks a key: empty is the root, anything else must be a [`WsPath`].
+    ///
+    /// # Errors
+    /// [`PathError`] for a non-empty key that is not a workspace path.
+    pub fn parse(bytes: impl Into<Vec<u8>>) -> Result<Node, PathError> {
+        let b = bytes.into();
+        if b.is_empty() {
+            Ok(Node::Root)
+        } else {
+            WsPath::parse(b).map(Node::Path)
+        }
+    }
+
+    /// The key: empty for the root.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Node::Root => b"",
+            Node::Path(p) => p.as_bytes(),
+        }
+    }
+
+    /// The path for the `*at` calls beneath the workspace's fd (empty for the root, which those
+    /// calls take with `AT_EMPTY_PATH`).
+    pub fn as_path(&self) -> &Path {
+        Path::new(OsStr::from_bytes(self.as_bytes()))
+    }
+
+    /// The path inside the workspace, or `None` for the root.
+    pub fn path(&self) -> Option<&WsPath> {
+        match self {
+            Node::Root => None,
+            Node::Path(p) => Some(p),
+        }
+    }
+
+    /// `name` beneath this directory.
+    ///
+    /// # Errors
+    /// `name` is not one name (empty, `.`, `..`, a `/` or NUL in it, too long).
+    pub fn join(&self, name: &[u8]) -> Result<WsPath, PathError> {
+        if name.contains(&b'/') {
+            return Err(PathError::NotOneName);
+        }
+        if name.is_empty() {
+            return Err(PathError::Empty);
+        }
+        WsPath::parse(join(self.as_bytes(), name))
+    }
+
+    /// Whether this is the workspace root.
+    pub fn is_root(&self) -> bool {
+        matches!(self, Node::Root)
+    }
+}
+
+impl From<WsPath> for Node {
+    fn from(p: WsPath) -> Node {
+        Node::Path(p)
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Root => f.write_str("<root>"),
+            Node::Path(p) => fmt::Debug::fmt(p, f),
+        }
+    }
+}
+
+/// Whether key `p` lies strictly beneath key `dir` (everything but the root lies beneath the
+/// root; `a/b` beneath `a`, but not `ab` nor `a` itself).
+pub fn beneath(p: &[u8], dir: &[u8]) -> bool {
+    if dir.is_empty() {
+        return !p.is_empty();
+    }
+    p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/'
+}
+
+/// The key of `p`'s directory (empty: the root, for a name at the top or the root itself).
+pub fn parent(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|b| *b == b'/') {
+        Some(i) => &p[..i],
+        None => b"",
+    }
+}
+
+/// The last name of key `p` (empty for the root).
+pub fn name(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|b| *b == b'/') {
+        Some(i) => &p[i + 1..],
+        None => p,
+    }
+}
+
+/// The key of `name` beneath key `dir` (just `name` beneath the root).
+pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        return name.to_vec();
+    }
+    let mut v = Vec::with_capacity(dir.len() + 1 + name.len());
+    v.extend_from_slice(dir);
+    v.push(b'/');
+    v.extend_from_slice(name);
+    v
+}
+
+/// Where key `p`, beneath directory `from`, is once `from` is known as `onto`; `None` when `p`
+/// is not beneath `from` (`from` itself included: a rename of a directory moves what is in it).
+pub fn rebase(p: &[u8], from: &[u8], onto: &[u8]) -> Option<Vec<u8>> {
+    if !beneath(p, from) {
+        return None;
+    }
+    let rest = if from.is_empty() { p } else { &p[from.len() + 1..] };
+    Some(join(onto, rest))
+}
+
+/// The keys of the directories above `p`, nearest first, not counting the root.
+pub fn ancestors(p: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = p.len();
+    std::iter::from_fn(move || {
+        let slash = p[..end].iter().rposition(|b| *b == b'/')?;
+        end = slash;
+        Some(&p[..slash])
+    })
 }
 
 impl fmt::Debug for WsPath {
@@ -118,6 +302,76 @@ fn check(b: &[u8]) -> Result<(), PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn ws(s: &str) -> WsPath {
+        WsPath::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parent_name_and_join_take_whole_names() {
+        assert_eq!(ws("a/b/c").parent(), Node::Path(ws("a/b")));
+        assert_eq!(ws("a").parent(), Node::Root);
+        assert_eq!(ws("a/b/c").name(), b"c");
+        assert_eq!(ws("a").join(b"b"), Ok(ws("a/b")));
+        assert_eq!(Node::Root.join(b"b"), Ok(ws("b")));
+        assert!(ws("a").join(b"..").is_err());
+        assert!(ws("a").join(b"b/c").is_err());
+        assert!(ws("a").join(b"").is_err());
+        assert_eq!(ws("a").join(b"x\0y"), Err(PathError::Nul));
+        assert!(ws("a/b").is_beneath(&Node::Path(ws("a"))));
+        assert!(ws("a/b").is_beneath(&Node::Root));
+        assert!(!ws("ab").is_beneath(&Node::Path(ws("a"))));
+        assert!(!ws("a").is_beneath(&Node::Path(ws("a"))));
+        assert_eq!(ws("a/b/c").rebased(&ws("a/b"), &ws("x")), Some(ws("x/c")));
+        assert_eq!(ws("a/b").rebased(&ws("a/b"), &ws("x")), Some(ws("x")));
+        assert_eq!(ws("a/bc").rebased(&ws("a/b"), &ws("x")), None);
+        assert_eq!(rebase(b"a/b", b"a/b", b"x"), None);
+        assert_eq!(rebase(b"a/b/c", b"", b"x"), Some(b"x/a/b/c".to_vec()));
+        assert_eq!(ancestors(b"a/b/c").collect::<Vec<_>>(), vec![&b"a/b"[..], b"a"]);
+        assert_eq!(Node::parse(""), Ok(Node::Root));
+        assert_eq!(Node::parse("."), Err(PathError::Dots(".")));
+    }
+
+    /// A name of one to three letters from a small alphabet, so that prefixes collide.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop::collection::vec(prop::sample::select(b"ab".to_vec()), 1..3), 1..4)
+            .prop_map(|names| names.join(&b'/'))
+    }
+
+    proptest! {
+        /// `beneath` agrees with comparing components, and a join is beneath its directory
+        /// with that directory as its parent.
+        #[test]
+        fn beneath_is_by_whole_components(p in key(), d in key(), n in "[a-c]{1,3}") {
+            let pc: Vec<&[u8]> = p.split(|b| *b == b'/').collect();
+            let dc: Vec<&[u8]> = d.split(|b| *b == b'/').collect();
+            let by_components = pc.len() > dc.len() && pc[..dc.len()] == dc[..];
+            prop_assert_eq!(beneath(&p, &d), by_components);
+            let j = join(&p, n.as_bytes());
+            prop_assert!(beneath(&j, &p));
+            prop_assert_eq!(parent(&j), &p[..]);
+            prop_assert_eq!(name(&j), n.as_bytes());
+            let anc: Vec<&[u8]> = ancestors(&p).collect();
+            prop_assert_eq!(anc.len(), pc.len() - 1);
+            for a in anc {
+                prop_assert!(beneath(&p, a));
+            }
+        }
+
+        /// Rebasing moves exactly what is at or beneath the renamed directory, and back again.
+        #[test]
+        fn rebase_round_trips(p in key(), from in key(), onto in key()) {
+            match rebase(&p, &from, &onto) {
+                Some(q) => {
+                    prop_assert!(beneath(&p, &from));
+                    prop_assert!(beneath(&q, &onto));
+                    prop_assert_eq!(rebase(&q, &onto, &from), Some(p.clone()));
+                }
+                None => prop_assert!(!beneath(&p, &from)),
+            }
+        }
+    }
 
     #[test]
     fn only_plain_relative_paths_are_workspace_paths() {

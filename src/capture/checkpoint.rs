@@ -356,8 +356,7 @@ impl Recorder {
     /// name now hold other files, so they are captured afresh.
     pub(super) fn forget_beneath(&self, a: &[u8], b: &[u8]) {
         let mut s = self.state.locked();
-        let under =
-            |k: &Vec<u8>, d: &[u8]| k.len() > d.len() && k.starts_with(d) && k[d.len()] == b'/';
+        let under = |k: &Vec<u8>, d: &[u8]| crate::wspath::beneath(k, d);
         s.seen.retain(|k, _| !under(k, a) && !under(k, b));
         s.partial.retain(|k, _| !under(k, a) && !under(k, b));
         let (gone, kept) = std::mem::take(&mut s.prepared)

@@ -50,21 +50,12 @@ impl Changed {
         if self.0.contains_key(p) {
             return true;
         }
-        let mut end = p.len();
-        while let Some(slash) = p[..end].iter().rposition(|b| *b == b'/') {
-            if self.0.get(&p[..slash]) == Some(&true) {
-                return true;
-            }
-            end = slash;
-        }
-        false
+        crate::wspath::ancestors(p).any(|a| self.0.get(a) == Some(&true))
     }
 
     /// Whether something beneath `p` changed (removing `p` would take it away).
     fn beneath(&self, p: &[u8]) -> bool {
-        self.0
-            .keys()
-            .any(|k| k.len() > p.len() && k.starts_with(p) && k[p.len()] == b'/')
+        self.0.keys().any(|k| crate::wspath::beneath(k, p))
     }
 }
 

@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::RewindError;
-use super::history::under;
+use crate::wspath::beneath;
 
 /// A path filter from `paths`: exact paths (and what lies beneath them) or globs.
 pub(super) struct Filter {
@@ -91,7 +91,7 @@ impl Filter {
         let Some(set) = &self.set else { return true };
         self.prefixes
             .iter()
-            .any(|x| p == &x[..] || under(p, x).is_some())
+            .any(|x| p == &x[..] || beneath(p, x))
             || set.is_match(Path::new(OsStr::from_bytes(p)))
     }
 }

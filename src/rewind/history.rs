@@ -17,28 +17,12 @@
 //!   [`History::lineage_from`]). Following renames forward in the order they happened bounds
 //!   the work by the number of renames, however they chain.
 //! - Names are workspace-relative byte strings without a leading `/`; `a` is beneath `d`
-//!   only if it starts with `d/` (see [`under`]).
+//!   only if it starts with `d/` (`crate::wspath::beneath`).
 
 use std::collections::HashMap;
 
 use crate::store::{Capture, PreImage, Store};
-
-/// `p` without the leading `dir` if `p` lies strictly beneath `dir`, keeping the `/` that
-/// follows it, so that [`rebase`] onto another directory gives the name there.
-pub(super) fn under(p: &[u8], dir: &[u8]) -> Option<Vec<u8>> {
-    if p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/' {
-        Some(p[dir.len()..].to_vec())
-    } else {
-        None
-    }
-}
-
-/// `rest` (from [`under`]) put beneath `onto`.
-pub(super) fn rebase(rest: &[u8], onto: &[u8]) -> Vec<u8> {
-    let mut v = onto.to_vec();
-    v.extend_from_slice(rest);
-    v
-}
+use crate::wspath::{beneath, rebase};
 
 /// What the rewind should make of a path.
 pub(super) enum Lineage {
@@ -106,8 +90,8 @@ impl History {
                 .iter()
                 .enumerate()
                 .find(|(_, m)| {
-                    under(&cur, &m.src).is_some()
-                        || under(&cur, &m.dst).is_some()
+                    beneath(&cur, &m.src)
+                        || beneath(&cur, &m.dst)
                         || (m.exchange && (cur == m.src || cur == m.dst))
                 })
                 .map(|(i, m)| (next_move + i, m));
@@ -124,13 +108,13 @@ impl History {
                             cur = m.dst.clone();
                         } else if cur == m.dst {
                             cur = m.src.clone();
-                        } else if let Some(rest) = under(&cur, &m.src) {
-                            cur = rebase(&rest, &m.dst);
-                        } else if let Some(rest) = under(&cur, &m.dst) {
-                            cur = rebase(&rest, &m.src);
+                        } else if let Some(n) = rebase(&cur, &m.src, &m.dst) {
+                            cur = n;
+                        } else if let Some(n) = rebase(&cur, &m.dst, &m.src) {
+                            cur = n;
                         }
-                    } else if let Some(rest) = under(&cur, &m.src) {
-                        cur = rebase(&rest, &m.dst);
+                    } else if let Some(n) = rebase(&cur, &m.src, &m.dst) {
+                        cur = n;
                     } else {
                         // Beneath the rename's target: that directory was absent or empty before.
                         return Lineage::Pre(PreImage::absent());
@@ -175,12 +159,12 @@ impl History {
         } else {
             (&m.src, &m.dst)
         };
-        if let Some(rest) = under(p, from) {
-            return rebase(&rest, to);
+        if let Some(n) = rebase(p, from, to) {
+            return n;
         }
         if m.exchange {
-            if let Some(rest) = under(p, to) {
-                return rebase(&rest, from);
+            if let Some(n) = rebase(p, to, from) {
+                return n;
             }
         }
         p.to_vec()
@@ -295,14 +279,6 @@ mod tests {
         c.pre.partial = true;
         let h = history(vec![c], vec![mv(1, "big", "moved", 1, false)]);
         assert_eq!(said(h.lineage(b"big")), "partial 1 big");
-    }
-
-    #[test]
-    fn under_and_rebase_keep_to_whole_components() {
-        assert_eq!(under(b"a/b", b"a"), Some(b"/b".to_vec()));
-        assert_eq!(under(b"ab/c", b"a"), None);
-        assert_eq!(under(b"a", b"a"), None);
-        assert_eq!(rebase(b"/b", b"x/y"), b"x/y/b");
     }
 
     /// A model of the tree: directories `d0`..`d2` holding files `f0`..`f2`, each file's content

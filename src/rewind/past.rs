@@ -39,6 +39,7 @@ use super::{Request, RewindError, Scope, Views};
 use crate::store::blobs::ContentHasher;
 use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
+use crate::wspath;
 
 /// Where the content of a path at a checkpoint is, now.
 #[derive(Debug, Clone)]
@@ -138,25 +139,6 @@ pub(super) struct Past {
     pub(super) names: BTreeSet<Vec<u8>>,
 }
 
-/// `dir/name` (just `name` beneath the workspace itself).
-pub(super) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir.is_empty() {
-        return name.to_vec();
-    }
-    let mut v = Vec::with_capacity(dir.len() + 1 + name.len());
-    v.extend_from_slice(dir);
-    v.push(b'/');
-    v.extend_from_slice(name);
-    v
-}
-
-/// `p` split into its parent directory and its last name.
-fn split(p: &[u8]) -> (&[u8], &[u8]) {
-    match p.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&p[..i], &p[i + 1..]),
-        None => (&[], p),
-    }
-}
 
 /// What `show` answers.
 #[derive(Debug, Clone)]
@@ -215,7 +197,7 @@ impl Views {
             // directory that held it may be gone now).
             let mut cur: &[u8] = p;
             loop {
-                let (dir, name) = split(cur);
+                let (dir, name) = (wspath::parent(cur), wspath::name(cur));
                 if !by_parent
                     .entry(dir.to_vec())
                     .or_default()
@@ -342,7 +324,7 @@ impl Views {
         }
         let mut out = Vec::with_capacity(names.len());
         for n in names {
-            if let Some(e) = self.entry(past, &join(&dir.path, &n))? {
+            if let Some(e) = self.entry(past, &wspath::join(&dir.path, &n))? {
                 out.push(e);
             }
         }

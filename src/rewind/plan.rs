@@ -30,7 +30,7 @@ use rustix::fs::OFlags;
 use super::attrs;
 use super::diff::line_counts;
 use super::filter::Filter;
-use super::history::{History, Lineage, rebase, under};
+use super::history::{History, Lineage};
 use super::one::One;
 use super::privileges::{AttrChange, Policy, Present, Withheld};
 use super::{Differs, Ground, Outcome, Planned, Request, RewindError, Rewinder, Scope, Target};
@@ -38,7 +38,7 @@ use crate::capture::snapshot;
 use crate::store::BlobRef;
 use crate::store::{Actor, Kind, PreImage, Xattrs};
 use crate::sys;
-use crate::wspath::WsPath;
+use crate::wspath::{WsPath, rebase};
 
 /// Path → the state the rewind should give it, in path order.
 type Wanted = BTreeMap<Vec<u8>, PreImage>;
@@ -310,11 +310,11 @@ impl Ground {
                 let mut found = Vec::new();
                 walk(root, Path::new(OsStr::from_bytes(base)), &mut found);
                 for f in found {
-                    if let Some(rest) = under(&f, &m.dst) {
-                        candidates.insert(rebase(&rest, &m.src));
+                    if let Some(n) = rebase(&f, &m.dst, &m.src) {
+                        candidates.insert(n);
                     }
-                    if let Some(rest) = under(&f, &m.src) {
-                        candidates.insert(rebase(&rest, &m.dst));
+                    if let Some(n) = rebase(&f, &m.src, &m.dst) {
+                        candidates.insert(n);
                     }
                     candidates.insert(f);
                 }
@@ -605,11 +605,9 @@ impl Sessions {
     fn changers(&self, p: &[u8]) -> HashSet<Option<String>> {
         let mut out = self.by_path.get(p).cloned().unwrap_or_default();
         if !self.renamed.is_empty() {
-            for (i, b) in p.iter().enumerate() {
-                if *b == b'/' {
-                    if let Some(s) = self.renamed.get(&p[..i]) {
-                        out.extend(s.iter().cloned());
-                    }
+            for a in crate::wspath::ancestors(p) {
+                if let Some(s) = self.renamed.get(a) {
+                    out.extend(s.iter().cloned());
                 }
             }
         }

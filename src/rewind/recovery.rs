@@ -30,7 +30,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Applied, apply_plan};
-use super::history::{History, under};
+use super::history::History;
+use crate::wspath::beneath;
 use super::one::One;
 use super::passes::depth;
 use super::{Outcome, Planned, RewindError, Rewinder, Target};
@@ -245,19 +246,20 @@ impl Rewinder {
         };
         let mut out = HashSet::new();
         for t in targets {
-            let moved = hist.moves.iter().any(|m| {
+            // The root's own target is its attributes: no rename is related to those.
+            let moved = !t.path.is_empty() && hist.moves.iter().any(|m| {
                 [&m.src, &m.dst].into_iter().any(|d| {
                     d.as_slice() == t.path.as_slice()
-                        || under(&t.path, d).is_some()
-                        || under(d, &t.path).is_some()
+                        || beneath(&t.path, d)
+                        || beneath(d, &t.path)
                 })
             });
-            let beneath = t.kind != Kind::Dir
+            let below = t.kind != Kind::Dir
                 && hist
                     .by_path
                     .keys()
-                    .any(|p| under(p, &t.path).is_some() && other(p));
-            if other(&t.path) || moved || beneath {
+                    .any(|p| beneath(p, &t.path) && other(p));
+            if other(&t.path) || moved || below {
                 out.insert(t.path.clone());
             }
         }

@@ -25,7 +25,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::filter::Filter;
-use super::history::{History, under};
+use super::history::History;
+use crate::wspath::beneath;
 use super::lifecycle;
 use super::one::One;
 use super::{Outcome, Request, RewindError, Rewinder, Scope, Target};
@@ -274,7 +275,7 @@ fn changed_by_others<'a>(
         // A path that goes or changes kind takes everything beneath it with it.
         if t.kind() != Kind::Dir {
             for (p, caps) in &hist.by_path {
-                if under(p, &t.path).is_some() {
+                if beneath(p, &t.path) {
                     let bits = bits_of(caps);
                     if bits != 0 {
                         note(p, bits);
@@ -283,8 +284,10 @@ fn changed_by_others<'a>(
             }
         }
         for m in hist.moves.iter().filter(|m| m.actor != Actor::Rewind) {
+            // The root's own target is its attributes: no rename is related to those.
             let related = |d: &[u8]| {
-                d == t.path.as_slice() || under(&t.path, d).is_some() || under(d, &t.path).is_some()
+                !t.path.is_empty()
+                    && (d == t.path.as_slice() || beneath(&t.path, d) || beneath(d, &t.path))
             };
             if related(&m.src) || related(&m.dst) {
                 note(&t.path, m.actor.bit());
