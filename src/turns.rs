@@ -20,6 +20,7 @@ use crate::capture::Recorder;
 use crate::store::{
     CheckpointKind, CheckpointSummary, LogEntry, LogQuery, Origin, Prompt, Store, StoreError,
 };
+use crate::wspath::Node;
 
 /// Why a message's checkpoint could not begin.
 #[derive(Debug, thiserror::Error)]
@@ -336,13 +337,12 @@ impl Turns {
     /// Store errors.
     pub fn log(
         &self,
-        path: Option<&Path>,
+        path: Option<&Node>,
         q: LogQuery<'_>,
     ) -> Result<(Vec<LogEntry>, i64), StoreError> {
         self.recorder.flush_log();
-        let key = path.map(crate::capture::path_key);
         self.store.log(&LogQuery {
-            path: key.as_deref(),
+            path: path.map(Node::as_bytes),
             ..q
         })
     }

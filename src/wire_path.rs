@@ -14,7 +14,8 @@
 //! be reported under one name, and neither could be asked for.)
 
 /// The wire form of `bytes` (see the module doc).
-pub fn encode(bytes: &[u8]) -> String {
+pub fn encode(bytes: impl AsRef<[u8]>) -> String {
+    let bytes = bytes.as_ref();
     match std::str::from_utf8(bytes) {
         Ok(s) if !s.starts_with('"') => s.to_string(),
         _ => quote(bytes),

@@ -128,7 +128,7 @@ impl WsPath {
 
 /// What a change, a capture or a plan target names: the workspace root itself, or a path
 /// inside it. Its bytes (the store's key) are empty for the root.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Node {
     Root,
     Path(WsPath),
@@ -184,9 +184,97 @@ impl Node {
         WsPath::parse(join(self.as_bytes(), name))
     }
 
+    /// The key, owned: empty for the root.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Node::Root => Vec::new(),
+            Node::Path(p) => p.into_bytes(),
+        }
+    }
+
     /// Whether this is the workspace root.
     pub fn is_root(&self) -> bool {
         matches!(self, Node::Root)
+    }
+}
+
+/// Hashed as its bytes, as [`std::borrow::Borrow`] requires (a map keyed by nodes is looked up
+/// by bytes).
+impl std::hash::Hash for Node {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_bytes().hash(h);
+    }
+}
+
+/// The root: what a change log entry names before it is filled in.
+impl Default for Node {
+    fn default() -> Node {
+        Node::Root
+    }
+}
+
+/// Maps keyed by paths are looked up by their bytes.
+impl std::borrow::Borrow<[u8]> for WsPath {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for Node {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl AsRef<[u8]> for WsPath {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Node {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// A path is equal to the key that holds its bytes.
+macro_rules! eq_bytes {
+    ($t:ty) => {
+        impl PartialEq<[u8]> for $t {
+            fn eq(&self, o: &[u8]) -> bool {
+                self.as_bytes() == o
+            }
+        }
+        impl PartialEq<Vec<u8>> for $t {
+            fn eq(&self, o: &Vec<u8>) -> bool {
+                self.as_bytes() == o.as_slice()
+            }
+        }
+        impl PartialEq<$t> for Vec<u8> {
+            fn eq(&self, o: &$t) -> bool {
+                self.as_slice() == o.as_bytes()
+            }
+        }
+        impl PartialEq<$t> for [u8] {
+            fn eq(&self, o: &$t) -> bool {
+                self == o.as_bytes()
+            }
+        }
+    };
+}
+eq_bytes!(WsPath);
+eq_bytes!(Node);
+
+impl AsRef<Path> for WsPath {
+    fn as_ref(&self) -> &Path {
+        self.as_path()
+    }
+}
+
+impl AsRef<Path> for Node {
+    fn as_ref(&self) -> &Path {
+        self.as_path()
     }
 }
 
@@ -205,9 +293,22 @@ impl fmt::Debug for Node {
     }
 }
 
+/// A node from a literal, for tests.
+#[cfg(test)]
+pub(crate) fn node(p: impl Into<Vec<u8>>) -> Node {
+    Node::parse(p).expect("a valid test path")
+}
+
+/// A workspace path from a literal, for tests.
+#[cfg(test)]
+pub(crate) fn ws(p: impl Into<Vec<u8>>) -> WsPath {
+    WsPath::parse(p).expect("a valid test path")
+}
+
 /// Whether key `p` lies strictly beneath key `dir` (everything but the root lies beneath the
 /// root; `a/b` beneath `a`, but not `ab` nor `a` itself).
-pub fn beneath(p: &[u8], dir: &[u8]) -> bool {
+pub fn beneath(p: impl AsRef<[u8]>, dir: impl AsRef<[u8]>) -> bool {
+    let (p, dir) = (p.as_ref(), dir.as_ref());
     if dir.is_empty() {
         return !p.is_empty();
     }
@@ -244,11 +345,20 @@ pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
 
 /// Where key `p`, beneath directory `from`, is once `from` is known as `onto`; `None` when `p`
 /// is not beneath `from` (`from` itself included: a rename of a directory moves what is in it).
-pub fn rebase(p: &[u8], from: &[u8], onto: &[u8]) -> Option<Vec<u8>> {
+pub fn rebase(
+    p: impl AsRef<[u8]>,
+    from: impl AsRef<[u8]>,
+    onto: impl AsRef<[u8]>,
+) -> Option<Vec<u8>> {
+    let (p, from, onto) = (p.as_ref(), from.as_ref(), onto.as_ref());
     if !beneath(p, from) {
         return None;
     }
-    let rest = if from.is_empty() { p } else { &p[from.len() + 1..] };
+    let rest = if from.is_empty() {
+        p
+    } else {
+        &p[from.len() + 1..]
+    };
     Some(join(onto, rest))
 }
 
@@ -271,6 +381,23 @@ impl fmt::Debug for WsPath {
 impl fmt::Display for WsPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl PathError {
+    /// The errno a file-system call gives for such a path: `ENAMETOOLONG` for one too long,
+    /// `EINVAL` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            PathError::NameTooLong | PathError::TooLong => libc::ENAMETOOLONG,
+            _ => libc::EINVAL,
+        }
+    }
+}
+
+impl From<PathError> for std::io::Error {
+    fn from(e: PathError) -> std::io::Error {
+        std::io::Error::from_raw_os_error(e.errno())
     }
 }
 
@@ -328,15 +455,21 @@ mod tests {
         assert_eq!(ws("a/bc").rebased(&ws("a/b"), &ws("x")), None);
         assert_eq!(rebase(b"a/b", b"a/b", b"x"), None);
         assert_eq!(rebase(b"a/b/c", b"", b"x"), Some(b"x/a/b/c".to_vec()));
-        assert_eq!(ancestors(b"a/b/c").collect::<Vec<_>>(), vec![&b"a/b"[..], b"a"]);
+        assert_eq!(
+            ancestors(b"a/b/c").collect::<Vec<_>>(),
+            vec![&b"a/b"[..], b"a"]
+        );
         assert_eq!(Node::parse(""), Ok(Node::Root));
         assert_eq!(Node::parse("."), Err(PathError::Dots(".")));
     }
 
     /// A name of one to three letters from a small alphabet, so that prefixes collide.
     fn key() -> impl Strategy<Value = Vec<u8>> {
-        prop::collection::vec(prop::collection::vec(prop::sample::select(b"ab".to_vec()), 1..3), 1..4)
-            .prop_map(|names| names.join(&b'/'))
+        prop::collection::vec(
+            prop::collection::vec(prop::sample::select(b"ab".to_vec()), 1..3),
+            1..4,
+        )
+        .prop_map(|names| names.join(&b'/'))
     }
 
     proptest! {

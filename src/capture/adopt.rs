@@ -21,13 +21,13 @@
 //! the recorder's calls into it.
 
 use std::io;
-use std::path::Path;
 
 use rustix::fs::Stat;
 
-use super::{Need, Op, Recorder, path_key};
+use super::{Need, Op, Recorder};
 use crate::store::Actor;
 use crate::sys;
+use crate::wspath::{Node, WsPath};
 
 /// Whether a capture may keep the file by a link (see
 /// [`Blobs::adopt`](crate::store::blobs::Blobs::adopt)): `Yes` with the file's stat when the
@@ -42,8 +42,8 @@ impl Recorder {
     /// Captures `p`, which a rewind is about to replace by renaming a file over it: a regular
     /// file with one name is adopted rather than copied. Call [`Recorder::replaced`] once the
     /// rename is done, or [`Recorder::not_replaced`] if it failed.
-    pub fn capture_for_replace(&self, p: &Path) -> io::Result<()> {
-        let st = sys::lstat_beneath(self.root(), p).ok();
+    pub fn capture_for_replace(&self, p: &WsPath) -> io::Result<()> {
+        let st = sys::lstat_beneath(self.root(), p.as_path()).ok();
         let adopt = match &st {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1 => {
                 Adopt::Yes(Some(st))
@@ -51,7 +51,7 @@ impl Recorder {
             _ => Adopt::No,
         };
         self.ensure_captured(
-            &path_key(p),
+            &Node::from(p.clone()),
             Actor::Rewind,
             Op::Rename,
             adopt,
@@ -62,14 +62,14 @@ impl Recorder {
     }
 
     /// The file [`Recorder::capture_for_replace`] captured has lost its name.
-    pub fn replaced(&self, p: &Path) {
-        self.settle_adopted(&path_key(p));
+    pub fn replaced(&self, p: &WsPath) {
+        self.settle_adopted(p.as_bytes());
     }
 
     /// Renaming over the file [`Recorder::capture_for_replace`] captured failed: the file lives
     /// on, so an adopted pre-image gets its own copy.
-    pub fn not_replaced(&self, p: &Path) {
-        self.unshare_adopted(&path_key(p));
+    pub fn not_replaced(&self, p: &WsPath) {
+        self.unshare_adopted(p.as_bytes());
     }
 
     /// Step 1: the capture of `p` adopted its file under the pending `key`, and its row is

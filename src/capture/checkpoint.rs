@@ -22,22 +22,20 @@
 //! - `tracked[session]` mirrors the store's `tracked` table for the sessions seen so far.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::MutexGuard;
 
 use super::actors::is_tool_temp;
 use super::adopt::Adopt;
 use super::ranges::Partial;
 use super::snapshot::{snapshot, stat_of};
-use super::{Need, Op, Recorder, path_key};
+use super::{Need, Op, Recorder};
 use crate::locks::Locked;
 use crate::store::Purpose;
 use crate::store::{Actor, BlobRef, PreImage};
 use crate::store::{CheckpointKind, Prompt};
+use crate::wspath::{Node, WsPath};
 
 /// Paths a checkpoint's set must have held for its end to trim the heap.
 const TRIM_AFTER_PATHS: usize = 10_000;
@@ -52,13 +50,13 @@ pub(super) struct State {
     /// The session of the last `begin_message` (None until the first one).
     pub(super) session: Option<String>,
     /// Paths captured in the current checkpoint → bit set of the actors that changed them.
-    pub(super) seen: HashMap<Vec<u8>, u8>,
+    pub(super) seen: HashMap<Node, u8>,
     /// Paths a tool has changed, per session (mirror of the `tracked` table).
-    pub(super) tracked: HashMap<String, HashSet<Vec<u8>>>,
+    pub(super) tracked: HashMap<String, HashSet<WsPath>>,
     /// Paths captured partially in the current checkpoint whose bytes are not all saved yet.
-    pub(super) partial: HashMap<Vec<u8>, Partial>,
+    pub(super) partial: HashMap<Node, Partial>,
     /// Pre-images read ahead of a rewind's helper, not recorded yet (see the module doc).
-    pub(super) prepared: HashMap<Vec<u8>, PreImage>,
+    pub(super) prepared: HashMap<Node, PreImage>,
     /// Blobs of prepared pre-images that no longer stand for their path (a directory above it
     /// was renamed): removed with the rest once the rewind is done.
     pub(super) unprepared: Vec<BlobRef>,
@@ -205,7 +203,7 @@ impl Recorder {
     pub fn recovering(
         &self,
         seq: i64,
-        captured: impl IntoIterator<Item = (Vec<u8>, u8)>,
+        captured: impl IntoIterator<Item = (Node, u8)>,
     ) -> Recovering<'_> {
         let _g = self.capture.locked();
         let mut s = self.state.locked();
@@ -250,23 +248,16 @@ impl Recorder {
     }
 
     /// Captures `p` on behalf of rewindfs itself (a rewind about to write it).
-    pub fn capture_for_rewind(&self, p: &Path) -> io::Result<()> {
-        self.ensure_captured(
-            &path_key(p),
-            Actor::Rewind,
-            Op::Write,
-            Adopt::No,
-            Need::All,
-            None,
-        )
-        .map(|_| ())
+    pub fn capture_for_rewind(&self, p: &Node) -> io::Result<()> {
+        self.ensure_captured(p, Actor::Rewind, Op::Write, Adopt::No, Need::All, None)
+            .map(|_| ())
     }
 
     /// Makes sure `p` has a pre-image in the current checkpoint. Returns the checkpoint seq
     /// and, if this call took the capture, its id.
     pub(super) fn ensure_captured(
         &self,
-        p: &[u8],
+        p: &Node,
         actor: Actor,
         op: Op,
         adopt: Adopt<'_>,
@@ -302,7 +293,7 @@ impl Recorder {
             if let Some(pre) = prepared {
                 return self.record_prepared(p, seq, actor, op, pre);
             }
-            let rel = Path::new(OsStr::from_bytes(p));
+            let rel = p.as_path();
             // Stat'ed once for both kinds of capture (an adopted file is stat'ed by the store).
             let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
             if need != Need::All {
@@ -317,7 +308,7 @@ impl Recorder {
             if s.seq != seq {
                 continue; // a boundary passed: capture again for the new checkpoint
             }
-            s.seen.insert(p.to_vec(), actor.bit());
+            s.seen.insert(p.clone(), actor.bit());
             return Ok((seq, Some(id)));
         }
     }
@@ -326,7 +317,7 @@ impl Recorder {
     /// change in checkpoint `seq`. The caller holds the capture lock and found `p` not seen.
     fn record_prepared(
         &self,
-        p: &[u8],
+        p: &Node,
         seq: i64,
         actor: Actor,
         op: Op,
@@ -337,16 +328,16 @@ impl Recorder {
             .insert_capture(seq, p, Purpose::Checkpoint, &pre, actor, op)
         {
             Ok(id) => {
-                self.state.locked().seen.insert(p.to_vec(), actor.bit());
+                self.state.locked().seen.insert(p.clone(), actor.bit());
                 Ok((seq, Some(id)))
             }
             Err(e) => {
                 tracing::error!(
                     "refusing {} of {}: its pre-image could not be recorded: {e}",
                     op.as_str(),
-                    String::from_utf8_lossy(p)
+                    p.as_path().display()
                 );
-                self.state.locked().prepared.insert(p.to_vec(), pre);
+                self.state.locked().prepared.insert(p.clone(), pre);
                 Err(e.into())
             }
         }
@@ -354,9 +345,9 @@ impl Recorder {
 
     /// A directory was renamed (or exchanged) from or to `a` and `b`: the paths beneath either
     /// name now hold other files, so they are captured afresh.
-    pub(super) fn forget_beneath(&self, a: &[u8], b: &[u8]) {
+    pub(super) fn forget_beneath(&self, a: &WsPath, b: &WsPath) {
         let mut s = self.state.locked();
-        let under = |k: &Vec<u8>, d: &[u8]| crate::wspath::beneath(k, d);
+        let under = |k: &Node, d: &WsPath| crate::wspath::beneath(k.as_bytes(), d.as_bytes());
         s.seen.retain(|k, _| !under(k, a) && !under(k, b));
         s.partial.retain(|k, _| !under(k, a) && !under(k, b));
         let (gone, kept) = std::mem::take(&mut s.prepared)
@@ -371,7 +362,7 @@ impl Recorder {
     pub(super) fn track(
         &self,
         session: Option<&str>,
-        p: &[u8],
+        p: &WsPath,
         seq: i64,
         fresh_capture: Option<i64>,
         op: Op,
@@ -383,7 +374,7 @@ impl Recorder {
                 _ => return Ok(()),
             }
         };
-        if is_tool_temp(Path::new(OsStr::from_bytes(p))) {
+        if is_tool_temp(p.as_path()) {
             return Ok(());
         }
         let id = match fresh_capture {
@@ -392,9 +383,15 @@ impl Recorder {
                 // Already changed in this checkpoint by someone else: the state now is what the
                 // tool is about to overwrite.
                 let _g = self.capture.locked();
-                let pre = snapshot(self.root(), Path::new(OsStr::from_bytes(p)), &self.store)?;
-                self.store
-                    .insert_capture(seq, p, Purpose::Tool, &pre, Actor::Tool, op)?
+                let pre = snapshot(self.root(), p.as_path(), &self.store)?;
+                self.store.insert_capture(
+                    seq,
+                    &p.clone().into(),
+                    Purpose::Tool,
+                    &pre,
+                    Actor::Tool,
+                    op,
+                )?
             }
         };
         self.store.track(&session, p, seq, id)?;
@@ -403,7 +400,7 @@ impl Recorder {
             .tracked
             .entry(session)
             .or_default()
-            .insert(p.to_vec());
+            .insert(p.clone());
         Ok(())
     }
 }
@@ -417,7 +414,7 @@ pub struct Recovering<'a> {
 }
 
 /// What `State` holds of the current checkpoint: its seq, `seen` and `partial`.
-type Current = (i64, HashMap<Vec<u8>, u8>, HashMap<Vec<u8>, Partial>);
+type Current = (i64, HashMap<Node, u8>, HashMap<Node, Partial>);
 
 impl Drop for Recovering<'_> {
     fn drop(&mut self) {

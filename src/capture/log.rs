@@ -25,7 +25,7 @@ use std::sync::{Condvar, Mutex};
 
 use std::time::{Duration, Instant};
 
-use super::{Change, Op, Recorder, path_key};
+use super::{Change, Op, Recorder};
 use crate::locks::Locked;
 use crate::store::{LogEntry, now_ms};
 use crate::sys;
@@ -115,12 +115,10 @@ impl Recorder {
     pub(super) fn log_change(&self, pid: u32, change: &Change<'_>) {
         let who = self.classify(
             pid,
-            Some(
-                change
-                    .path2
-                    .filter(|_| change.op == Op::Rename)
-                    .unwrap_or(change.path),
-            ),
+            Some(match change.path2 {
+                Some(p2) if change.op == Op::Rename => p2.as_path(),
+                _ => change.path.as_path(),
+            }),
         );
         let seq = self.state.locked().seq;
         let e = LogEntry {
@@ -128,8 +126,8 @@ impl Recorder {
             at: now_ms(),
             checkpoint: seq,
             op: change.op,
-            path: path_key(change.path),
-            path2: change.path2.map(path_key),
+            path: change.path.clone(),
+            path2: change.path2.cloned(),
             actor: who.actor,
             pid,
             process: who.comm,
@@ -143,7 +141,7 @@ impl Recorder {
             Err(err) => {
                 tracing::error!(
                     "change log: {err}; an entry for {} is lost",
-                    change.path.display()
+                    change.path.as_path().display()
                 );
                 return;
             }

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{Change, Op, Recorder, path_key};
+use super::{Change, Op, Recorder};
 use crate::locks::{Locked, RwLocked};
 use crate::store::Actor;
 
@@ -181,12 +181,12 @@ impl Recorder {
         );
         let mut m = self.live.changed.locked();
         let Some(c) = m.as_mut() else { return };
-        c.note(&path_key(change.path), names);
+        c.note(change.path.as_bytes(), names);
         if let Some(p2) = change.path2 {
-            c.note(&path_key(p2), names);
+            c.note(p2.as_bytes(), names);
         }
         for a in change.aliases {
-            c.note(&path_key(a), false);
+            c.note(a.as_bytes(), false);
         }
     }
 
@@ -195,8 +195,8 @@ impl Recorder {
     pub(super) fn check_own(&self, change: &Change<'_>) -> std::io::Result<()> {
         let m = self.live.changed.locked();
         let Some(c) = m.as_ref() else { return Ok(()) };
-        let hit = c.at_or_above(&path_key(change.path))
-            || change.path2.is_some_and(|p| c.at_or_above(&path_key(p)));
+        let hit = c.at_or_above(change.path.as_bytes())
+            || change.path2.is_some_and(|p| c.at_or_above(p.as_bytes()));
         if hit {
             return Err(std::io::Error::from_raw_os_error(MEANWHILE));
         }

@@ -37,14 +37,13 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::locks::{Locked, RwLocked};
 use crate::store::gc::{Policy, Report};
 use crate::store::{Actor, Store};
 use crate::sys;
+use crate::wspath::{Node, WsPath};
 
 mod actors;
 mod adopt;
@@ -91,11 +90,6 @@ impl Observer for Passthrough {
         Ok(None)
     }
     fn after(&self, _pid: u32, _change: &Change<'_>) {}
-}
-
-/// The bytes a path is stored under.
-pub fn path_key(p: &Path) -> Vec<u8> {
-    p.as_os_str().as_bytes().to_vec()
 }
 
 /// Records every change: pre-images into the store, entries into the change log.
@@ -255,10 +249,9 @@ impl Observer for Recorder {
         let permit = self.gate.shared();
         self.note_meanwhile(change);
         // For a rename, the file that matters for tool spans is the target.
-        let subject = if change.op == Op::Rename {
-            change.path2.unwrap_or(change.path)
-        } else {
-            change.path
+        let subject = match change.path2 {
+            Some(p2) if change.op == Op::Rename => p2.as_path(),
+            _ => change.path.as_path(),
         };
         let who = self.classify(pid, Some(subject));
         self.note_refused(match change.op {
@@ -270,14 +263,22 @@ impl Observer for Recorder {
 
     fn after(&self, pid: u32, change: &Change<'_>) {
         if change.last_name {
-            self.settle_adopted(&path_key(change.path2.unwrap_or(change.path)));
+            self.settle_adopted(
+                change
+                    .path2
+                    .map_or(change.path.as_bytes(), WsPath::as_bytes),
+            );
         }
         self.log_change(pid, change);
     }
 
     fn failed(&self, change: &Change<'_>) {
         if change.last_name {
-            self.unshare_adopted(&path_key(change.path2.unwrap_or(change.path)));
+            self.unshare_adopted(
+                change
+                    .path2
+                    .map_or(change.path.as_bytes(), WsPath::as_bytes),
+            );
         }
     }
 }
@@ -287,31 +288,35 @@ impl Recorder {
     /// last name of), records a directory's move, and tracks a tool's change.
     fn before_move(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
         let (op, actor) = (change.op, who.actor);
-        let primary = path_key(change.path);
-        let dst = change.path2.map(path_key).unwrap_or_default();
-        let (seq, _) = self.ensure_captured(&primary, actor, op, Adopt::No, Need::All, None)?;
+        // Neither side of a rename is ever the workspace root (the kernel refuses to move it).
+        let (Some(src), Some(dst)) = (change.path.path(), change.path2) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let (seq, _) = self.ensure_captured(change.path, actor, op, Adopt::No, Need::All, None)?;
         let adopt = if change.last_name && op == Op::Rename {
             Adopt::Yes(change.gone)
         } else {
             Adopt::No
         };
-        let (seq2, fresh) = self.ensure_captured(&dst, actor, op, adopt, Need::All, None)?;
-        let is_dir = |p: &Path| {
-            sys::lstat_at(self.root(), p).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        let dst_node = Node::from(dst.clone());
+        let (seq2, fresh) = self.ensure_captured(&dst_node, actor, op, adopt, Need::All, None)?;
+        let is_dir = |p: &WsPath| {
+            sys::lstat_at(self.root(), p.as_path())
+                .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
         };
         // Looked at here, not taken from the caller's stat: either name may have been replaced
         // since (also by a rewind's own request, which does not wait at the gate).
-        if is_dir(change.path) || change.path2.is_some_and(is_dir) {
+        if is_dir(src) || is_dir(dst) {
             // Written before the rename: a rewind maps paths beneath it through this.
             self.store
-                .insert_move(seq, &primary, &dst, op == Op::Exchange, actor)?;
-            self.forget_beneath(&primary, &dst);
+                .insert_move(seq, src, dst, op == Op::Exchange, actor)?;
+            self.forget_beneath(src, dst);
         }
         if actor == Actor::Tool {
             let session = who.session.as_deref();
-            self.track(session, &dst, seq2, fresh, op)?;
+            self.track(session, dst, seq2, fresh, op)?;
             if op == Op::Exchange {
-                self.track(session, &primary, seq, None, op)?;
+                self.track(session, src, seq, None, op)?;
             }
         }
         Ok(())
@@ -322,19 +327,25 @@ impl Recorder {
     /// bytes a write overwrites), and tracks a tool's change.
     fn before_change(&self, change: &Change<'_>, who: &Who) -> io::Result<()> {
         let (op, actor) = (change.op, who.actor);
-        let primary = path_key(change.path);
         let need = change.need();
         for alias in change.aliases {
-            self.ensure_captured(&path_key(alias), actor, op, Adopt::No, need, None)?;
+            let alias = Node::from(alias.clone());
+            self.ensure_captured(&alias, actor, op, Adopt::No, need, None)?;
         }
         let adopt = if change.last_name && op == Op::Unlink {
             Adopt::Yes(change.gone)
         } else {
             Adopt::No
         };
-        let (seq, fresh) = self.ensure_captured(&primary, actor, op, adopt, need, change.file)?;
-        if actor == Actor::Tool && op != Op::Mkdir {
-            self.track(who.session.as_deref(), &primary, seq, fresh, op)?;
+        let (seq, fresh) =
+            self.ensure_captured(change.path, actor, op, adopt, need, change.file)?;
+        // The root is never a tracked file (the SDK tracks the files its tools write).
+        if let Some(p) = change
+            .path
+            .path()
+            .filter(|_| actor == Actor::Tool && op != Op::Mkdir)
+        {
+            self.track(who.session.as_deref(), p, seq, fresh, op)?;
         }
         Ok(())
     }

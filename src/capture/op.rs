@@ -7,8 +7,8 @@
 //! a write, truncate or hole punch with a known range needs only those bytes, anything else
 //! needs all of it.
 
+use crate::wspath::{Node, WsPath};
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
 
 use rustix::fs::Stat;
 
@@ -21,10 +21,10 @@ pub use crate::store::Op;
 #[derive(Debug, Clone, Copy)]
 pub struct Change<'a> {
     pub op: Op,
-    pub path: &'a Path,
-    pub path2: Option<&'a Path>,
+    pub path: &'a Node,
+    pub path2: Option<&'a WsPath>,
     /// Other names of the same file (hard links) whose content the change also changes.
-    pub aliases: &'a [PathBuf],
+    pub aliases: &'a [WsPath],
     /// The change takes away the only name of the regular file at its target (`path` of an
     /// unlink, `path2` of a rename over it) and nobody has that file open for writing: its
     /// pre-image may be kept by hard-linking the file into the store instead of copying it.

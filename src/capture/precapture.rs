@@ -28,9 +28,6 @@
 //!   files no row names (gc, a plan's discard, an import's) also takes: a blob it finds
 //!   stored already cannot be removed before its row is recorded.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::adopt::Adopt;
@@ -39,6 +36,7 @@ use super::{Recorder, Watch};
 use crate::locks::Locked;
 use crate::store::BlobRef;
 use crate::sys;
+use crate::wspath::Node;
 
 impl Recorder {
     /// Takes the pre-images of the files at `paths` (workspace-relative, in the order the
@@ -58,7 +56,10 @@ impl Recorder {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            match self.precapture_one(watch, seq, p) {
+            // The plan's targets were checked when it was made or read back: each is a path
+            // inside the workspace (one that is not is left to the helper, which refuses it).
+            let Ok(p) = Node::parse(*p) else { continue };
+            match self.precapture_one(watch, seq, &p) {
                 Taken::Yes => ahead.taken += 1,
                 Taken::No(Some(b)) => ahead.unused.push(b),
                 Taken::No(None) => {}
@@ -68,12 +69,12 @@ impl Recorder {
     }
 
     /// Takes path `p`'s pre-image in checkpoint `seq` (see the module doc).
-    fn precapture_one(&self, watch: &Watch<'_>, seq: i64, p: &[u8]) -> Taken {
+    fn precapture_one(&self, watch: &Watch<'_>, seq: i64, p: &Node) -> Taken {
         let taken = |s: &super::checkpoint::State| s.seq != seq || s.seen.contains_key(p);
-        if taken(&self.state.locked()) || watch.changed(p, false) {
+        if taken(&self.state.locked()) || watch.changed(p.as_bytes(), false) {
             return Taken::No(None);
         }
-        let rel = Path::new(OsStr::from_bytes(p));
+        let rel = p.as_path();
         let Ok(st) = sys::lstat_beneath(self.root(), rel) else {
             return Taken::No(None);
         };
@@ -95,10 +96,10 @@ impl Recorder {
         };
         let _g = self.capture.locked();
         let mut s = self.state.locked();
-        if taken(&s) || s.prepared.contains_key(p) || watch.changed(p, false) {
+        if taken(&s) || s.prepared.contains_key(p) || watch.changed(p.as_bytes(), false) {
             return Taken::No(pre.blob);
         }
-        s.prepared.insert(p.to_vec(), pre);
+        s.prepared.insert(p.clone(), pre);
         Taken::Yes
     }
 

@@ -16,11 +16,8 @@
 //!   the capture is as good as a whole one and later changes cost nothing;
 //! - the capture lock is held by the caller throughout, so two changes cannot save one range.
 
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use rustix::fs::{OFlags, Stat};
@@ -31,6 +28,7 @@ use crate::store::BlobRef;
 use crate::store::Purpose;
 use crate::store::{Actor, Kind, PreImage, Range, RangeContent};
 use crate::sys;
+use crate::wspath::Node;
 
 /// Pages: ranges are saved in whole pages, as the kernel writes them back.
 const PAGE: u64 = 4096;
@@ -125,14 +123,14 @@ impl Recorder {
     /// the file gets an ordinary capture. The caller holds the capture lock.
     pub(super) fn capture_partial(
         &self,
-        p: &[u8],
+        p: &Node,
         seq: i64,
         actor: Actor,
         op: Op,
         need: Need,
         st: &Stat,
     ) -> io::Result<Option<i64>> {
-        let rel = Path::new(OsStr::from_bytes(p));
+        let rel = p.as_path();
         let min = self
             .range_capture_min
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -164,9 +162,9 @@ impl Recorder {
             })?;
         {
             let mut s = self.state.locked();
-            s.seen.insert(p.to_vec(), actor.bit());
+            s.seen.insert(p.clone(), actor.bit());
             s.partial.insert(
-                p.to_vec(),
+                p.clone(),
                 Partial {
                     id,
                     size: pre.size,
@@ -181,8 +179,8 @@ impl Recorder {
 
     /// Saves the bytes of partially captured `p` that `need` overwrites and that are not saved
     /// yet, before the change is applied. The caller holds the capture lock.
-    pub(super) fn save_ranges(&self, p: &[u8], need: Need, op: Op) -> io::Result<()> {
-        let rel = Path::new(OsStr::from_bytes(p));
+    pub(super) fn save_ranges(&self, p: &Node, need: Need, op: Op) -> io::Result<()> {
+        let rel = p.as_path();
         let Some(Unsaved { id, gaps, fd }) = self.unsaved(p, need) else {
             return Ok(());
         };
@@ -221,7 +219,7 @@ impl Recorder {
 
     /// What of `p` a change needing `need` would overwrite unsaved. `None`: nothing to save
     /// (not partially captured, metadata only, or only bytes past the captured size).
-    fn unsaved(&self, p: &[u8], need: Need) -> Option<Unsaved> {
+    fn unsaved(&self, p: &Node, need: Need) -> Option<Unsaved> {
         let s = self.state.locked();
         let part = s.partial.get(p)?;
         let (a, b) = match need {
@@ -247,7 +245,7 @@ impl Recorder {
 
     /// Saves bytes `[a, b)` of `fd` as ranges of capture `id`, in pieces of at most
     /// [`RANGE_PIECE`], marking each covered in `p`'s [`Partial`] once it is recorded.
-    fn save_gap(&self, p: &[u8], id: i64, fd: BorrowedFd<'_>, a: u64, b: u64) -> io::Result<()> {
+    fn save_gap(&self, p: &Node, id: i64, fd: BorrowedFd<'_>, a: u64, b: u64) -> io::Result<()> {
         let mut off = a;
         while off < b {
             let len = (b - off).min(RANGE_PIECE);

@@ -14,7 +14,6 @@
 //!   file's through the fd its content is read from); one that cannot be read is recorded as
 //!   not known (`None`), which a rewind leaves alone, rather than refusing the change.
 
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -28,6 +27,7 @@ use crate::store::BlobRef;
 use crate::store::Purpose;
 use crate::store::{Actor, Kind, PreImage, Store, Xattrs};
 use crate::sys;
+use crate::wspath::Node;
 
 /// Reads the current state of `rel` beneath `root`, storing a regular file's content as a blob.
 ///
@@ -47,7 +47,7 @@ impl Recorder {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn capture_whole(
         &self,
-        p: &[u8],
+        p: &Node,
         seq: i64,
         actor: Actor,
         op: Op,
@@ -55,7 +55,7 @@ impl Recorder {
         file: Option<BorrowedFd<'_>>,
         st: Option<io::Result<Stat>>,
     ) -> io::Result<i64> {
-        let rel = Path::new(OsStr::from_bytes(p));
+        let rel = p.as_path();
         let (pre, linked) = snapshot_or_adopt(self.root(), rel, &self.store, adopt, file, st)
             .map_err(|e| {
                 tracing::error!(
@@ -80,7 +80,7 @@ impl Recorder {
                 io::Error::from(e)
             })?;
         if let Some(key) = linked {
-            self.remember_adopted(p, key);
+            self.remember_adopted(p.as_bytes(), key);
         }
         Ok(id)
     }

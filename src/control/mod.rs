@@ -12,7 +12,7 @@ pub mod error;
 pub mod protocol;
 
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,6 +22,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, broadcast};
 
 use self::cmd::RewindReply;
+use crate::wspath::Node;
 
 /// Most connections served at once; one more is told so and closed.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -50,7 +51,7 @@ pub struct Daemon {
 impl Daemon {
     /// `p` (absolute, or relative to the workspace) as a validated workspace-relative path;
     /// `None` if it does not name anything inside the workspace.
-    pub fn rel_to_workspace(&self, p: &str) -> Option<PathBuf> {
+    pub fn rel_to_workspace(&self, p: &str) -> Option<Node> {
         // A path's wire form: a name that is not UTF-8 comes quoted (`wire_path.rs`).
         let bytes = crate::wire_path::decode(p);
         let path = Path::new(std::ffi::OsStr::from_bytes(&bytes));
@@ -59,7 +60,8 @@ impl Daemon {
         } else {
             path.to_path_buf()
         };
-        crate::sys::validate_rel(&rel).ok()
+        let rel = crate::sys::validate_rel(&rel).ok()?;
+        Node::parse(rel.into_os_string().into_vec()).ok()
     }
 }
 

@@ -59,7 +59,7 @@ impl KernelCache for FuseKernel {
             .unwrap_or_default()
             .into_iter()
             .map(|(node, mapping)| match self.core.inodes.path(node) {
-                Ok(p) => self.dir.join(p),
+                Ok(p) => self.dir.join(p.as_path()),
                 Err(_) => mapping,
             })
             .collect();

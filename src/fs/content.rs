@@ -18,7 +18,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use rustix::fs::Stat;
@@ -26,6 +25,7 @@ use rustix::fs::Stat;
 use super::core::{Core, Ctx, SetAttr, err};
 use crate::capture::Op;
 use crate::sys;
+use crate::wspath::Node;
 
 impl Core {
     /// Reads at `off` into `buf` (the reply's own buffer); returns the bytes read.
@@ -208,7 +208,7 @@ impl Core {
                 Self::kill_suid_sgid(fd, ctx.gid)?;
             }
         }
-        self.set_meta(p.as_deref(), fd, kind, &a)?;
+        self.set_meta(p.as_ref(), fd, kind, &a)?;
         if let Some(p) = &p {
             self.after(ctx, op, p, None);
         }
@@ -222,14 +222,14 @@ impl Core {
     /// else through its fd; `kind` is the node's `S_IFMT` bits.
     fn set_meta(
         &self,
-        p: Option<&Path>,
+        p: Option<&Node>,
         fd: Option<BorrowedFd<'_>>,
         kind: u32,
         a: &SetAttr,
     ) -> io::Result<()> {
         if a.uid.is_some() || a.gid.is_some() {
             match (p, fd) {
-                (Some(p), _) => sys::lchownat(self.root(), p, a.uid, a.gid)?,
+                (Some(p), _) => sys::lchownat(self.root(), p.as_path(), a.uid, a.gid)?,
                 (None, Some(fd)) => {
                     let st = sys::fstat(fd)?;
                     sys::fchown(fd, a.uid.unwrap_or(st.st_uid), a.gid.unwrap_or(st.st_gid))?
@@ -242,14 +242,14 @@ impl Core {
                 return Err(err(libc::EOPNOTSUPP));
             }
             match (p, fd) {
-                (Some(p), _) => sys::chmodat(self.root(), p, mode & 0o7777)?,
+                (Some(p), _) => sys::chmodat(self.root(), p.as_path(), mode & 0o7777)?,
                 (None, Some(fd)) => sys::fchmod(fd, mode & 0o7777)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
             match (p, fd) {
-                (Some(p), _) => sys::lutimensat(self.root(), p, a.atime, a.mtime)?,
+                (Some(p), _) => sys::lutimensat(self.root(), p.as_path(), a.atime, a.mtime)?,
                 (None, Some(fd)) => sys::futimens(fd, a.atime, a.mtime)?,
                 (None, None) => return Err(err(libc::ENOENT)),
             }

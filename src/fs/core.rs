@@ -38,7 +38,8 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -49,6 +50,7 @@ use super::node_file::NodeFile;
 use crate::capture::{Change, Observer, Op, Permit};
 use crate::locks::Locked;
 use crate::sys;
+use crate::wspath::{Node, WsPath};
 
 /// Who asked: the caller's ids and pid, from the FUSE request header.
 #[derive(Debug, Clone, Copy)]
@@ -111,14 +113,6 @@ pub(super) fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
-fn join(parent: &Path, name: &OsStr) -> PathBuf {
-    if parent.as_os_str().is_empty() {
-        PathBuf::from(name)
-    } else {
-        parent.join(name)
-    }
-}
-
 impl Core {
     /// # Errors
     /// Fails if the root cannot be stat'ed.
@@ -141,21 +135,24 @@ impl Core {
         self.root.as_fd()
     }
 
-    pub(super) fn path(&self, ino: u64) -> io::Result<PathBuf> {
+    /// The node's path: the root, or a valid path inside the workspace.
+    pub(super) fn path(&self, ino: u64) -> io::Result<Node> {
         self.inodes.path(ino)
     }
 
-    pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<PathBuf> {
+    /// The path of `name` in directory `parent`: where the FUSE edge turns the kernel's names
+    /// into workspace paths (errno as the call would give: `EINVAL`, `ENAMETOOLONG`).
+    pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<WsPath> {
         sys::validate_name(name)?;
-        Ok(join(&self.path(parent)?, name))
+        Ok(self.path(parent)?.join(name.as_bytes())?)
     }
 
     pub(super) fn before(
         &self,
         ctx: &Ctx,
         op: Op,
-        path: &Path,
-        path2: Option<&Path>,
+        path: &Node,
+        path2: Option<&WsPath>,
     ) -> io::Result<Permit<'_>> {
         self.observer.before(
             ctx.pid,
@@ -181,7 +178,7 @@ impl Core {
         ctx: &Ctx,
         op: Op,
         ino: u64,
-        path: &Path,
+        path: &Node,
         range: Option<(u64, u64)>,
         file: Option<BorrowedFd<'_>>,
     ) -> io::Result<Permit<'_>> {
@@ -201,7 +198,7 @@ impl Core {
         )
     }
 
-    pub(super) fn after(&self, ctx: &Ctx, op: Op, path: &Path, path2: Option<&Path>) {
+    pub(super) fn after(&self, ctx: &Ctx, op: Op, path: &Node, path2: Option<&WsPath>) {
         self.observer.after(
             ctx.pid,
             &Change {
@@ -218,9 +215,9 @@ impl Core {
     }
 
     /// Stats a node by path, checking it is still the file the node stands for.
-    fn stat_node(&self, ino: u64) -> io::Result<(PathBuf, Stat)> {
+    fn stat_node(&self, ino: u64) -> io::Result<(Node, Stat)> {
         let p = self.path(ino)?;
-        let st = sys::lstat_at(self.root(), &p)?;
+        let st = sys::lstat_at(self.root(), p.as_path())?;
         if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
             return Err(err(libc::ESTALE));
         }
@@ -229,7 +226,7 @@ impl Core {
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> io::Result<(Looked, Stat)> {
         let p = self.child_path(parent, name)?;
-        let st = sys::lstat_at(self.root(), &p)?;
+        let st = sys::lstat_at(self.root(), p.as_path())?;
         Ok((self.inodes.lookup(parent, name, &st), st))
     }
 
@@ -260,15 +257,15 @@ impl Core {
 
     pub fn readlink(&self, ino: u64) -> io::Result<OsString> {
         let p = self.path(ino)?;
-        sys::readlinkat(self.root(), &p)
+        sys::readlinkat(self.root(), p.as_path())
     }
 
     /// Gives a newly created file to the caller (the daemon creates as itself).
-    fn own(&self, ctx: &Ctx, parent: &Path, rel: &Path, mode: u32, is_dir: bool) -> io::Result<()> {
+    fn own(&self, ctx: &Ctx, parent: &Node, rel: &Path, mode: u32, is_dir: bool) -> io::Result<()> {
         if !self.as_root || (ctx.uid == 0 && ctx.gid == 0) {
             return Ok(());
         }
-        let pst = sys::lstat_at(self.root(), sys::at_path(parent))?;
+        let pst = sys::lstat_at(self.root(), sys::at_path(parent.as_path()))?;
         // In a set-group-ID directory new files take the directory's group.
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
@@ -288,10 +285,10 @@ impl Core {
         ctx: &Ctx,
         parent: u64,
         name: &OsStr,
-        p: &Path,
+        p: &Node,
         op: Op,
     ) -> io::Result<(Looked, Stat)> {
-        let st = sys::lstat_at(self.root(), p)?;
+        let st = sys::lstat_at(self.root(), p.as_path())?;
         self.after(ctx, op, p, None);
         let looked = self.inodes.lookup(parent, name, &st);
         // A new inode has no capabilities.
@@ -309,23 +306,23 @@ impl Core {
         rdev: u32,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = self.child_path(parent, name)?;
+        let p = Node::from(self.child_path(parent, name)?);
         let mode = mode & !(umask & 0o777);
         let _permit = self.before(ctx, Op::Create, &p, None)?;
         if mode & libc::S_IFMT != libc::S_IFREG {
-            sys::mknodat(self.root(), &p, mode, rdev as u64)?;
-            self.own(ctx, &pp, &p, mode, false)?;
+            sys::mknodat(self.root(), p.as_path(), mode, rdev as u64)?;
+            self.own(ctx, &pp, p.as_path(), mode, false)?;
             return self.created(ctx, parent, name, &p, Op::Create);
         }
         // A regular file: CREATE is declined, so this is how open(O_CREAT) creates one, and its
         // writes follow. The fd is kept as the node's, for them.
         let fd = sys::openat(
             self.root(),
-            &p,
+            p.as_path(),
             OFlags::CREATE | OFlags::EXCL | OFlags::RDWR,
             mode & 0o7777,
         )?;
-        self.own(ctx, &pp, &p, mode, false)?;
+        self.own(ctx, &pp, p.as_path(), mode, false)?;
         let st = sys::fstat(fd.as_fd())?;
         self.after(ctx, Op::Create, &p, None);
         let looked = self.inodes.lookup(parent, name, &st);
@@ -343,11 +340,11 @@ impl Core {
         umask: u32,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = self.child_path(parent, name)?;
+        let p = Node::from(self.child_path(parent, name)?);
         let mode = mode & !(umask & 0o777) & 0o7777;
         let _permit = self.before(ctx, Op::Mkdir, &p, None)?;
-        sys::mkdirat(self.root(), &p, mode)?;
-        self.own(ctx, &pp, &p, mode, true)?;
+        sys::mkdirat(self.root(), p.as_path(), mode)?;
+        self.own(ctx, &pp, p.as_path(), mode, true)?;
         self.created(ctx, parent, name, &p, Op::Mkdir)
     }
 
@@ -359,10 +356,10 @@ impl Core {
         target: &Path,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = self.child_path(parent, name)?;
+        let p = Node::from(self.child_path(parent, name)?);
         let _permit = self.before(ctx, Op::Symlink, &p, None)?;
-        sys::symlinkat(target, self.root(), &p)?;
-        self.own(ctx, &pp, &p, 0, false)?;
+        sys::symlinkat(target, self.root(), p.as_path())?;
+        self.own(ctx, &pp, p.as_path(), 0, false)?;
         self.created(ctx, parent, name, &p, Op::Symlink)
     }
 
@@ -375,10 +372,13 @@ impl Core {
     ) -> io::Result<(Looked, Stat)> {
         let (old, _) = self.stat_node(ino)?;
         let p = self.child_path(newparent, newname)?;
-        let _permit = self.before(ctx, Op::Link, &p, Some(&old))?;
-        sys::linkat(self.root(), &old, &p)?;
-        let st = sys::lstat_at(self.root(), &p)?;
-        self.after(ctx, Op::Link, &p, Some(&old));
+        // The kernel links no directory, so never the root.
+        let old = old.path().ok_or_else(|| err(libc::EPERM))?;
+        let p = Node::from(p);
+        let _permit = self.before(ctx, Op::Link, &p, Some(old))?;
+        sys::linkat(self.root(), old.as_path(), p.as_path())?;
+        let st = sys::lstat_at(self.root(), p.as_path())?;
+        self.after(ctx, Op::Link, &p, Some(old));
         // Keep the node's existing name; only count the lookup the kernel now holds.
         let looked = self.inodes.lookup_link(newparent, newname, &st);
         Ok((looked, st))
@@ -390,6 +390,6 @@ impl Core {
 
     pub fn access(&self, ino: u64, mask: i32) -> io::Result<()> {
         let p = self.path(ino)?;
-        sys::accessat(self.root(), &p, mask)
+        sys::accessat(self.root(), p.as_path(), mask)
     }
 }

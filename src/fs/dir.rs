@@ -31,7 +31,12 @@ impl Core {
     /// root (the kernel looks neither up).
     pub fn readdir(&self, ino: u64, offset: u64, max: usize) -> io::Result<Vec<DirEnt>> {
         let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        let fd = sys::open_beneath(
+            self.root(),
+            p.as_path(),
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            0,
+        )?;
         Self::entries(ino, fd.as_fd(), offset, max)
     }
 
@@ -50,7 +55,12 @@ impl Core {
         mut add: impl FnMut(&DirEnt, &Stat, Option<Looked>) -> bool,
     ) -> io::Result<()> {
         let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        let fd = sys::open_beneath(
+            self.root(),
+            p.as_path(),
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            0,
+        )?;
         let ents = Self::entries(ino, fd.as_fd(), offset, max)?;
         let mut own: Option<Stat> = None;
         for e in &ents {
@@ -107,7 +117,12 @@ impl Core {
             return Ok(());
         }
         let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        let fd = sys::open_beneath(
+            self.root(),
+            p.as_path(),
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            0,
+        )?;
         sys::fsync(fd.as_fd(), datasync)
     }
 }

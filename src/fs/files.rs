@@ -34,7 +34,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, RwLockReadGuard};
 
@@ -44,12 +44,13 @@ use super::core::{Core, err};
 pub(super) use super::node_file::NodeFile;
 use crate::locks::{Locked, RwLocked};
 use crate::sys;
+use crate::wspath::Node;
 
 /// What a change to a file's content works on (see [`Core::for_change`]).
 pub(super) struct Target<'a> {
     pub(super) file: Arc<NodeFile>,
     /// The node's path; `None` when it has no name left.
-    pub(super) path: Option<PathBuf>,
+    pub(super) path: Option<Node>,
     /// For a node with no name left: held until the change is done.
     _nameless: Option<MutexGuard<'a, ()>>,
     /// For a named one: held until the change is done (see `Core::removing`).
@@ -100,7 +101,7 @@ impl Core {
             }
         }
         let p = self.path(ino)?;
-        let f = Arc::new(self.open_node(ino, &p, write)?);
+        let f = Arc::new(self.open_node(ino, p.as_path(), write)?);
         Ok(self.keep_file(ino, f))
     }
 

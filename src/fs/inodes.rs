@@ -19,10 +19,10 @@ use std::ffi::OsStr;
 use std::hash::BuildHasher;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::sync::RwLock;
 
 use crate::locks::RwLocked;
+use crate::wspath::{self, WsPath};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use rustix::fs::Stat;
 
@@ -261,7 +261,7 @@ impl Inodes {
     ///
     /// # Errors
     /// `ESTALE` for an unknown node, `ENOENT` for one that no longer has a name (unlinked).
-    pub fn path(&self, ino: u64) -> io::Result<PathBuf> {
+    pub fn path(&self, ino: u64) -> io::Result<wspath::Node> {
         let t = self.table.shared();
         let mut parts: Vec<&OsStr> = Vec::new();
         let mut cur = ino;
@@ -280,16 +280,21 @@ impl Inodes {
                 return Err(io::Error::from_raw_os_error(libc::ELOOP));
             }
         }
-        let mut p = PathBuf::with_capacity(len);
+        let mut p = Vec::with_capacity(len);
         for part in parts.iter().rev() {
-            p.push(part);
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(part.as_bytes());
         }
-        Ok(p)
+        // Each name was checked when the kernel looked it up; what is left to fail is the
+        // length of the whole (`ENAMETOOLONG`, as the call on it would fail).
+        Ok(wspath::Node::parse(p)?)
     }
 
     /// The other names of a hard-linked file that the kernel has looked up (empty for a file
     /// with one name): a change to its content changes what every name shows.
-    pub fn aliases(&self, ino: u64) -> Vec<PathBuf> {
+    pub fn aliases(&self, ino: u64) -> Vec<WsPath> {
         let names: Vec<Name> = {
             let t = self.table.shared();
             match t.nodes.get(&ino) {
@@ -299,15 +304,7 @@ impl Inodes {
         };
         names
             .into_iter()
-            .filter_map(|(p, nm)| {
-                self.path(p).ok().map(|pp| {
-                    if pp.as_os_str().is_empty() {
-                        PathBuf::from(&*nm)
-                    } else {
-                        pp.join(&*nm)
-                    }
-                })
-            })
+            .filter_map(|(p, nm)| self.path(p).ok()?.join(nm.as_bytes()).ok())
             .collect()
     }
 

@@ -37,6 +37,7 @@ use super::core::{Core, Ctx, err};
 use crate::capture::{Change, Op};
 use crate::locks::RwLocked;
 use crate::sys;
+use crate::wspath::{Node, WsPath};
 
 fn is_regular(st: &Stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
@@ -71,7 +72,10 @@ impl Core {
     ) -> io::Result<T> {
         let _permit = self.observer.before(ctx.pid, &change)?;
         let pinned = match victim {
-            Some(v) => self.pin(v, change.path2.unwrap_or(change.path), change.last_name),
+            Some(v) => {
+                let p = change.path2.map_or(change.path.as_path(), WsPath::as_path);
+                self.pin(v, p, change.last_name)
+            }
             None => false,
         };
         match apply() {
@@ -98,8 +102,8 @@ impl Core {
     }
 
     fn remove(&self, ctx: &Ctx, parent: u64, name: &OsStr, is_dir: bool) -> io::Result<()> {
-        let p = self.child_path(parent, name)?;
-        let st = sys::lstat_at(self.root(), &p)?;
+        let p = Node::from(self.child_path(parent, name)?);
+        let st = sys::lstat_at(self.root(), p.as_path())?;
         let is_actually_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         if is_dir && !is_actually_dir {
             return Err(err(libc::ENOTDIR));
@@ -122,7 +126,7 @@ impl Core {
         // Until the name is gone from the table (see `Core::removing`).
         let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
-            sys::unlinkat(self.root(), &p, is_dir)
+            sys::unlinkat(self.root(), p.as_path(), is_dir)
         })?;
         if let Some(ino) = self.inodes.ino_of(&st) {
             self.inodes.renamed(ino, (parent, name), None);
@@ -144,8 +148,9 @@ impl Core {
     ) -> io::Result<()> {
         let from = self.child_path(parent, name)?;
         let to = self.child_path(newparent, newname)?;
-        let src = sys::lstat_at(self.root(), &from)?;
-        let dst = sys::lstat_opt(self.root(), &to)?;
+        let src = sys::lstat_at(self.root(), from.as_path())?;
+        let dst = sys::lstat_opt(self.root(), to.as_path())?;
+        let from = Node::from(from);
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         let op = if exchange { Op::Exchange } else { Op::Rename };
         let same_file = dst
@@ -168,7 +173,7 @@ impl Core {
         // Until the name is gone from the table (see `Core::removing`).
         let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
-            sys::renameat2(self.root(), &from, &to, flags)
+            sys::renameat2(self.root(), from.as_path(), to.as_path(), flags)
         })?;
         let src_ino = self.inodes.ino_of(&src);
         let dst_ino = dst.as_ref().and_then(|d| self.inodes.ino_of(d));
@@ -218,7 +223,7 @@ mod tests {
     impl Observer for Adopter {
         fn before(&self, _pid: u32, change: &Change<'_>) -> io::Result<Permit<'_>> {
             if change.last_name {
-                let p = change.path2.unwrap_or(change.path);
+                let p = change.path2.map_or(change.path.as_path(), WsPath::as_path);
                 std::fs::hard_link(self.root.join(p), self.store.join(p))?;
             }
             Ok(None)

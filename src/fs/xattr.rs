@@ -11,11 +11,11 @@
 //! `EPERM` to set). setxattr and removexattr are changes like any other: observed before and
 //! after.
 
+use crate::wspath::Node;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 use rustix::fs::OFlags;
 
@@ -28,9 +28,9 @@ const CAPS: &[u8] = b"security.capability";
 
 impl Core {
     /// An fd usable for xattr calls through `/proc/self/fd`.
-    fn xattr_fd(&self, ino: u64) -> io::Result<(PathBuf, OwnedFd, bool)> {
+    fn xattr_fd(&self, ino: u64) -> io::Result<(Node, OwnedFd, bool)> {
         let p = self.path(ino)?;
-        let fd = sys::open_beneath(self.root(), &p, OFlags::PATH, 0)?;
+        let fd = sys::open_beneath(self.root(), p.as_path(), OFlags::PATH, 0)?;
         let is_link = self.inodes.kind(ino) == Some(libc::S_IFLNK);
         Ok((p, fd, is_link))
     }

@@ -49,6 +49,7 @@ use super::{Target, attrs};
 use crate::capture::{MEANWHILE, Recorder};
 use crate::store::{Apply, Blobs, Kind, Store};
 use crate::sys;
+use crate::wspath::{Node, WsPath};
 
 /// What applying left alone: the in-place paths it skipped as no longer safe to touch
 /// (counted in `skippedLinks`, as the SDK counts them), those already as wanted (an absent
@@ -162,7 +163,7 @@ impl<'a> Tree<'a> {
     /// does).
     fn capture(&self, rel: &Path) -> io::Result<()> {
         match self.behind {
-            Some(rec) => rec.capture_for_rewind(rel),
+            Some(rec) => rec.capture_for_rewind(&node(rel)?),
             None => Ok(()),
         }
     }
@@ -314,14 +315,15 @@ fn in_place_one(
                     .map_err(|e| sys::ctx(e, format!("removing {}", rel.display())))?;
                 return Ok(true);
             };
-            rec.capture_for_replace(rel)?;
+            let p = ws(rel)?;
+            rec.capture_for_replace(&p)?;
             match sys::unlinkat(tree.fd, rel, false) {
                 Ok(()) => {
-                    rec.replaced(rel);
+                    rec.replaced(&p);
                     true
                 }
                 Err(e) => {
-                    rec.not_replaced(rel);
+                    rec.not_replaced(&p);
                     return Err(sys::ctx(e, format!("removing {}", rel.display())));
                 }
             }
@@ -427,7 +429,7 @@ impl Steps for Behind<'_> {
         if t.kind() == Kind::Absent
             || (cur_kind != t.kind() && (cur_kind == Kind::Dir || t.kind() == Kind::Dir))
         {
-            self.rec.capture_for_rewind(rel)?;
+            self.rec.capture_for_rewind(&node(rel)?)?;
             remove_tree(self.rec, rel, cur_kind == Kind::Dir)?;
         }
         Ok(())
@@ -439,7 +441,7 @@ impl Steps for Behind<'_> {
         match sys::lstat_beneath_opt(self.rec.root(), rel)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             _ => {
-                self.rec.capture_for_rewind(rel)?;
+                self.rec.capture_for_rewind(&node(rel)?)?;
                 sys::mkdirat(self.rec.root(), rel, 0o700)?;
             }
         }
@@ -454,14 +456,15 @@ impl Steps for Behind<'_> {
                 ensure_parents(Tree::behind(self.rec), rel)?;
             }
         }
-        self.rec.capture_for_replace(rel)?;
+        let p = ws(rel)?;
+        self.rec.capture_for_replace(&p)?;
         match write_beside(self.rec.root(), self.store, rel, t, self.id) {
             Ok(()) => {
-                self.rec.replaced(rel);
+                self.rec.replaced(&p);
                 Ok(())
             }
             Err(e) => {
-                self.rec.not_replaced(rel);
+                self.rec.not_replaced(&p);
                 Err(e)
             }
         }
@@ -471,7 +474,7 @@ impl Steps for Behind<'_> {
     /// as absent then): without it, an undo would not know the mode and owner it had.
     fn dir_attrs(&mut self, (t, _, _): &Step<'_>) -> io::Result<()> {
         let (root, rel) = (self.rec.root(), t.rel());
-        self.rec.capture_for_rewind(rel)?;
+        self.rec.capture_for_rewind(&node(rel)?)?;
         if sys::geteuid() == 0 {
             let _ = sys::lchownat(root, rel, Some(t.uid), Some(t.gid));
         }
@@ -549,6 +552,17 @@ pub(super) fn temp_name(name: &OsStr, id: &str) -> std::ffi::OsString {
     .into()
 }
 
+/// `rel` as the recorder names it (the root, or a path inside the workspace): a plan's targets
+/// are checked when it is made, so this fails only on a bug (`EINVAL`).
+fn node(rel: &Path) -> io::Result<Node> {
+    Ok(Node::parse(rel.as_os_str().as_bytes())?)
+}
+
+/// `rel` as a path inside the workspace (`EINVAL` for the root or anything else).
+fn ws(rel: &Path) -> io::Result<WsPath> {
+    Ok(WsPath::parse(rel.as_os_str().as_bytes())?)
+}
+
 /// Removes a path; a directory with everything beneath it (each entry captured first).
 fn remove_tree(rec: &Recorder, rel: &Path, is_dir: bool) -> io::Result<()> {
     let root = rec.root();
@@ -556,7 +570,7 @@ fn remove_tree(rec: &Recorder, rel: &Path, is_dir: bool) -> io::Result<()> {
         let fd = sys::open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
         for (name, _, dtype) in sys::read_dir_all(fd)? {
             let child = rel.join(&name);
-            rec.capture_for_rewind(&child)?;
+            rec.capture_for_rewind(&node(&child)?)?;
             remove_tree(rec, &child, dtype == libc::DT_DIR)?;
         }
     }

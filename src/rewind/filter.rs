@@ -89,9 +89,7 @@ impl Filter {
             return exact.contains(p);
         }
         let Some(set) = &self.set else { return true };
-        self.prefixes
-            .iter()
-            .any(|x| p == &x[..] || beneath(p, x))
+        self.prefixes.iter().any(|x| p == &x[..] || beneath(p, x))
             || set.is_match(Path::new(OsStr::from_bytes(p)))
     }
 }

@@ -60,7 +60,10 @@ impl History {
         let mut caps = store.captures_from(from)?;
         caps.sort_by_key(|c| c.id);
         for c in caps {
-            by_path.entry(c.path.clone()).or_default().push(c);
+            by_path
+                .entry(c.path.as_bytes().to_vec())
+                .or_default()
+                .push(c);
         }
         Ok(History {
             by_path,
@@ -105,9 +108,9 @@ impl History {
                     next_move = i + 1;
                     if m.exchange {
                         if cur == m.src {
-                            cur = m.dst.clone();
+                            cur = m.dst.as_bytes().to_vec();
                         } else if cur == m.dst {
-                            cur = m.src.clone();
+                            cur = m.src.as_bytes().to_vec();
                         } else if let Some(n) = rebase(&cur, &m.src, &m.dst) {
                             cur = n;
                         } else if let Some(n) = rebase(&cur, &m.dst, &m.src) {
@@ -188,7 +191,7 @@ mod tests {
         Capture {
             id,
             checkpoint: 1,
-            path: path.as_bytes().to_vec(),
+            path: crate::wspath::Node::parse(path).unwrap(),
             purpose: Purpose::Checkpoint,
             pre: PreImage {
                 kind,
@@ -205,8 +208,8 @@ mod tests {
         crate::store::Move {
             seq,
             checkpoint: 1,
-            src: src.as_bytes().to_vec(),
-            dst: dst.as_bytes().to_vec(),
+            src: crate::wspath::WsPath::parse(src).unwrap(),
+            dst: crate::wspath::WsPath::parse(dst).unwrap(),
             exchange,
             after_capture: after,
             actor: Actor::Shell,
@@ -216,7 +219,10 @@ mod tests {
     fn history(caps: Vec<Capture>, moves: Vec<crate::store::Move>) -> History {
         let mut by_path: HashMap<Vec<u8>, Vec<Capture>> = HashMap::new();
         for c in caps {
-            by_path.entry(c.path.clone()).or_default().push(c);
+            by_path
+                .entry(c.path.as_bytes().to_vec())
+                .or_default()
+                .push(c);
         }
         History { by_path, moves }
     }
@@ -353,8 +359,8 @@ mod tests {
             self.moves.push(crate::store::Move {
                 seq: self.moves.len() as i64 + 1,
                 checkpoint: 1,
-                src: a.as_bytes().to_vec(),
-                dst: b.as_bytes().to_vec(),
+                src: crate::wspath::WsPath::parse(a.as_bytes()).unwrap(),
+                dst: crate::wspath::WsPath::parse(b.as_bytes()).unwrap(),
                 exchange,
                 after_capture: self.caps.len() as i64,
                 actor: Actor::Shell,

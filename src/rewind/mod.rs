@@ -253,7 +253,10 @@ impl RewindError {
 
 impl From<crate::store::StoreError> for RewindError {
     fn from(e: crate::store::StoreError) -> Self {
-        RewindError::Failed(e.to_string())
+        match e {
+            crate::store::StoreError::BadPath(b) => bad_path(&b.bytes),
+            e => RewindError::Failed(e.to_string()),
+        }
     }
 }
 

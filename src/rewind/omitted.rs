@@ -51,7 +51,7 @@ impl Rewinder {
                 .store
                 .tracked(s)?
                 .into_iter()
-                .map(|t| t.path)
+                .map(|t| t.path.into_bytes())
                 .collect(),
             _ => HashSet::new(),
         };

@@ -39,7 +39,7 @@ use super::{Request, RewindError, Scope, Views};
 use crate::store::blobs::ContentHasher;
 use crate::store::{BlobRef, Capture, Kind, PreImage, Xattrs};
 use crate::sys;
-use crate::wspath;
+use crate::wspath::{self, Node};
 
 /// Where the content of a path at a checkpoint is, now.
 #[derive(Debug, Clone)]
@@ -138,7 +138,6 @@ pub(super) struct Past {
     /// The same names, in path order.
     pub(super) names: BTreeSet<Vec<u8>>,
 }
-
 
 /// What `show` answers.
 #[derive(Debug, Clone)]
@@ -379,11 +378,11 @@ impl Views {
     /// # Errors
     /// `Unknown` for an unknown checkpoint, `NotThen` for a path that did not exist then;
     /// store and file-system errors.
-    pub fn show(&self, uuid: &str, path: &Path, read: Want) -> Result<Shown, RewindError> {
+    pub fn show(&self, uuid: &str, path: &Node, read: Want) -> Result<Shown, RewindError> {
         let _one = self.g.one();
         self.g.kernel.flush();
         let past = self.past(uuid)?;
-        let q = path.as_os_str().as_bytes();
+        let q = path.as_bytes();
         let Some(entry) = self.entry(&past, q)? else {
             return Err(RewindError::NotThen {
                 path: crate::wire_path::encode(q),
@@ -451,11 +450,11 @@ impl Views {
     ///
     /// # Errors
     /// `Unknown`, `NotThen`, `NotADirectory`; store and file-system errors.
-    pub fn list_at(&self, uuid: &str, dir: &Path) -> Result<(Entry, Vec<Entry>), RewindError> {
+    pub fn list_at(&self, uuid: &str, dir: &Node) -> Result<(Entry, Vec<Entry>), RewindError> {
         let _one = self.g.one();
         self.g.kernel.flush();
         let past = self.past(uuid)?;
-        let q = dir.as_os_str().as_bytes();
+        let q = dir.as_bytes();
         let Some(d) = self.entry(&past, q)? else {
             return Err(RewindError::NotThen {
                 path: shown_name(dir),
@@ -561,10 +560,9 @@ pub(super) fn unreadable(path: &[u8], checkpoint: &str, e: io::Error) -> RewindE
 }
 
 /// A directory's name in a message (`.` for the workspace itself).
-fn shown_name(p: &Path) -> String {
-    if p.as_os_str().is_empty() {
-        ".".into()
-    } else {
-        crate::wire_path::encode(p.as_os_str().as_bytes())
+fn shown_name(p: &Node) -> String {
+    match p {
+        Node::Root => ".".into(),
+        Node::Path(p) => crate::wire_path::encode(p),
     }
 }

@@ -48,7 +48,7 @@ impl Rewinder {
         let unusable_here = |e: io::Error| {
             let cp = self.g.store.checkpoint_by_seq(c.checkpoint).ok().flatten();
             let cp = cp.map_or_else(|| format!("#{}", c.checkpoint), |k| k.uuid);
-            super::unusable(&c.path, &cp, e)
+            super::unusable(c.path.as_bytes(), &cp, e)
         };
         let mut reader = self.g.chain(hist, c, at, &unusable_here)?;
         // A look keeps what it puts together in memory; a rewind stores it (its plan is

@@ -308,7 +308,7 @@ impl Ground {
             }
             for base in [&m.src, &m.dst] {
                 let mut found = Vec::new();
-                walk(root, Path::new(OsStr::from_bytes(base)), &mut found);
+                walk(root, base.as_path(), &mut found);
                 for f in found {
                     if let Some(n) = rebase(&f, &m.dst, &m.src) {
                         candidates.insert(n);
@@ -358,10 +358,11 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
 /// row never comes from this daemon's own captures, and an import refuses it, so the store was
 /// altered. Nothing is planned then, let alone changed.
 fn refuse_bad_paths(hist: &History) -> Result<(), RewindError> {
-    let names = hist
-        .by_path
-        .keys()
-        .chain(hist.moves.iter().flat_map(|m| [&m.src, &m.dst]));
+    let names = hist.by_path.keys().map(Vec::as_slice).chain(
+        hist.moves
+            .iter()
+            .flat_map(|m| [m.src.as_bytes(), m.dst.as_bytes()]),
+    );
     for p in names {
         if !p.is_empty() && !WsPath::is_valid(p) {
             return Err(super::bad_path(p));

@@ -31,13 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Applied, apply_plan};
 use super::history::History;
-use crate::wspath::beneath;
 use super::one::One;
 use super::passes::depth;
 use super::{Outcome, Planned, RewindError, Rewinder, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
 use crate::store::{Actor, Apply, Kind, RewindScope, RewindState};
+use crate::wspath::beneath;
 
 impl Rewinder {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
@@ -247,18 +247,14 @@ impl Rewinder {
         let mut out = HashSet::new();
         for t in targets {
             // The root's own target is its attributes: no rename is related to those.
-            let moved = !t.path.is_empty() && hist.moves.iter().any(|m| {
-                [&m.src, &m.dst].into_iter().any(|d| {
-                    d.as_slice() == t.path.as_slice()
-                        || beneath(&t.path, d)
-                        || beneath(d, &t.path)
-                })
-            });
-            let below = t.kind != Kind::Dir
-                && hist
-                    .by_path
-                    .keys()
-                    .any(|p| beneath(p, &t.path) && other(p));
+            let moved = !t.path.is_empty()
+                && hist.moves.iter().any(|m| {
+                    [&m.src, &m.dst]
+                        .into_iter()
+                        .any(|d| *d == t.path || beneath(&t.path, d) || beneath(d, &t.path))
+                });
+            let below =
+                t.kind != Kind::Dir && hist.by_path.keys().any(|p| beneath(p, &t.path) && other(p));
             if other(&t.path) || moved || below {
                 out.insert(t.path.clone());
             }

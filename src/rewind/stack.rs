@@ -26,12 +26,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::filter::Filter;
 use super::history::History;
-use crate::wspath::beneath;
 use super::lifecycle;
 use super::one::One;
 use super::{Outcome, Request, RewindError, Rewinder, Scope, Target};
 use crate::locks::Locked;
 use crate::store::{Actor, Kind, RewindRow, RewindScope, Step};
+use crate::wspath::beneath;
 
 /// Which way along the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +154,7 @@ impl Rewinder {
             .captures_in(reverts.checkpoint)?
             .into_iter()
             .filter(|c| c.actor == Actor::Rewind)
-            .map(|c| c.path)
+            .map(|c| c.path.into_bytes())
             .collect();
         let filter = Filter::exactly(touched);
         self.g.kernel.flush();
@@ -289,7 +289,7 @@ fn changed_by_others<'a>(
                 !t.path.is_empty()
                     && (d == t.path.as_slice() || beneath(&t.path, d) || beneath(d, &t.path))
             };
-            if related(&m.src) || related(&m.dst) {
+            if related(m.src.as_bytes()) || related(m.dst.as_bytes()) {
                 note(&t.path, m.actor.bit());
             }
         }

@@ -33,10 +33,9 @@
 //! - a target is `Apply::InPlace`: applying it checks [`look`] again, so a path the rewind's
 //!   own earlier steps (or the time since a crash) made unsafe is skipped, as the SDK would.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{OFlags, Stat};
@@ -93,11 +92,11 @@ impl Rewinder {
         };
         let root = self.g.root();
         for t in self.g.store.tracked(&session)? {
-            if !filter.matches(&t.path) {
+            if !filter.matches(t.path.as_bytes()) {
                 continue;
             }
-            let rel = PathBuf::from(OsStr::from_bytes(&t.path));
-            let name = crate::wire_path::encode(&t.path);
+            let rel = t.path.as_path().to_path_buf();
+            let name = crate::wire_path::encode(t.path.as_bytes());
             // Only a file or its absence is a state the SDK restores. A path that was a
             // symlink, directory or special file at the checkpoint is left as it is (the SDK
             // would restore what the link led to, or an earlier backup; not measured).
@@ -115,18 +114,18 @@ impl Rewinder {
                     });
                 }
             }
-            let bits = hist.actors(&t.path);
+            let bits = hist.actors(t.path.as_bytes());
             if target.is_some()
-                && (bits & Actor::External.bit() != 0 || sessions.others_changed(&t.path))
+                && (bits & Actor::External.bit() != 0 || sessions.others_changed(t.path.as_bytes()))
             {
-                Self::conflict(out, &t.path, bits, sessions);
+                Self::conflict(out, t.path.as_bytes(), bits, sessions);
             }
             let content = match &target {
                 Some(p) if p.kind == Kind::File => Some(self.content_of(one, p).map_err(|e| {
                     // Which path, which checkpoint and (in `e`) which blob: nothing changed.
                     let cp = self.g.store.checkpoint_by_seq(c).ok().flatten();
                     let cp = cp.map_or_else(|| format!("#{c}"), |k| k.uuid);
-                    super::unusable(&t.path, &cp, e)
+                    super::unusable(t.path.as_bytes(), &cp, e)
                 })?),
                 _ => None,
             };
@@ -172,7 +171,7 @@ impl Rewinder {
             }
             if let Ok(now) = super::plan::now_state(root, &rel) {
                 out.attr_changes
-                    .extend(now.attr_change(&t.path, &p, policy.as_root));
+                    .extend(now.attr_change(t.path.as_bytes(), &p, policy.as_root));
             }
             let mut target = Target::new(&rel, &p);
             target.apply = Apply::InPlace;
@@ -199,7 +198,12 @@ impl Rewinder {
         t: &Tracked,
     ) -> Result<Option<PreImage>, RewindError> {
         if t.checkpoint < c {
-            return self.state_of(one, hist, hist.lineage(&t.path), &t.path);
+            return self.state_of(
+                one,
+                hist,
+                hist.lineage(t.path.as_bytes()),
+                t.path.as_bytes(),
+            );
         }
         Ok(
             match t
@@ -208,7 +212,7 @@ impl Rewinder {
             {
                 Some(cap) if cap.pre.partial => {
                     let path = cap.path.clone();
-                    Some(self.materialize(one, hist, &cap, &path)?)
+                    Some(self.materialize(one, hist, &cap, path.as_bytes())?)
                 }
                 Some(cap) => Some(cap.pre),
                 None => None,

@@ -117,7 +117,7 @@ fn resolve_pending(
                     Err(_) if capture_exists(&conn.locked(), *id) => {}
                     Err(e) => tracing::error!(
                         "store: the pre-image of {} could not be hashed: {e}",
-                        String::from_utf8_lossy(path)
+                        path.as_path().display()
                     ),
                 }
             }
@@ -351,7 +351,7 @@ mod tests {
             let pre = a.pre_image();
             s.insert_capture(
                 k,
-                name.as_bytes(),
+                &crate::wspath::node(name.as_bytes()),
                 crate::store::Purpose::Checkpoint,
                 &pre,
                 Actor::Shell,
@@ -444,19 +444,26 @@ mod tests {
         let a = s
             .insert_capture(
                 k,
-                b"a",
+                &crate::wspath::node("a"),
                 crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Tool,
                 crate::store::Op::Create,
             )
             .unwrap();
-        s.track("s", b"a", k, a).unwrap();
-        s.insert_move(k, b"d", b"e", false, Actor::Shell).unwrap();
+        s.track("s", &crate::wspath::ws("a"), k, a).unwrap();
+        s.insert_move(
+            k,
+            &crate::wspath::ws(&b"d"[..]),
+            &crate::wspath::ws(&b"e"[..]),
+            false,
+            Actor::Shell,
+        )
+        .unwrap();
         let b = s
             .insert_capture(
                 k,
-                b"e/x",
+                &crate::wspath::node("e/x"),
                 crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Shell,
@@ -489,7 +496,7 @@ mod tests {
         let c = s
             .insert_capture(
                 k,
-                b"c",
+                &crate::wspath::node("c"),
                 crate::store::Purpose::Checkpoint,
                 &PreImage::absent(),
                 Actor::Shell,

@@ -20,6 +20,7 @@ use super::{
     now_ms,
 };
 use super::{BlobRef, Op, Purpose};
+use crate::wspath::{Node, WsPath};
 
 /// The columns [`row_capture`] reads, in its order.
 const CAPTURE_COLS: &str = "id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, partial, xattrs, \
@@ -60,7 +61,7 @@ impl Store {
     pub fn insert_capture(
         &self,
         checkpoint: i64,
-        path: &[u8],
+        path: &Node,
         purpose: Purpose,
         pre: &PreImage,
         actor: Actor,
@@ -72,7 +73,7 @@ impl Store {
             Record::Capture {
                 id,
                 checkpoint,
-                path: path.to_vec(),
+                path: path.clone(),
                 tool: purpose == Purpose::Tool,
                 pre: pre.clone(),
                 actor,
@@ -120,20 +121,20 @@ impl Store {
     }
 
     /// Records that another actor changed a path already captured in a checkpoint.
-    pub fn add_actor(&self, checkpoint: i64, path: &[u8], bits: u8) -> Result<()> {
+    pub fn add_actor(&self, checkpoint: i64, path: &Node, bits: u8) -> Result<()> {
         self.journal(|_| Record::Actors {
             checkpoint,
-            path: path.to_vec(),
+            path: path.clone(),
             bits,
         })
         .map(|_| ())
     }
 
     /// Marks a path as tracked (tool-changed) in a session, if it is not already.
-    pub fn track(&self, session: &str, path: &[u8], checkpoint: i64, capture: i64) -> Result<()> {
+    pub fn track(&self, session: &str, path: &WsPath, checkpoint: i64, capture: i64) -> Result<()> {
         self.journal(|_| Record::Track {
             session: session.to_string(),
-            path: path.to_vec(),
+            path: path.clone(),
             checkpoint,
             capture,
         })
@@ -162,7 +163,7 @@ impl Store {
     }
 
     /// The last checkpoint before `before` in which `path` was captured (changed), if any.
-    pub fn last_captured_before(&self, path: &[u8], before: i64) -> Result<Option<i64>> {
+    pub fn last_captured_before(&self, path: &WsPath, before: i64) -> Result<Option<i64>> {
         self.with(|c| {
             c.query_row(
                 "SELECT max(checkpoint) FROM captures WHERE path = ?1 AND checkpoint < ?2",
@@ -210,8 +211,8 @@ impl Store {
     pub fn insert_move(
         &self,
         checkpoint: i64,
-        src: &[u8],
-        dst: &[u8],
+        src: &WsPath,
+        dst: &WsPath,
         exchange: bool,
         actor: Actor,
     ) -> Result<()> {
@@ -221,8 +222,8 @@ impl Store {
             Record::Move {
                 seq,
                 checkpoint,
-                src: src.to_vec(),
-                dst: dst.to_vec(),
+                src: src.clone(),
+                dst: dst.clone(),
                 exchange,
                 // Every capture id handed out so far happened before this rename.
                 after_capture: p.next_capture - 1,
@@ -287,14 +288,15 @@ mod tests {
         };
         s.insert_capture(
             k,
-            b"a.txt",
+            &crate::wspath::node("a.txt"),
             crate::store::Purpose::Checkpoint,
             &pre,
             Actor::Shell,
             crate::store::Op::Write,
         )
         .unwrap();
-        s.add_actor(k, b"a.txt", Actor::Tool.bit()).unwrap();
+        s.add_actor(k, &crate::wspath::node("a.txt"), Actor::Tool.bit())
+            .unwrap();
         let caps = s.captures_from(k).unwrap();
         assert_eq!(caps.len(), 1);
         assert_eq!(caps[0].pre, pre);

@@ -163,7 +163,7 @@ mod tests {
             at: 1,
             checkpoint,
             op: crate::store::Op::parse(op),
-            path: path.as_bytes().to_vec(),
+            path: crate::wspath::node(path),
             actor: crate::store::Actor::Shell,
             pid,
             process: "sh".into(),
@@ -186,7 +186,7 @@ mod tests {
             (
                 e.seq,
                 e.op.as_str().to_string(),
-                String::from_utf8(e.path).unwrap(),
+                String::from_utf8(e.path.into_bytes()).unwrap(),
             )
         })
         .collect()

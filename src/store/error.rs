@@ -38,10 +38,31 @@ pub enum StoreError {
     /// Blob or directory I/O failed (the cause in the message only, as for `Sql`).
     #[error("store: {0}")]
     Io(std::io::Error),
+    /// A row names something that is not a place inside the workspace.
+    #[error("{0}")]
+    BadPath(BadStoredPath),
+}
+
+/// A path column whose bytes are not a workspace path (`.`, `..`, absolute, NUL): rewindfs
+/// never writes one, so the store was altered behind it. Read back by the path columns'
+/// `FromSql` (`sql.rs`), never handed on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the store names {:?} as a path, which is not a path inside the workspace ({why}); rewindfs never records such a path itself: the store was altered (`rewindfs fsck` checks it)",
+    crate::wire_path::encode(bytes)
+)]
+pub struct BadStoredPath {
+    pub bytes: Vec<u8>,
+    pub why: crate::wspath::PathError,
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
+        if let rusqlite::Error::FromSqlConversionFailure(_, _, cause) = &e {
+            if let Some(bad) = cause.downcast_ref::<BadStoredPath>() {
+                return StoreError::BadPath(bad.clone());
+            }
+        }
         StoreError::Sql(e)
     }
 }

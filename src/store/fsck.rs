@@ -96,7 +96,7 @@ fn check_journal_blobs(
                 pre: PreImage { blob: Some(h), .. },
                 path,
                 ..
-            } => (h, String::from_utf8_lossy(path).into_owned()),
+            } => (h, path.as_path().display().to_string()),
             Record::Range {
                 capture,
                 range:

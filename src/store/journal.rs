@@ -38,6 +38,7 @@ use std::sync::Arc;
 
 use super::BlobRef;
 use super::{Actor, Kind, LogEntry, PreImage, Range, RangeContent, Xattrs};
+use crate::wspath::{Node, WsPath};
 
 /// The journal's file names in the store directory (`FILES[0]` is the one older versions
 /// wrote alone).
@@ -50,7 +51,7 @@ pub enum Record {
     Capture {
         id: i64,
         checkpoint: i64,
-        path: Vec<u8>,
+        path: Node,
         /// `true`: purpose 'tool'; `false`: purpose 'checkpoint'.
         tool: bool,
         pre: PreImage,
@@ -61,13 +62,13 @@ pub enum Record {
     /// Another actor changed a path already captured in a checkpoint.
     Actors {
         checkpoint: i64,
-        path: Vec<u8>,
+        path: Node,
         bits: u8,
     },
     /// A tool's first change of a path in a session.
     Track {
         session: String,
-        path: Vec<u8>,
+        path: WsPath,
         checkpoint: i64,
         capture: i64,
     },
@@ -77,8 +78,8 @@ pub enum Record {
     Move {
         seq: i64,
         checkpoint: i64,
-        src: Vec<u8>,
-        dst: Vec<u8>,
+        src: WsPath,
+        dst: WsPath,
         exchange: bool,
         after_capture: i64,
         actor: Actor,
@@ -110,7 +111,8 @@ impl Enc {
     fn i64(&mut self, v: i64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn bytes(&mut self, v: &[u8]) {
+    fn bytes(&mut self, v: impl AsRef<[u8]>) {
+        let v = v.as_ref();
         self.0.extend_from_slice(&(v.len() as u32).to_le_bytes());
         self.0.extend_from_slice(v);
     }
@@ -136,6 +138,15 @@ impl<'a> Dec<'a> {
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         Some(a)
+    }
+    /// A path that may name the root; `None` (malformed) for one that names no place inside
+    /// the workspace.
+    fn node(&mut self) -> Option<Node> {
+        Node::parse(self.bytes()?).ok()
+    }
+    /// A path inside the workspace; `None` (malformed) otherwise.
+    fn ws(&mut self) -> Option<WsPath> {
+        WsPath::parse(self.bytes()?).ok()
     }
     fn u8(&mut self) -> Option<u8> {
         self.take(1).map(|b| b[0])
@@ -296,8 +307,8 @@ impl Record {
                 e.i64(l.at);
                 e.i64(l.checkpoint);
                 e.bytes(l.op.as_str().as_bytes());
-                e.bytes(&l.path);
-                e.opt(l.path2.as_deref());
+                e.bytes(l.path.as_bytes());
+                e.opt(l.path2.as_ref().map(WsPath::as_bytes));
                 e.bytes(l.actor.as_str().as_bytes());
                 e.i64(l.pid as i64);
                 e.bytes(l.process.as_bytes());
@@ -319,7 +330,7 @@ impl Record {
             1 => {
                 let id = d.i64()?;
                 let checkpoint = d.i64()?;
-                let path = d.bytes()?;
+                let path = d.node()?;
                 let tool = d.u8()? != 0;
                 let mut pre = PreImage {
                     imported: false,
@@ -368,20 +379,20 @@ impl Record {
             },
             2 => Record::Actors {
                 checkpoint: d.i64()?,
-                path: d.bytes()?,
+                path: d.node()?,
                 bits: d.u8()?,
             },
             3 => Record::Track {
                 session: d.string()?,
-                path: d.bytes()?,
+                path: d.ws()?,
                 checkpoint: d.i64()?,
                 capture: d.i64()?,
             },
             4 => Record::Move {
                 seq: d.i64()?,
                 checkpoint: d.i64()?,
-                src: d.bytes()?,
-                dst: d.bytes()?,
+                src: d.ws()?,
+                dst: d.ws()?,
                 exchange: d.u8()? != 0,
                 after_capture: d.i64()?,
                 actor: actor_of(d.u8()?)?,
@@ -393,8 +404,11 @@ impl Record {
                 at: d.i64()?,
                 checkpoint: d.i64()?,
                 op: super::Op::parse(&d.string()?),
-                path: d.bytes()?,
-                path2: d.opt()?,
+                path: d.node()?,
+                path2: match d.opt()? {
+                    Some(b) => Some(WsPath::parse(b).ok()?),
+                    None => None,
+                },
                 actor: Actor::parse(&d.string()?),
                 pid: d.i64()? as u32,
                 process: d.string()?,

@@ -16,6 +16,7 @@
 //! - [`Xattrs::encode`] is the form of `captures.xattrs` and of the journal's capture records:
 //!   it never changes either.
 
+use crate::wspath::{Node, WsPath};
 use serde::{Deserialize, Serialize};
 
 /// Who made a change.
@@ -300,7 +301,7 @@ pub enum RangeContent {
 pub struct Capture {
     pub id: i64,
     pub checkpoint: i64,
-    pub path: Vec<u8>,
+    pub path: Node,
     pub purpose: Purpose,
     pub pre: PreImage,
     pub actor: Actor,
@@ -671,8 +672,8 @@ pub struct CheckpointSummary {
 pub struct Move {
     pub seq: i64,
     pub checkpoint: i64,
-    pub src: Vec<u8>,
-    pub dst: Vec<u8>,
+    pub src: WsPath,
+    pub dst: WsPath,
     pub exchange: bool,
     /// Captures with an id up to this one happened before the rename.
     pub after_capture: i64,
@@ -686,8 +687,8 @@ pub struct LogEntry {
     pub at: i64,
     pub checkpoint: i64,
     pub op: Op,
-    pub path: Vec<u8>,
-    pub path2: Option<Vec<u8>>,
+    pub path: Node,
+    pub path2: Option<WsPath>,
     pub actor: Actor,
     pub pid: u32,
     pub process: String,
@@ -699,7 +700,7 @@ pub struct LogEntry {
 /// A file a tool changed in a session.
 #[derive(Debug, Clone)]
 pub struct Tracked {
-    pub path: Vec<u8>,
+    pub path: WsPath,
     pub checkpoint: i64,
     pub capture: Option<i64>,
 }

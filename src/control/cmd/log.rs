@@ -121,7 +121,7 @@ impl Log {
             None => None,
         };
         let (entries, total) = e.log(
-            rel.as_deref(),
+            rel.as_ref(),
             LogQuery {
                 path: None,
                 since_checkpoint: since,

@@ -1,8 +1,5 @@
 //! `show`: one path as it was when a checkpoint began, and a file's bytes.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-
 use serde::{Deserialize, Serialize};
 
 use super::Command;
@@ -118,7 +115,7 @@ impl Show {
         };
         let s = d.views.show(&self.user_message_id, &rel, want)?;
         let mut r = ShowReply::of(&s.entry);
-        r.path = shown(OsStr::as_bytes(rel.as_os_str()));
+        r.path = shown(rel.as_bytes());
         r.hash = s.hash;
         if s.content.is_some() {
             r.offset = self.offset;

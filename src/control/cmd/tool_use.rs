@@ -63,7 +63,8 @@ impl ToolUse {
         let rel = self
             .file_path
             .as_deref()
-            .and_then(|p| d.rel_to_workspace(p));
+            .and_then(|p| d.rel_to_workspace(p))
+            .map(|n| n.as_path().to_path_buf());
         d.turns.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,

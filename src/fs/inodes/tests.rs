@@ -3,6 +3,12 @@
 use super::*;
 use std::path::Path;
 
+use crate::wspath::Node;
+
+fn ws(p: &str) -> WsPath {
+    WsPath::parse(p).unwrap()
+}
+
 fn st(p: &Path) -> Stat {
     rustix::fs::lstat(p).unwrap()
 }
@@ -21,9 +27,9 @@ fn unlinking_the_primary_name_keeps_a_hard_link() {
     std::fs::hard_link(dir.path().join("o/tmp"), dir.path().join("o/obj")).unwrap();
     let b = t.lookup_link(o.ino, OsStr::new("obj"), &st(&dir.path().join("o/obj")));
     assert_eq!(a.ino, b.ino);
-    assert_eq!(t.aliases(a.ino), vec![PathBuf::from("o/obj")]);
+    assert_eq!(t.aliases(a.ino), vec![ws("o/obj")]);
     t.renamed(a.ino, (o.ino, OsStr::new("tmp")), None);
-    assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("o/obj"));
+    assert_eq!(t.path(a.ino).unwrap(), Node::from(ws("o/obj")));
     assert!(t.aliases(a.ino).is_empty());
     assert_eq!(t.child(o.ino, OsStr::new("tmp")), None);
     // The last name gone: the node has no path any more.
@@ -46,17 +52,17 @@ fn a_renamed_link_is_the_surviving_name() {
     // Looking the other name up moves the primary name to it; "a" stays a link.
     let b = t.lookup(ROOT, OsStr::new("b"), &st(&dir.path().join("b")));
     assert_eq!(a.ino, b.ino);
-    assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("b"));
-    assert_eq!(t.aliases(a.ino), vec![PathBuf::from("a")]);
+    assert_eq!(t.path(a.ino).unwrap(), Node::from(ws("b")));
+    assert_eq!(t.aliases(a.ino), vec![ws("a")]);
     std::fs::rename(dir.path().join("a"), dir.path().join("c")).unwrap();
     t.renamed(
         a.ino,
         (ROOT, OsStr::new("a")),
         Some((ROOT, OsStr::new("c"))),
     );
-    assert_eq!(t.aliases(a.ino), vec![PathBuf::from("c")]);
+    assert_eq!(t.aliases(a.ino), vec![ws("c")]);
     t.renamed(a.ino, (ROOT, OsStr::new("b")), None);
-    assert_eq!(t.path(a.ino).unwrap(), PathBuf::from("c"));
+    assert_eq!(t.path(a.ino).unwrap(), Node::from(ws("c")));
 }
 /// "No capabilities" read from the disk while a setxattr of them ran must not stick.
 #[test]
@@ -153,7 +159,7 @@ proptest::proptest! {
             (s.st_dev, s.st_ino)
         };
         // The names the table was told about, and the file each names.
-        let mut known: std::collections::HashMap<PathBuf, (u64, u64)> = Default::default();
+        let mut known: std::collections::HashMap<std::path::PathBuf, (u64, u64)> = Default::default();
         let mut serial = 0;
         for op in ops {
             match op {
@@ -248,8 +254,9 @@ proptest::proptest! {
             known.retain(|_, k| t.table.shared().id_of(*k).is_some());
             for (p, k) in &known {
                 let id = t.table.shared().id_of(*k).unwrap();
-                let mut all = t.aliases(id);
-                all.extend(t.path(id).ok());
+                let mut all: Vec<std::path::PathBuf> =
+                    t.aliases(id).iter().map(|a| a.as_path().to_path_buf()).collect();
+                all.extend(t.path(id).ok().map(|p| p.as_path().to_path_buf()));
                 proptest::prop_assert!(all.contains(p), "{:?} missing from {:?}", p, all);
             }
             for (d, dn) in dnode.iter().enumerate() {

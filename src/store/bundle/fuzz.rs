@@ -60,7 +60,7 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
     let id = s
         .insert_capture(
             c1,
-            b"src/a.txt",
+            &crate::wspath::node("src/a.txt"),
             Purpose::Checkpoint,
             &file,
             Actor::Tool,
@@ -69,7 +69,7 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
         .unwrap();
     s.insert_capture(
         c1,
-        b"src",
+        &crate::wspath::node("src"),
         Purpose::Checkpoint,
         &PreImage {
             kind: Kind::Dir,
@@ -82,7 +82,7 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
     .unwrap();
     s.insert_capture(
         c1,
-        b"link",
+        &crate::wspath::node("link"),
         Purpose::Checkpoint,
         &PreImage {
             kind: Kind::Symlink,
@@ -97,7 +97,7 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
     let partial = s
         .insert_capture(
             c1,
-            b"big.bin",
+            &crate::wspath::node("big.bin"),
             Purpose::Checkpoint,
             &PreImage {
                 kind: Kind::File,
@@ -119,9 +119,16 @@ fn seed_bundle(dir: &std::path::Path) -> Vec<u8> {
         },
     )
     .unwrap();
-    s.insert_move(c1, b"src", b"lib", false, Actor::Shell)
+    s.insert_move(
+        c1,
+        &crate::wspath::ws(&b"src"[..]),
+        &crate::wspath::ws(&b"lib"[..]),
+        false,
+        Actor::Shell,
+    )
+    .unwrap();
+    s.track("s", &crate::wspath::ws("src/a.txt"), c1, id)
         .unwrap();
-    s.track("s", b"src/a.txt", c1, id).unwrap();
     let _ = s.begin_checkpoint(
         "22222222-2222-4222-8222-222222222222",
         Some("s"),

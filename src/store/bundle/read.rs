@@ -8,6 +8,7 @@ use super::sign::{self, SIGNATURE, Trust};
 use super::staging::Staging;
 use super::*;
 use crate::store::{BlobRef, Store};
+use crate::wspath::WsPath;
 
 /// A reader that counts the bytes it has given.
 struct Counted<R> {
@@ -133,9 +134,10 @@ impl Staged {
     pub fn new_moves(&self) -> std::result::Result<Vec<crate::store::Move>, BundleError> {
         let mut out = Vec::new();
         self.db.each("moves", true, |r| {
-            if let (Some(seq), Some(src), Some(dst)) =
-                (r.int("seq"), r.bytes("src"), r.bytes("dst"))
-            {
+            // The bundle's paths were checked when it was staged (`check.rs`); one that is
+            // not a workspace path here is left out, never handed on.
+            let path = |col| r.bytes(col).and_then(|b| WsPath::parse(b).ok());
+            if let (Some(seq), Some(src), Some(dst)) = (r.int("seq"), path("src"), path("dst")) {
                 out.push(crate::store::Move {
                     seq,
                     checkpoint: r.int("checkpoint").unwrap_or(0),

@@ -7,7 +7,7 @@ fn samples() -> Vec<Record> {
         Record::Capture {
             id: 7,
             checkpoint: 3,
-            path: b"src/a\xff.rs".to_vec(),
+            path: crate::wspath::node(&b"src/a\xff.rs"[..]),
             tool: false,
             pre: PreImage {
                 imported: false,
@@ -31,7 +31,7 @@ fn samples() -> Vec<Record> {
         Record::Capture {
             id: 8,
             checkpoint: 3,
-            path: b"l".to_vec(),
+            path: crate::wspath::node(&b"l"[..]),
             tool: true,
             pre: PreImage {
                 imported: false,
@@ -45,7 +45,7 @@ fn samples() -> Vec<Record> {
         },
         Record::Actors {
             checkpoint: 3,
-            path: b"x".to_vec(),
+            path: crate::wspath::node(&b"x"[..]),
             bits: 6,
         },
         Record::Range {
@@ -66,15 +66,15 @@ fn samples() -> Vec<Record> {
         },
         Record::Track {
             session: "s".into(),
-            path: b"a".to_vec(),
+            path: crate::wspath::ws(&b"a"[..]),
             checkpoint: 3,
             capture: 8,
         },
         Record::Move {
             seq: 2,
             checkpoint: 3,
-            src: b"d".to_vec(),
-            dst: b"e/f".to_vec(),
+            src: crate::wspath::ws(&b"d"[..]),
+            dst: crate::wspath::ws(&b"e/f"[..]),
             exchange: true,
             after_capture: 8,
             actor: Actor::External,
@@ -85,8 +85,8 @@ fn samples() -> Vec<Record> {
             at: 1_700_000_000_001,
             checkpoint: 3,
             op: super::super::Op::Rename,
-            path: b"a\xff".to_vec(),
-            path2: Some(b"b".to_vec()),
+            path: crate::wspath::node(&b"a\xff"[..]),
+            path2: Some(crate::wspath::ws("b")),
             actor: Actor::Tool,
             pid: 4242,
             process: "claude".into(),
@@ -98,7 +98,7 @@ fn samples() -> Vec<Record> {
             at: 2,
             checkpoint: 3,
             op: super::super::Op::Write,
-            path: b"c".to_vec(),
+            path: crate::wspath::node(&b"c"[..]),
             path2: None,
             actor: Actor::Shell,
             pid: 1,
@@ -135,7 +135,7 @@ fn records_round_trip_and_a_torn_tail_is_ignored() {
 fn actors(n: u8) -> Record {
     Record::Actors {
         checkpoint: 1,
-        path: vec![b'a' + n],
+        path: crate::wspath::node(vec![b'a' + n]),
         bits: n,
     }
 }
