@@ -278,6 +278,33 @@ impl AsRef<Path> for Node {
     }
 }
 
+/// In JSON (a journalled plan, the helper's report): a string when the bytes are UTF-8, else
+/// an array of bytes; reading one checks it.
+impl serde::Serialize for WsPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => self.0.serialize(s),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WsPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<WsPath, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Text(String),
+            Bytes(Vec<u8>),
+        }
+        let b = match Either::deserialize(d)? {
+            Either::Text(t) => t.into_bytes(),
+            Either::Bytes(b) => b,
+        };
+        WsPath::parse(b).map_err(serde::de::Error::custom)
+    }
+}
+
 impl From<WsPath> for Node {
     fn from(p: WsPath) -> Node {
         Node::Path(p)

@@ -58,40 +58,40 @@ use crate::wspath::{Node, WsPath};
 #[derive(Debug, Default)]
 pub(super) struct Applied {
     /// Skipped by the safety check.
-    pub(super) skipped: HashSet<Vec<u8>>,
+    pub(super) skipped: HashSet<WsPath>,
     /// Skipped, nothing to do, or changed meanwhile: not changed by this rewind.
-    pub(super) untouched: HashSet<Vec<u8>>,
+    pub(super) untouched: HashSet<WsPath>,
     /// Changed by someone else since the rewind began, in the order met: left as they made
     /// them, or (those also in `partial`) as they made them over the rewind's first steps.
-    pub(super) meanwhile: Vec<Vec<u8>>,
+    pub(super) meanwhile: Vec<WsPath>,
     /// Partly restored: the rewind changed them (some of the content written, the file cut or
     /// emptied, a directory made or emptied), then a later step was refused because someone
     /// else changed them meanwhile. Also in `meanwhile`, never in `untouched`.
-    pub(super) partial: Vec<Vec<u8>>,
+    pub(super) partial: Vec<WsPath>,
 }
 
 impl Applied {
     /// `path` was changed by someone else since the rewind began: left alone.
-    pub(super) fn changed_meanwhile(&mut self, path: &[u8]) {
-        self.untouched.insert(path.to_vec());
+    pub(super) fn changed_meanwhile(&mut self, path: &WsPath) {
+        self.untouched.insert(path.clone());
         if !self.meanwhile.iter().any(|p| p == path) {
-            self.meanwhile.push(path.to_vec());
+            self.meanwhile.push(path.clone());
         }
     }
 
     /// `path` was changed by someone else after the rewind's first steps on it: partly
     /// restored.
-    pub(super) fn partly_changed_meanwhile(&mut self, path: &[u8]) {
+    pub(super) fn partly_changed_meanwhile(&mut self, path: &WsPath) {
         if !self.meanwhile.iter().any(|p| p == path) {
-            self.meanwhile.push(path.to_vec());
+            self.meanwhile.push(path.clone());
         }
         if !self.partial.iter().any(|p| p == path) {
-            self.partial.push(path.to_vec());
+            self.partial.push(path.clone());
         }
     }
 
     /// Whether a later pass must leave `path` alone: untouched, or partly restored.
-    pub(super) fn left(&self, path: &[u8]) -> bool {
+    pub(super) fn left(&self, path: &WsPath) -> bool {
         self.untouched.contains(path) || self.partial.iter().any(|p| p == path)
     }
 
@@ -277,7 +277,7 @@ pub(super) fn apply_in_place(
             Ok(false) => {
                 applied.untouched.insert(t.path.clone());
             }
-            Err(e) if tree.meanwhile(&e, &t.path, false) => {
+            Err(e) if tree.meanwhile(&e, t.path.as_bytes(), false) => {
                 if stepped.get() {
                     applied.partly_changed_meanwhile(&t.path);
                 } else {

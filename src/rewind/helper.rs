@@ -42,6 +42,7 @@ use super::{Planned, RewindError, Rewinder, live};
 use crate::capture::Watch;
 use crate::store::Blobs;
 use crate::sys;
+use crate::wspath::WsPath;
 
 /// The hidden subcommand that runs [`run_helper`].
 pub const SUBCOMMAND: &str = "__apply-rewind";
@@ -81,11 +82,11 @@ enum Message {
     Progress { steps: u64 },
     /// Applied; these were left alone (`partial`: partly restored, see [`Applied`]).
     Done {
-        skipped: Vec<Vec<u8>>,
-        untouched: Vec<Vec<u8>>,
-        meanwhile: Vec<Vec<u8>>,
+        skipped: Vec<WsPath>,
+        untouched: Vec<WsPath>,
+        meanwhile: Vec<WsPath>,
         #[serde(default)]
-        partial: Vec<Vec<u8>>,
+        partial: Vec<WsPath>,
     },
     /// Stopped at this failure (the paths before it are done), with its errno when a system
     /// call failed.

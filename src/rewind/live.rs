@@ -51,6 +51,7 @@ use super::{Differs, Planned, Target, attrs};
 use crate::capture::MEANWHILE;
 use crate::store::{Apply, Blobs, Kind};
 use crate::sys;
+use crate::wspath::WsPath;
 
 /// Applies the `planned` targets through the mount (`tree`), each as far as planning saw it
 /// differ, from the content planning handed over or else from its blob. `id` names the
@@ -100,7 +101,7 @@ struct Live<'a> {
     /// Directories known to be there (parents made or checked).
     dirs: HashSet<PathBuf>,
     /// Directories this apply made (their attributes are set whatever planning saw).
-    made: HashSet<Vec<u8>>,
+    made: HashSet<WsPath>,
     /// The current target's step has changed the tree (a byte written, the file cut, a
     /// child removed): a refusal after that leaves the target partly restored.
     stepped: Cell<bool>,
@@ -124,7 +125,7 @@ impl Live<'_> {
         self.tree.step();
         match r {
             Ok(()) => Ok(()),
-            Err(e) if self.tree.meanwhile(&e, &t.path, beneath) => {
+            Err(e) if self.tree.meanwhile(&e, t.path.as_bytes(), beneath) => {
                 if stepped || self.made.contains(&t.path) {
                     self.applied.partly_changed_meanwhile(&t.path);
                 } else {
@@ -162,7 +163,8 @@ impl Live<'_> {
                 match self.remove_tree(&child, dtype == libc::DT_DIR) {
                     Ok(()) => self.stepped.set(true),
                     Err(e) if self.tree.meanwhile(&e, child.as_os_str().as_bytes(), true) => {
-                        self.applied.changed_meanwhile(child.as_os_str().as_bytes());
+                        self.applied
+                            .changed_meanwhile(&WsPath::parse(child.as_os_str().as_bytes())?);
                         kept = true;
                     }
                     Err(e) => return Err(e),

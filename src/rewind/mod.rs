@@ -145,15 +145,6 @@ fn bad_path(p: &[u8]) -> RewindError {
     ))
 }
 
-/// Every target is a path inside the workspace, never the workspace itself: the last check
-/// before a plan is journalled or applied.
-fn check_targets<'a>(targets: impl IntoIterator<Item = &'a Target>) -> Result<(), RewindError> {
-    match targets.into_iter().find(|t| !WsPath::is_valid(&t.path)) {
-        Some(t) => Err(bad_path(&t.path)),
-        None => Ok(()),
-    }
-}
-
 /// Actor bits whose changes a scope restores (for agent/all).
 fn inside(scope: Scope) -> u8 {
     match scope {
@@ -301,9 +292,9 @@ pub use crate::store::PlanTarget as Target;
 impl Target {
     /// The target that gives `path` the state `pre` (a special file keeps its device number
     /// in the pre-image's `size`).
-    fn new(path: &Path, pre: &PreImage) -> Target {
+    fn new(path: &WsPath, pre: &PreImage) -> Target {
         Target {
-            path: path.as_os_str().as_bytes().to_vec(),
+            path: path.clone(),
             kind: pre.kind,
             blob: pre.blob.clone(),
             mode: pre.mode,
@@ -318,7 +309,7 @@ impl Target {
 
     /// The path, for the `*at` calls beneath the root fd.
     fn rel(&self) -> &Path {
-        Path::new(OsStr::from_bytes(&self.path))
+        Path::new(OsStr::from_bytes(self.path.as_bytes()))
     }
 
     fn kind(&self) -> Kind {

@@ -70,6 +70,6 @@ pub(super) fn run(mut order: Vec<Step<'_>>, steps: &mut impl Steps) -> io::Resul
 }
 
 /// How deep a path lies: its number of separators (the root's entries are 0).
-pub(super) fn depth(p: &[u8]) -> usize {
-    p.iter().filter(|b| **b == b'/').count()
+pub(super) fn depth(p: impl AsRef<[u8]>) -> usize {
+    p.as_ref().iter().filter(|b| **b == b'/').count()
 }

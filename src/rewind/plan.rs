@@ -59,7 +59,6 @@ impl Rewinder {
         filter: &Filter,
     ) -> Result<Outcome, RewindError> {
         let hist = History::load(&self.g.store, c)?;
-        refuse_bad_paths(&hist)?;
         if req.dry_run {
             // A look writes nothing to the store: what it puts together stays in memory until
             // `discard`.
@@ -103,7 +102,6 @@ impl Rewinder {
         }
         out.conflicts.sort();
         refuse_on_conflicts(req, &mut out);
-        super::check_targets(out.targets())?;
         Ok(out)
     }
 
@@ -220,7 +218,10 @@ impl Rewinder {
         let root = self.g.root();
         let mut inline_budget = INLINE_TOTAL;
         for (p, mut target) in wanted {
-            let rel = Path::new(OsStr::from_bytes(&p));
+            // Where a plan's target gets its type: every name history gives is a path inside
+            // the workspace (the store checks each row it reads), the root left out above.
+            let path = WsPath::parse(p.clone()).map_err(|_| super::bad_path(&p))?;
+            let rel = path.as_path();
             let now = now_state(root, rel)?;
             // What history from elsewhere may not grant is taken out before anything is
             // compared: the rewind neither applies nor counts it, and says so.
@@ -264,7 +265,7 @@ impl Rewinder {
                 }
                 fits
             });
-            let mut t = Target::new(rel, &target);
+            let mut t = Target::new(&path, &target);
             if target.kind == Kind::File && t.blob.is_none() {
                 t.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));
             }
@@ -351,24 +352,6 @@ fn other_names(hist: &History, candidates: &HashSet<Vec<u8>>) -> HashSet<Vec<u8>
         }
     }
     named
-}
-
-/// Refuses a history that names a path which is not inside the workspace (`.`, `..`, an
-/// absolute path; the empty path is the workspace itself, which planning leaves alone): such a
-/// row never comes from this daemon's own captures, and an import refuses it, so the store was
-/// altered. Nothing is planned then, let alone changed.
-fn refuse_bad_paths(hist: &History) -> Result<(), RewindError> {
-    let names = hist.by_path.keys().map(Vec::as_slice).chain(
-        hist.moves
-            .iter()
-            .flat_map(|m| [m.src.as_bytes(), m.dst.as_bytes()]),
-    );
-    for p in names {
-        if !p.is_empty() && !WsPath::is_valid(p) {
-            return Err(super::bad_path(p));
-        }
-    }
-    Ok(())
 }
 
 /// Scope `agent` refuses to rewind over changes someone else also made (docs/design.md §2) unless

@@ -177,7 +177,7 @@ proptest! {
             planned.sort();
             prop_assert_eq!(&planned, &differ, "checkpoint {} after {:?}", uuid, turns);
             for p in &out.planned {
-                let path = String::from_utf8(p.target.path.clone()).unwrap();
+                let path = p.target.path.to_string();
                 let want = then.get(&path);
                 match p.target.kind {
                     Kind::Absent => prop_assert_eq!(want, None, "{}", path),

@@ -37,7 +37,7 @@ use super::{Outcome, Planned, RewindError, Rewinder, Target};
 use crate::capture::Watch;
 use crate::locks::Locked;
 use crate::store::{Actor, Apply, Kind, RewindScope, RewindState};
-use crate::wspath::beneath;
+use crate::wspath::{WsPath, beneath};
 
 impl Rewinder {
     /// Applies a planned rewind through the mount, journalled, under a new checkpoint of the
@@ -56,7 +56,6 @@ impl Rewinder {
         if let Some(d) = crate::faults::pause_planned() {
             std::thread::sleep(d);
         }
-        super::check_targets(out.targets())?;
         // No other checkpoint begins until the rewind is applied (`_applying` is held to the
         // end): undo reads what the rewind overwrote from its own checkpoint alone.
         let (seq, _applying) = self.g.recorder.begin_rewind(id)?;
@@ -65,7 +64,7 @@ impl Rewinder {
         let mut todo: Vec<&Planned> = Vec::with_capacity(out.planned.len());
         for p in &out.planned {
             let t = &p.target;
-            if watch.changed(&t.path, t.kind != Kind::Dir) {
+            if watch.changed(t.path.as_bytes(), t.kind != Kind::Dir) {
                 applied.changed_meanwhile(&t.path);
             } else {
                 todo.push(p);
@@ -112,7 +111,7 @@ impl Rewinder {
             .map(|p| &p.target)
             .collect();
         ahead.sort_by_key(|t| (t.apply == Apply::InPlace, depth(&t.path)));
-        let paths: Vec<&[u8]> = ahead.iter().map(|t| t.path.as_slice()).collect();
+        let paths: Vec<&[u8]> = ahead.iter().map(|t| t.path.as_bytes()).collect();
         let stop = AtomicBool::new(false);
         let (done, ahead) = std::thread::scope(|s| {
             let taking = s.spawn(|| self.g.recorder.precapture(watch, &paths, &stop));
@@ -166,24 +165,20 @@ impl Rewinder {
 
     /// Finishes one interrupted rewind (see [`Rewinder::recover`]).
     fn finish(&self, one: &mut One<'_>, r: &crate::store::RewindRow) -> Result<(), RewindError> {
-        let mut targets = Target::parse_plan(&r.plan).map_err(|e| {
+        let (targets, bad) = Target::parse_plan(&r.plan).map_err(|e| {
             RewindError::Failed(format!("the plan of rewind {} does not parse: {e}", r.id))
         })?;
         // A journalled plan never names a path outside the workspace (it was checked
         // before it was journalled); one that does was altered, and is left out rather
         // than applied or allowed to stop every later mount.
-        targets.retain(|t| {
-            let ok = crate::wspath::WsPath::is_valid(&t.path);
-            if !ok {
-                tracing::error!(
-                    "rewind {}: its journalled plan names {:?}, which is not a path inside the \
-                     workspace: left out",
-                    r.id,
-                    crate::wire_path::encode(&t.path)
-                );
-            }
-            ok
-        });
+        for p in bad {
+            tracing::error!(
+                "rewind {}: its journalled plan names {:?}, which is not a path inside the \
+                 workspace: left out",
+                r.id,
+                crate::wire_path::encode(&p)
+            );
+        }
         let since = self.changed_since(r.checkpoint, &targets)?;
         tracing::warn!(
             "finishing rewind {} interrupted by a crash ({} paths{})",
@@ -227,7 +222,7 @@ impl Rewinder {
     /// anyone else: another actor (in its checkpoint or later), or a later rewind, undo or redo
     /// (its own checkpoint's captures). Recovery's own captures (actor `rewind`, in the
     /// rewind's own checkpoint) do not count: a recovery cut short is finished by the next.
-    fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<Vec<u8>>, RewindError> {
+    fn changed_since(&self, own: i64, targets: &[Target]) -> Result<HashSet<WsPath>, RewindError> {
         let hist = History::load(&self.g.store, own)?;
         let rewinds: HashSet<i64> = self
             .g
@@ -246,16 +241,14 @@ impl Rewinder {
         };
         let mut out = HashSet::new();
         for t in targets {
-            // The root's own target is its attributes: no rename is related to those.
-            let moved = !t.path.is_empty()
-                && hist.moves.iter().any(|m| {
-                    [&m.src, &m.dst]
-                        .into_iter()
-                        .any(|d| *d == t.path || beneath(&t.path, d) || beneath(d, &t.path))
-                });
+            let moved = hist.moves.iter().any(|m| {
+                [&m.src, &m.dst]
+                    .into_iter()
+                    .any(|d| *d == t.path || beneath(&t.path, d) || beneath(d, &t.path))
+            });
             let below =
                 t.kind != Kind::Dir && hist.by_path.keys().any(|p| beneath(p, &t.path) && other(p));
-            if other(&t.path) || moved || below {
+            if other(t.path.as_bytes()) || moved || below {
                 out.insert(t.path.clone());
             }
         }
@@ -264,7 +257,7 @@ impl Rewinder {
 }
 
 /// Up to ten of `paths`, for a log line.
-fn shown(paths: &HashSet<Vec<u8>>) -> String {
+fn shown(paths: &HashSet<WsPath>) -> String {
     let mut v: Vec<String> = paths.iter().map(|p| crate::wire_path::encode(p)).collect();
     v.sort();
     let more = v.len().saturating_sub(10);

@@ -51,7 +51,7 @@ impl Rewinder {
         let mut needed = SLACK;
         let mut files = 0u64;
         for t in targets {
-            let rel = Path::new(OsStr::from_bytes(&t.path));
+            let rel = Path::new(OsStr::from_bytes(t.path.as_bytes()));
             let Ok(Some(st)) = sys::lstat_beneath_opt(self.g.root(), rel) else {
                 continue;
             };

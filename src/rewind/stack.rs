@@ -268,9 +268,12 @@ fn changed_by_others<'a>(
         *found.entry(crate::wire_path::encode(p)).or_default() |= bits;
     };
     for t in targets {
-        let bits = hist.by_path.get(&t.path).map_or(0, |caps| bits_of(caps));
+        let bits = hist
+            .by_path
+            .get(t.path.as_bytes())
+            .map_or(0, |caps| bits_of(caps));
         if bits != 0 {
-            note(&t.path, bits);
+            note(t.path.as_bytes(), bits);
         }
         // A path that goes or changes kind takes everything beneath it with it.
         if t.kind() != Kind::Dir {
@@ -284,13 +287,9 @@ fn changed_by_others<'a>(
             }
         }
         for m in hist.moves.iter().filter(|m| m.actor != Actor::Rewind) {
-            // The root's own target is its attributes: no rename is related to those.
-            let related = |d: &[u8]| {
-                !t.path.is_empty()
-                    && (d == t.path.as_slice() || beneath(&t.path, d) || beneath(d, &t.path))
-            };
+            let related = |d: &[u8]| *d == t.path || beneath(&t.path, d) || beneath(d, &t.path);
             if related(m.src.as_bytes()) || related(m.dst.as_bytes()) {
-                note(&t.path, m.actor.bit());
+                note(t.path.as_bytes(), m.actor.bit());
             }
         }
     }

@@ -173,7 +173,7 @@ impl Rewinder {
                 out.attr_changes
                     .extend(now.attr_change(t.path.as_bytes(), &p, policy.as_root));
             }
-            let mut target = Target::new(&rel, &p);
+            let mut target = Target::new(&t.path, &p);
             target.apply = Apply::InPlace;
             if target.kind == Kind::File && target.blob.is_none() {
                 target.blob = Some(BlobRef::hash(crate::store::blobs::empty_hash()));

@@ -331,7 +331,8 @@ impl Store {
                 ))
             })?;
             out.extend(
-                plan.into_iter()
+                plan.0
+                    .into_iter()
                     .filter_map(|t| t.blob)
                     .map(|b| b.to_string()),
             );
@@ -629,7 +630,9 @@ mod tests {
         );
         // What the engine journals now (the path as a string) reads back the same way.
         let written = serde_json::to_string(
-            &PlanTarget::parse_plan(&plan.replace("{hash}", blob.as_str())).unwrap(),
+            &PlanTarget::parse_plan(&plan.replace("{hash}", blob.as_str()))
+                .unwrap()
+                .0,
         )
         .unwrap();
         assert_eq!(
@@ -637,9 +640,9 @@ mod tests {
             plan.replace("{hash}", blob.as_str())
                 .replace("[97]", "\"a\"")
         );
-        let again = PlanTarget::parse_plan(&written).unwrap();
+        let again = PlanTarget::parse_plan(&written).unwrap().0;
         assert!(
-            again[0].path == b"a"
+            again[0].path == b"a"[..]
                 && again[0].blob.as_ref().map(BlobRef::as_str) == Some(blob.as_str())
         );
     }

@@ -530,9 +530,9 @@ impl RewindState {
 /// after a crash, and gc keeps every blob it names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanTarget {
-    /// Workspace-relative path, as bytes (journalled as a string when it is UTF-8).
-    #[serde(with = "path_bytes")]
-    pub path: Vec<u8>,
+    /// The path restored: inside the workspace, never the workspace itself (journalled as a
+    /// string when it is UTF-8, else as bytes).
+    pub path: WsPath,
     /// What it should be: absent, file, dir, symlink or other.
     pub kind: Kind,
     /// A file's content; always set for a file (the empty blob for an empty one).
@@ -580,12 +580,27 @@ impl Apply {
 }
 
 impl PlanTarget {
-    /// Reads a journalled plan.
+    /// Reads a journalled plan: its targets, and apart the paths of those whose path is not a
+    /// path inside the workspace. rewindfs checks every target before it journals a plan, so
+    /// such a target means the journal was altered; it is left out (and said) rather than
+    /// applied, or allowed to stop every later mount.
     ///
     /// # Errors
     /// The plan is not a JSON array of targets (it was written by another build, or damaged).
-    pub fn parse_plan(plan: &str) -> serde_json::Result<Vec<PlanTarget>> {
-        serde_json::from_str(plan)
+    pub fn parse_plan(plan: &str) -> serde_json::Result<(Vec<PlanTarget>, Vec<Vec<u8>>)> {
+        let raw: Vec<serde_json::Value> = serde_json::from_str(plan)?;
+        let (mut targets, mut bad) = (Vec::with_capacity(raw.len()), Vec::new());
+        for v in raw {
+            let path = v
+                .get("path")
+                .cloned()
+                .map(|p| serde_json::from_value::<PathBytes>(p).map(|b| b.0));
+            match path {
+                Some(Ok(p)) if !WsPath::is_valid(&p) => bad.push(p),
+                _ => targets.push(serde_json::from_value(v)?),
+            }
+        }
+        Ok((targets, bad))
     }
 }
 
@@ -781,6 +796,10 @@ pub fn optional_message_id<'de, D: serde::Deserializer<'de>>(
     struct Id(#[serde(deserialize_with = "message_id")] String);
     Ok(Option::<Id>::deserialize(d)?.map(|Id(s)| s))
 }
+
+/// A path's bytes as [`path_bytes`] reads them.
+#[derive(Deserialize)]
+struct PathBytes(#[serde(with = "path_bytes")] Vec<u8>);
 
 /// A path's bytes in JSON: a string when they are UTF-8 (a third of the size of an array of
 /// numbers), else the array; both are read.
