@@ -332,6 +332,11 @@ pub(crate) fn ws(p: impl Into<Vec<u8>>) -> WsPath {
     WsPath::parse(p).expect("a valid test path")
 }
 
+/// Key `p` as the path the `*at` calls beneath the workspace's fd take (empty for the root).
+pub fn key_path(p: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(p))
+}
+
 /// Whether key `p` lies strictly beneath key `dir` (everything but the root lies beneath the
 /// root; `a/b` beneath `a`, but not `ab` nor `a` itself).
 pub fn beneath(p: impl AsRef<[u8]>, dir: impl AsRef<[u8]>) -> bool {

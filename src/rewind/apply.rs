@@ -639,7 +639,7 @@ fn write_temp(root: BorrowedFd<'_>, store: &Store, tmp: &Path, t: &Target) -> io
         Kind::Symlink => {
             let _ = sys::unlinkat(root, tmp, false);
             let target = t.target.clone().unwrap_or_default();
-            sys::symlinkat(Path::new(OsStr::from_bytes(&target)), root, tmp)?;
+            sys::symlinkat(crate::wspath::key_path(&target), root, tmp)?;
             if sys::geteuid() == 0 {
                 let _ = sys::lchownat(root, tmp, Some(t.uid), Some(t.gid));
             }

@@ -23,7 +23,6 @@
 //!   imported history. A failure removes what it stored.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -256,7 +255,7 @@ impl Views {
     ) -> Result<Vec<NowRow>, RewindError> {
         let mut out = Vec::with_capacity(names.len());
         for p in names {
-            let rel = Path::new(OsStr::from_bytes(p));
+            let rel = crate::wspath::key_path(p);
             let mut c = Map::new();
             c.insert("path".into(), blob_value(p));
             // No change caused it: its op is `write`, as a rewind's own captures record theirs.
@@ -390,7 +389,7 @@ impl Views {
             let root = self.g.root();
             let store = &self.g.store;
             let mut read = |p: &[u8]| -> io::Result<PreImage> {
-                let pre = snapshot(root, Path::new(OsStr::from_bytes(p)), store)?;
+                let pre = snapshot(root, crate::wspath::key_path(p), store)?;
                 stored.extend(pre.blob.clone());
                 Ok(pre)
             };

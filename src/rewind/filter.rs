@@ -7,9 +7,6 @@
 //! set admits only its own members, so an undo touches nothing its rewind did not.
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
 use super::RewindError;
 use crate::wspath::beneath;
@@ -90,7 +87,7 @@ impl Filter {
         }
         let Some(set) = &self.set else { return true };
         self.prefixes.iter().any(|x| p == &x[..] || beneath(p, x))
-            || set.is_match(Path::new(OsStr::from_bytes(p)))
+            || set.is_match(crate::wspath::key_path(p))
     }
 }
 

@@ -24,7 +24,6 @@
 //!   or missing is removed again and the fork fails, naming it.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::io::{self, Read as _};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -226,7 +225,7 @@ impl Views {
                     let target = e.target.clone().unwrap_or_default();
                     let (parent, name) = parent_beneath(out, &rel).map_err(what)?;
                     sys::symlinkat(
-                        Path::new(OsStr::from_bytes(&target)),
+                        crate::wspath::key_path(&target),
                         parent.as_fd(),
                         Path::new(name),
                     )
@@ -369,7 +368,7 @@ impl Views {
         };
         match &e.source {
             Source::Tree(at) => {
-                let rel = Path::new(OsStr::from_bytes(at));
+                let rel = crate::wspath::key_path(at);
                 copy_from(sys::open_beneath(
                     self.g.root(),
                     rel,
@@ -426,7 +425,7 @@ impl Views {
             if matches!(kinds, (Kind::Dir, Kind::Absent) | (Kind::Absent, Kind::Dir)) {
                 continue;
             }
-            let rel = Path::new(OsStr::from_bytes(p));
+            let rel = crate::wspath::key_path(p);
             let sb = match b {
                 Some(s) if s.kind == Kind::File => {
                     let fd = sys::open_beneath(there.as_fd(), rel, OFlags::RDONLY, 0)?;

@@ -37,7 +37,6 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -383,7 +382,7 @@ impl Live<'_> {
             Kind::Symlink => {
                 let _ = sys::unlinkat(dir, tmp, false);
                 let target = t.target.clone().unwrap_or_default();
-                sys::symlinkat(Path::new(OsStr::from_bytes(&target)), dir, tmp)?;
+                sys::symlinkat(crate::wspath::key_path(&target), dir, tmp)?;
                 if root {
                     let _ = sys::lchownat(dir, tmp, Some(t.uid), Some(t.gid));
                 }

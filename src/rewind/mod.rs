@@ -94,10 +94,8 @@ mod space;
 mod stack;
 mod tool;
 
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -309,7 +307,7 @@ impl Target {
 
     /// The path, for the `*at` calls beneath the root fd.
     fn rel(&self) -> &Path {
-        Path::new(OsStr::from_bytes(self.path.as_bytes()))
+        self.path.as_path()
     }
 
     fn kind(&self) -> Kind {

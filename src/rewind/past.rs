@@ -25,7 +25,6 @@
 //!   missing blob is an error naming the path and the checkpoint, never shown as the past.
 
 use std::collections::{BTreeSet, HashMap};
-use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -98,7 +97,7 @@ impl Entry {
 
     /// The path for the `*at` calls (`.` for the workspace itself).
     pub fn rel(&self) -> &Path {
-        Path::new(OsStr::from_bytes(&self.path))
+        crate::wspath::key_path(&self.path)
     }
 
     /// The entry a complete pre-image gives (`None` for absent).
@@ -243,7 +242,7 @@ impl Views {
 
     /// `q`, unchanged since the checkpoint, as the present tree has it at `at`.
     fn entry_now(&self, q: &[u8], at: Vec<u8>) -> io::Result<Option<Entry>> {
-        let rel = Path::new(OsStr::from_bytes(&at));
+        let rel = crate::wspath::key_path(&at);
         let Some(st) = sys::lstat_beneath_opt(self.g.root(), rel)? else {
             return Ok(None);
         };
@@ -280,9 +279,7 @@ impl Views {
             Source::Tree(at) if at.is_empty() => {
                 super::attrs::read_at(self.g.root(), Path::new("."))
             }
-            Source::Tree(at) => {
-                super::attrs::read_at(self.g.root(), Path::new(OsStr::from_bytes(at)))
-            }
+            Source::Tree(at) => super::attrs::read_at(self.g.root(), crate::wspath::key_path(at)),
             _ => e.xattrs.clone(),
         }
     }
@@ -297,7 +294,7 @@ impl Views {
         let mut names: BTreeSet<Vec<u8>> =
             past.by_parent.get(&dir.path).cloned().unwrap_or_default();
         let mut list = |at: &[u8]| -> io::Result<()> {
-            let rel = Path::new(OsStr::from_bytes(at));
+            let rel = crate::wspath::key_path(at);
             let fd = match sys::open_beneath(
                 self.g.root(),
                 rel,
@@ -353,7 +350,7 @@ impl Views {
             ),
             Source::Chain(c, at) => Box::new(self.g.chain(&past.hist, c, at, &unreadable)?),
             Source::Tree(at) if e.kind == Kind::File => {
-                let rel = Path::new(OsStr::from_bytes(at));
+                let rel = crate::wspath::key_path(at);
                 let fd =
                     sys::open_beneath(self.g.root(), rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
                         .map_err(|err| sys::ctx(err, format!("opening {}", rel.display())))?;

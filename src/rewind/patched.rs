@@ -16,11 +16,8 @@
 //!   per checkpoint), and the chain costs one pass over the file.
 //! - A saved range whose bytes are not `length` long is an error, never a silently short file.
 
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
 use rustix::fs::OFlags;
 
@@ -109,7 +106,7 @@ impl Ground {
                 Lineage::Partial(next, next_at) => (cur, cur_at) = (next, next_at),
                 Lineage::Pre(p) => break self.blob_base(&p).map_err(unusable)?,
                 Lineage::Current(now) => {
-                    let rel = Path::new(OsStr::from_bytes(&now));
+                    let rel = crate::wspath::key_path(&now);
                     break match sys::open_beneath(
                         self.root(),
                         rel,

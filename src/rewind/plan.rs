@@ -19,7 +19,6 @@
 //!   order, and the outcome's `files_changed` and `conflicts` are sorted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -172,7 +171,7 @@ impl Rewinder {
             Lineage::Current(at) if at == q => None,
             // Moved elsewhere and unchanged since: its content is there.
             Lineage::Current(at) => {
-                let rel = Path::new(OsStr::from_bytes(&at));
+                let rel = crate::wspath::key_path(&at);
                 if one.looking() {
                     return Ok(Some(self.look_now(one, rel)?));
                 }

@@ -8,10 +8,6 @@
 //! whole (a pre-image equal to a blob the store has costs nothing, and a reflink nothing either,
 //! but neither is known without reading), in whole blocks, plus room for the rows.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-
 use super::{Rewinder, Target};
 use crate::store::Kind;
 use crate::store::gc::human_bytes;
@@ -51,7 +47,7 @@ impl Rewinder {
         let mut needed = SLACK;
         let mut files = 0u64;
         for t in targets {
-            let rel = Path::new(OsStr::from_bytes(t.path.as_bytes()));
+            let rel = t.path.as_path();
             let Ok(Some(st)) = sys::lstat_beneath_opt(self.g.root(), rel) else {
                 continue;
             };
