@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
 
-use crate::config::{
-    DEFAULT_MAX_AGE, DEFAULT_MAX_STORE_BYTES, DEFAULT_RANGE_CAPTURE_MIN, IoUring, MountRequest,
-    Retention, parse_size,
-};
+use crate::config::{DEFAULT_RANGE_CAPTURE_MIN, IoUring, MountRequest};
+use crate::retention::{DEFAULT_MAX_AGE, DEFAULT_MAX_STORE_BYTES, Retention};
 use crate::store::Scope;
+use crate::units::parse_size;
 
 /// A rewind scope's name on the command line, parsed into its value (clap stays in this file:
 /// the store's `Scope` knows nothing of it).

@@ -1,5 +1,5 @@
-//! The validated configuration the daemon runs with, and the parsing of the values it is made
-//! of (sizes, ages, the default store). No clap type appears here: `cli` parses the command
+//! The validated configuration the daemon runs with, and the default store and trust file.
+//! Sizes and ages are parsed in `units`, retention limits are `retention::Retention`. No clap type appears here: `cli` parses the command
 //! line and builds these.
 
 use std::path::PathBuf;
@@ -42,114 +42,13 @@ pub struct MountConfig {
     pub io_uring: IoUring,
     pub agent_pid: Option<u32>,
     pub sync: bool,
-    pub retention: Retention,
+    pub retention: crate::retention::Retention,
     /// Files larger than this get range pre-images (`u64::MAX`: none do).
     pub range_capture_min: u64,
 }
 
 /// The default size above which files get range pre-images.
 pub const DEFAULT_RANGE_CAPTURE_MIN: &str = "1M";
-
-/// The default store budget.
-pub const DEFAULT_MAX_STORE_BYTES: &str = "10G";
-/// The default age limit.
-pub const DEFAULT_MAX_AGE: &str = "30d";
-
-/// Store retention limits (`None`: no limit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    pub max_bytes: Option<u64>,
-    pub max_age: Option<Duration>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention::parse(DEFAULT_MAX_STORE_BYTES, DEFAULT_MAX_AGE).expect("valid defaults")
-    }
-}
-
-impl Retention {
-    /// Parses `--max-store-bytes` and `--max-age`.
-    ///
-    /// # Errors
-    /// A message naming the bad value.
-    pub fn parse(bytes: &str, age: &str) -> anyhow::Result<Retention> {
-        Ok(Retention {
-            max_bytes: parse_size(bytes)?,
-            max_age: parse_age(age)?,
-        })
-    }
-
-    pub fn policy(&self) -> crate::store::gc::Policy {
-        crate::store::gc::Policy {
-            max_bytes: self.max_bytes,
-            max_age_ms: self
-                .max_age
-                .map(|d| d.as_millis().min(i64::MAX as u128) as i64),
-        }
-    }
-}
-
-/// `1234`, `500K`, `500M`, `1.5G`, `2T` (powers of 1024); `0` or `none` is no limit.
-///
-/// # Errors
-/// A message naming the value.
-pub fn parse_size(s: &str) -> anyhow::Result<Option<u64>> {
-    let t = s.trim();
-    if t == "0" || t.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let unit = t[i..].to_ascii_uppercase();
-            let mult: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
-                "" => 1,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                _ => bail!("size {s:?}: unknown unit (use K, M, G or T)"),
-            };
-            (&t[..i], mult)
-        }
-        None => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("size {s:?} is not a number with an optional K/M/G/T"))?;
-    if !n.is_finite() || n < 0.0 {
-        bail!("size {s:?} must be a non-negative number");
-    }
-    Ok(Some((n * mult as f64) as u64).filter(|b| *b > 0))
-}
-
-/// `90s`, `30m`, `12h`, `30d`, `2w` (a bare number is seconds); `0` or `none` is no limit.
-///
-/// # Errors
-/// A message naming the value.
-pub fn parse_age(s: &str) -> anyhow::Result<Option<Duration>> {
-    let t = s.trim();
-    if t == "0" || t.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    let (num, mult) = match t.chars().last() {
-        Some('s') => (&t[..t.len() - 1], 1),
-        Some('m') => (&t[..t.len() - 1], 60),
-        Some('h') => (&t[..t.len() - 1], 3600),
-        Some('d') => (&t[..t.len() - 1], 86_400),
-        Some('w') => (&t[..t.len() - 1], 7 * 86_400),
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("age {s:?} is not a number with an optional s/m/h/d/w"))?;
-    if !n.is_finite() || n < 0.0 {
-        bail!("age {s:?} must be a non-negative number");
-    }
-    Ok(Some(Duration::from_secs_f64(n * mult as f64)).filter(|d| !d.is_zero()))
-}
 
 /// The trust file (signed history's policy and keys, `store/bundle/sign.rs`): `$REWINDFS_TRUST`,
 /// else `$XDG_CONFIG_HOME/rewindfs/trust`, else `~/.config/rewindfs/trust`; `None` with no home
@@ -220,7 +119,7 @@ pub struct MountRequest {
     pub io_uring: IoUring,
     pub agent_pid: Option<u32>,
     pub sync: bool,
-    pub retention: Retention,
+    pub retention: crate::retention::Retention,
     /// Files larger than this get range pre-images (`u64::MAX`: none do).
     pub range_capture_min: u64,
 }
@@ -238,7 +137,7 @@ impl MountRequest {
             io_uring: IoUring::Auto,
             agent_pid: None,
             sync: false,
-            retention: Retention::default(),
+            retention: crate::retention::Retention::default(),
             range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
         }
     }
@@ -351,30 +250,5 @@ impl MountConfig {
             .with_context(|| format!("creating store {}", self.store.display()))?;
         crate::store::private::secure(&self.store, false)?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_and_ages_parse_with_units_and_bad_ones_are_named() {
-        assert_eq!(parse_size("10G").unwrap(), Some(10 << 30));
-        assert_eq!(parse_size("1.5M").unwrap(), Some(3 << 19));
-        assert_eq!(parse_size("500mib").unwrap(), Some(500 << 20));
-        assert_eq!(parse_size("4096").unwrap(), Some(4096));
-        assert_eq!(parse_size("0").unwrap(), None);
-        assert_eq!(parse_size("none").unwrap(), None);
-        assert!(parse_size("12Q").unwrap_err().to_string().contains("12Q"));
-        assert!(parse_size("-1G").is_err());
-        assert_eq!(
-            parse_age("30d").unwrap(),
-            Some(Duration::from_secs(30 * 86_400))
-        );
-        assert_eq!(parse_age("90").unwrap(), Some(Duration::from_secs(90)));
-        assert_eq!(parse_age("1.5h").unwrap(), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_age("0").unwrap(), None);
-        assert!(parse_age("soon").unwrap_err().to_string().contains("soon"));
     }
 }

@@ -13,7 +13,8 @@
 //!   the agents' transcripts), used by the daemon and the client alike;
 //! - `sys` (raw system calls, relative to a directory fd; /proc), `locks` (taking a lock, one
 //!   way: a poisoned one fails closed), `faults` (test-only fault injection); `wspath` (the
-//!   workspace path type, which only a path inside the workspace can be), used by every layer.
+//!   workspace path type, which only a path inside the workspace can be), `retention` (the
+//!   store's limits, one type) and `units` (sizes and ages for people), used by every layer.
 //!
 //! The binary (`main.rs`) parses the command line and calls one function per command, in
 //! `src/commands/` (a module of the binary, not of this library).
@@ -28,9 +29,11 @@ pub(crate) mod faults;
 pub(crate) mod fs;
 pub mod host;
 pub(crate) mod locks;
+pub mod retention;
 pub mod rewind;
 pub mod store;
 pub mod sys;
 pub mod turns;
+pub mod units;
 pub mod wire_path;
 pub mod wspath;

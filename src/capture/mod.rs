@@ -40,7 +40,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::locks::{Locked, RwLocked};
-use crate::store::gc::{Policy, Report};
+use crate::retention::Retention;
+use crate::store::gc::Report;
 use crate::store::{Actor, Store};
 use crate::sys;
 use crate::wspath::{Node, WsPath};
@@ -185,7 +186,7 @@ impl Recorder {
     ///
     /// # Errors
     /// Store errors.
-    pub fn gc(&self, policy: &Policy, full: bool, live: &[String]) -> io::Result<Report> {
+    pub fn gc(&self, policy: &Retention, full: bool, live: &[String]) -> io::Result<Report> {
         let (seq, session) = {
             let s = self.state.locked();
             (s.seq, s.session.clone())

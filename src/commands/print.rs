@@ -192,7 +192,7 @@ pub(crate) fn print_status(r: &StatusReply) {
 }
 
 pub(crate) fn print_gc(r: &GcReply) {
-    let b = rewindfs::store::gc::human_bytes;
+    let b = rewindfs::units::human_bytes;
     let size = if r.bytes_freed > 0 {
         format!(
             "the store went from {} to {}",

@@ -8,10 +8,12 @@ use anyhow::Context;
 use rewindfs::cli::{
     ExecArgs, FlushArgs, FsckArgs, GcArgs, HookArgs, MountArgs, SetupArgs, UmountArgs,
 };
-use rewindfs::config::{MountRequest, Retention, parse_age, parse_size};
+use rewindfs::config::MountRequest;
 use rewindfs::control::client::{Client, find_socket};
 use rewindfs::control::cmd::{Gc, GcReply, RegisterAgent, Status, unprotected_warning};
 use rewindfs::daemon;
+use rewindfs::retention::Retention;
+use rewindfs::units::{parse_age, parse_size};
 use serde_json::Value;
 
 use super::{connect, print_json_or};
@@ -102,25 +104,24 @@ fn gc_reply(a: GcArgs) -> anyhow::Result<GcReply> {
         ..
     } = a;
     let socket = &socket;
-    let d = Retention::default();
-    let retention = Retention {
-        max_bytes: match &max_store_bytes {
-            Some(b) => parse_size(b)?,
-            None => d.max_bytes,
-        },
-        max_age: match &max_age {
-            Some(a) => parse_age(a)?,
-            None => d.max_age,
-        },
-    };
-    // Limits not given are the daemon's own.
+    // Limits not given are the daemon's own (the defaults, on a store no daemon serves); one
+    // given as `0` or `none` lifts it.
     let req = Gc {
-        max_store_bytes: max_store_bytes.map(|_| retention.max_bytes.unwrap_or(0)),
-        max_age_seconds: max_age.map(|_| retention.max_age.map_or(0, |a| a.as_secs())),
+        max_store_bytes: max_store_bytes
+            .as_deref()
+            .map(parse_size)
+            .transpose()?
+            .map(|b| b.unwrap_or(0)),
+        max_age_seconds: max_age
+            .as_deref()
+            .map(parse_age)
+            .transpose()?
+            .map(|a| a.map_or(0, |d| d.as_secs())),
     };
+    let retention = Retention::default().overridden(req.max_store_bytes, req.max_age_seconds);
     Ok(match store {
-        Some(store) => match daemon::gc_offline(&store, &retention.policy())? {
-            Some(report) => GcReply::of(&report, &retention.policy()),
+        Some(store) => match daemon::gc_offline(&store, &retention)? {
+            Some(report) => GcReply::of(&report, &retention),
             None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
         },
         None => connect(socket)?.call(&req)?,

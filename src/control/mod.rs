@@ -40,7 +40,7 @@ pub struct Daemon {
     /// The store directory.
     pub store_dir: PathBuf,
     /// The configured retention limits (`gc` requests default to them).
-    pub retention: crate::store::gc::Policy,
+    pub retention: crate::retention::Retention,
     /// Which signed history imports accept (`store/bundle/sign.rs`), read at each import.
     pub trust_file: Option<PathBuf>,
     /// The directories this daemon wrote forks into since it started (`diff` with a fork reads

@@ -76,7 +76,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     )?;
 
     let parts = open(&cfg)?;
-    let policy = cfg.retention.policy();
+    let policy = cfg.retention;
     gc_pass(&parts.rewinder, &policy, true);
     let fs = RewindFs::new(parts.core.clone(), CacheConfig { ttl: cfg.ttl });
 

@@ -1,13 +1,7 @@
 //! Retention as the daemon runs it: a full pass at mount, a pass every [`GC_EVERY`], and
 //! `rewindfs gc --store` on a store no daemon serves.
 //!
-//! Where the rest of retention lives: what may be dropped and the SQL that drops it
-//! (`store::gc`: never the current checkpoint, never the capture before a tool's first change
-//! of a path in a live session); the locks a pass takes (`Rewinder::gc`: no rewind at once;
-//! `store::gc`: the capture lock for each batch of blob files it removes, never the whole
-//! pass); the limits
-//! (`config::Retention`, from `--max-store-bytes` / `--max-age`); the reply of a `gc` request
-//! (`control::cmd::gc`).
+//! The limits, and where the rest of retention lives: `crate::retention`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,16 +9,17 @@ use std::time::Duration;
 use anyhow::bail;
 
 use super::lock::StoreLock;
+use crate::retention::Retention;
 use crate::rewind::Rewinder;
 use crate::store::Store;
-use crate::store::gc::{Policy, Report};
+use crate::store::gc::Report;
 
 /// How often the daemon checks the store against its retention limits.
 pub(super) const GC_EVERY: Duration = Duration::from_secs(60);
 
 /// One automatic retention pass; what it freed (or why it failed) goes to the log.
-pub(super) fn gc_pass(rewinder: &Rewinder, policy: &Policy, full: bool) {
-    use crate::store::gc::human_bytes;
+pub(super) fn gc_pass(rewinder: &Rewinder, policy: &Retention, full: bool) {
+    use crate::units::human_bytes;
     match rewinder.gc(policy, full) {
         Ok(r) if r.checkpoints_dropped > 0 || r.blobs_deleted > 0 => tracing::info!(
             "gc: dropped {} checkpoint(s), {} capture(s), {} blob(s); freed {}: the store went from {} to {}",
@@ -50,7 +45,7 @@ pub(super) fn gc_pass(rewinder: &Rewinder, policy: &Policy, full: bool) {
 ///
 /// # Errors
 /// The store cannot be locked or opened; store errors.
-pub fn gc_offline(store_dir: &Path, policy: &Policy) -> anyhow::Result<Option<Report>> {
+pub fn gc_offline(store_dir: &Path, policy: &Retention) -> anyhow::Result<Option<Report>> {
     if !store_dir.join(crate::store::layout::DB).exists() {
         bail!("{}: no store database", store_dir.display());
     }

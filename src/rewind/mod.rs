@@ -626,7 +626,7 @@ impl Rewinder {
     /// Store errors.
     pub fn gc(
         &self,
-        policy: &crate::store::gc::Policy,
+        policy: &crate::retention::Retention,
         full: bool,
     ) -> Result<crate::store::gc::Report, RewindError> {
         let _one = self.g.one();

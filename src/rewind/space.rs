@@ -10,8 +10,8 @@
 
 use super::{Rewinder, Target};
 use crate::store::Kind;
-use crate::store::gc::human_bytes;
 use crate::sys;
+use crate::units::human_bytes;
 
 /// Room kept for the database, the journal and the log besides the blobs.
 const SLACK: u64 = 1 << 20;

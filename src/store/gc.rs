@@ -40,6 +40,8 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::{BlobRef, PlanTarget, Result, Store, StoreError, blobs::empty_hash, now_ms};
 use crate::locks::Locked;
+use crate::retention::Retention;
+use crate::units::human_bytes;
 
 /// The lock captures hold while they store a blob and record it (the recorder's capture lock),
 /// which removing blob files takes; `None` where nothing captures (the offline command).
@@ -47,15 +49,6 @@ pub type Capture<'a> = Option<&'a Mutex<()>>;
 
 /// Blob files checked and removed under one hold of the capture lock.
 const UNLINK_BATCH: usize = 256;
-
-/// What to keep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    /// Drop checkpoints until the store holds at most this many bytes.
-    pub max_bytes: Option<u64>,
-    /// Drop checkpoints that began longer ago than this (milliseconds).
-    pub max_age_ms: Option<i64>,
-}
 
 /// What a gc pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,22 +64,6 @@ pub struct Report {
     pub bytes_after: u64,
     /// Still over the budget with nothing left that may be dropped.
     pub over_budget: bool,
-}
-
-/// Formats a byte count for people (`1.5 GiB`).
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 impl Store {
@@ -129,7 +106,7 @@ impl Store {
     /// SQLite and I/O errors; what was committed before an error stays done.
     pub fn gc(
         &self,
-        policy: &Policy,
+        policy: &Retention,
         keep_from: i64,
         current: Option<&str>,
         others: &[&str],
@@ -166,10 +143,10 @@ impl Store {
                     .optional()
                 })?;
                 let Some((seq, began)) = next else { break };
-                let why = if policy.max_age_ms.is_some_and(|a| now - began > a) {
+                let why = if policy.max_age_ms().is_some_and(|a| now - began > a) {
                     format!(
                         "older than the store's age limit of {}",
-                        human_duration(policy.max_age_ms.unwrap_or(0))
+                        crate::units::human_duration(policy.max_age_ms().unwrap_or(0))
                     )
                 } else if policy.max_bytes.is_some_and(|m| size > m) {
                     format!(
@@ -568,20 +545,6 @@ fn delete_captures(
         }
     }
     Ok((n, freed, bytes))
-}
-
-/// Formats a duration in milliseconds for people (`30d`, `12h`, `90s`).
-pub fn human_duration(ms: i64) -> String {
-    let s = ms / 1000;
-    if s % 86_400 == 0 && s > 0 {
-        format!("{}d", s / 86_400)
-    } else if s % 3600 == 0 && s > 0 {
-        format!("{}h", s / 3600)
-    } else if s % 60 == 0 && s > 0 {
-        format!("{}m", s / 60)
-    } else {
-        format!("{s}s")
-    }
 }
 
 #[cfg(test)]

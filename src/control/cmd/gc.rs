@@ -1,11 +1,12 @@
-//! `gc`: a retention pass now (see `crate::store::gc`).
+//! `gc`: a retention pass now (`crate::retention` says where retention lives).
 
 use serde::{Deserialize, Serialize};
 
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::gc::{Policy, Report};
+use crate::retention::Retention;
+use crate::store::gc::Report;
 
 /// Drops the oldest checkpoints beyond the limits; `None` takes the daemon's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +37,7 @@ pub struct GcReply {
 
 impl GcReply {
     /// The reply for a pass that kept to `policy`.
-    pub fn of(r: &Report, policy: &Policy) -> GcReply {
+    pub fn of(r: &Report, policy: &Retention) -> GcReply {
         GcReply {
             checkpoints_dropped: r.checkpoints_dropped,
             captures_deleted: r.captures_deleted,
@@ -46,7 +47,9 @@ impl GcReply {
             bytes_after: r.bytes_after,
             over_budget: r.over_budget,
             max_store_bytes: policy.max_bytes,
-            max_age_seconds: policy.max_age_ms.map(|a| a / 1000),
+            max_age_seconds: policy
+                .max_age_seconds()
+                .map(|s| s.min(i64::MAX as u64) as i64),
         }
     }
 }
@@ -57,20 +60,10 @@ impl Command for Gc {
 }
 
 impl Gc {
-    /// The daemon's policy with this request's limits in place of its own.
-    pub fn policy(&self, mut policy: Policy) -> Policy {
-        if let Some(b) = self.max_store_bytes {
-            policy.max_bytes = Some(b).filter(|b| *b > 0);
-        }
-        if let Some(a) = self.max_age_seconds {
-            policy.max_age_ms =
-                Some(a.saturating_mul(1000).min(i64::MAX as u64) as i64).filter(|a| *a > 0);
-        }
-        policy
-    }
-
     pub(super) fn apply(self, d: &Daemon) -> Result<GcReply, ControlError> {
-        let policy = self.policy(d.retention);
+        let policy = d
+            .retention
+            .overridden(self.max_store_bytes, self.max_age_seconds);
         let r = d.rewinder.gc(&policy, true)?;
         Ok(GcReply::of(&r, &policy))
     }
