@@ -34,7 +34,6 @@
 //! - Locks are taken in one order (stated in `files.rs`): `removing` or `nameless`, then the
 //!   observer's, then `inodes` and `files`, which are leaves.
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -47,8 +46,8 @@ use rustix::fs::{OFlags, Stat};
 
 use super::inodes::{Inodes, Looked};
 use super::node_file::NodeFile;
+use super::node_files::NodeFiles;
 use crate::capture::{Change, Observer, Op, Permit};
-use crate::locks::Locked;
 use crate::sys;
 use crate::wspath::{Node, WsPath};
 
@@ -96,7 +95,7 @@ pub struct Core {
     pub(super) closer: std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<OwnedFd>>>,
     /// Backing fds of nodes, for reads and writes (see [`NodeFile`]; `files.rs` states the
     /// cache's invariants and the lock order). A leaf lock, never held across a path walk.
-    pub(super) files: Mutex<HashMap<u64, Arc<NodeFile>>>,
+    pub(super) files: NodeFiles,
     /// Held while a node with no name left is changed (see [`Core::for_change`]).
     pub(super) nameless: Mutex<()>,
     /// Changes to a named file's content hold this shared, and a removal that may hand a
@@ -124,7 +123,7 @@ impl Core {
             observer,
             as_root: sys::geteuid() == 0,
             closer: std::sync::OnceLock::new(),
-            files: Mutex::new(HashMap::new()),
+            files: NodeFiles::default(),
             nameless: Mutex::new(()),
             removing: RwLock::new(()),
             hold_named_write: crate::faults::hold_named_write(),
@@ -241,7 +240,7 @@ impl Core {
     pub fn getattr(&self, ino: u64) -> io::Result<Stat> {
         // A node with an fd (a file being read or written, after which the kernel asks again;
         // or one whose last name went) is answered by it, without a path walk.
-        let f = self.files.locked().get(&ino).cloned();
+        let f = self.files.get(ino);
         match f {
             Some(f) => {
                 let mut st = sys::fstat(f.fd.as_fd())?;

@@ -3,11 +3,12 @@
 //!
 //! OPEN and CREATE are declined (see `fs/mod.rs`), so the kernel reads and writes the files it
 //! opens by node, with no handle. A node's fd ([`NodeFile`]) is opened by path at its first
-//! such request, or kept from its creation (`mknod`), and stays in `Core::files` until the
+//! such request, or kept from its creation (`mknod`), and stays in `Core::files` (a
+//! [`NodeFiles`](super::node_files::NodeFiles), which owns the table and its lock) until the
 //! kernel forgets the node or the cache is full.
 //!
 //! Invariants:
-//! - at most one fd per node, and at most [`NODE_FILES`] in all (the open-file limit is 20,000
+//! - at most one fd per node, and at most `NODE_FILES` in all (the open-file limit is 20,000
 //!   and cannot be raised: docs/design.md §6). A full cache closes a batch of fds that can be opened
 //!   again as they were ([`Core::reopenable`]), never a pinned one;
 //! - an fd opened by path is checked against the node's backing `(dev, ino)` (`ESTALE`
@@ -60,11 +61,6 @@ pub(super) struct Target<'a> {
 /// Batches of fds waiting for the closer; past this a release closes its fd itself.
 const CLOSE_QUEUE: usize = 1024;
 
-/// Node fds kept at most (the open-file limit is 20,000, and cannot be raised: docs/design.md §6).
-const NODE_FILES: usize = 4096;
-/// Node fds closed at once when the cache is full (in one batch, on the closer thread).
-const NODE_FILES_EVICT: usize = 256;
-
 impl Core {
     /// The loop of a thread that closes released files opened with `O_TRUNC` (at most once;
     /// `None` after). Closing is then the costly part of a release — ext4 writes out a
@@ -95,9 +91,9 @@ impl Core {
     /// Node `ino`'s fd, opened by path if it has none yet (or only a read-only one, for a
     /// write). A node with no name left has only its pinned fd.
     pub(super) fn node_file(&self, ino: u64, write: bool) -> io::Result<Arc<NodeFile>> {
-        if let Some(f) = self.files.locked().get(&ino) {
+        if let Some(f) = self.files.get(ino) {
             if f.writable || !write {
-                return Ok(f.clone());
+                return Ok(f);
             }
         }
         let p = self.path(ino)?;
@@ -134,29 +130,7 @@ impl Core {
     /// opened one meanwhile, or a removal pinned one. A replaced fd's marks carry over. A full
     /// cache first closes a batch of fds that can be opened again.
     pub(super) fn keep_file(&self, ino: u64, f: Arc<NodeFile>) -> Arc<NodeFile> {
-        let mut evicted = Vec::new();
-        {
-            let mut files = self.files.locked();
-            if let Some(old) = files.get(&ino) {
-                if old.writable || !f.writable {
-                    return old.clone();
-                }
-                f.take_marks(old);
-            } else if files.len() >= NODE_FILES {
-                let victims: Vec<u64> = files
-                    .iter()
-                    .filter(|(_, f)| !f.pinned.load(Ordering::Relaxed) && self.reopenable(f))
-                    .map(|(&i, _)| i)
-                    .take(NODE_FILES_EVICT)
-                    .collect();
-                for i in victims {
-                    evicted.extend(files.remove(&i));
-                }
-            }
-            if let Some(old) = files.insert(ino, f.clone()) {
-                evicted.push(old);
-            }
-        }
+        let (f, evicted) = self.files.keep(ino, f, |f| self.reopenable(f));
         // A request still using one keeps it open until it is done.
         let fds = evicted
             .into_iter()
@@ -180,7 +154,7 @@ impl Core {
     /// the node's fd is pinned, so whoever has the file open can still reach it; `adopted`
     /// when the store may keep that inode as the pre-image. Returns whether it was pinned.
     pub(super) fn pin(&self, ino: u64, p: &Path, adopted: bool) -> bool {
-        let have = self.files.locked().get(&ino).is_some_and(|f| f.writable);
+        let have = self.files.get(ino).is_some_and(|f| f.writable);
         // Read-only (or none yet): writing to the file once it has no name needs more.
         let fresh = if have {
             None
@@ -199,33 +173,13 @@ impl Core {
                 }
             }
         };
-        // Marked under the cache's lock, in the entry the cache holds: no eviction can take
-        // it out in between.
-        let mut files = self.files.locked();
-        let f = match (files.get(&ino), fresh) {
-            (Some(old), Some(new)) if !old.writable && new.writable => {
-                new.take_marks(old);
-                files.insert(ino, new.clone());
-                new
-            }
-            (Some(old), _) => old.clone(),
-            (None, Some(new)) => {
-                files.insert(ino, new.clone());
-                new
-            }
-            (None, None) => return false,
-        };
-        f.adopted.fetch_or(adopted, Ordering::Relaxed);
-        f.pinned.store(true, Ordering::Relaxed);
-        true
+        // Marked in the entry the table holds: no eviction can take it out in between.
+        self.files.pin(ino, fresh, adopted)
     }
 
     /// The removal did not happen after all: node `ino`'s fd need not be kept.
     pub(super) fn unpin(&self, ino: u64) {
-        if let Some(f) = self.files.locked().get(&ino) {
-            f.pinned.store(false, Ordering::Relaxed);
-            f.adopted.store(false, Ordering::Relaxed);
-        }
+        self.files.unpin(ino);
     }
 
     /// The fd, path and guard for a change to node `ino`'s content or attributes.
@@ -253,7 +207,7 @@ impl Core {
             copy.pinned.store(true, Ordering::Relaxed);
             file = Arc::new(copy);
             // In place of the adopted inode's fd, whatever the cache held.
-            let old = self.files.locked().insert(ino, file.clone());
+            let old = self.files.replace(ino, file.clone());
             drop(old);
         }
         Ok(Target {
@@ -289,7 +243,7 @@ impl Core {
 
     /// The kernel forgot node `ino` for good: its fd goes with it.
     pub(super) fn drop_file(&self, ino: u64) {
-        let f = self.files.locked().remove(&ino);
+        let f = self.files.remove(ino);
         if let Some(f) = f.and_then(|f| Arc::try_unwrap(f).ok()) {
             // Closing frees an unlinked file, or writes out a truncated one: the closer's
             // work. Any other fd closes here (waking the closer costs more).
@@ -328,7 +282,7 @@ mod tests {
         ro.writable = false;
         ro.pinned.store(true, Ordering::Relaxed);
         ro.adopted.store(true, Ordering::Relaxed);
-        core.files.locked().insert(l.ino, Arc::new(ro));
+        core.files.replace(l.ino, Arc::new(ro));
         let rw = Arc::new(core.open_node(l.ino, f, true).unwrap());
         let kept = core.keep_file(l.ino, rw.clone());
         assert!(

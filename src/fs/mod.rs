@@ -8,6 +8,7 @@ mod dir;
 mod files;
 pub mod inodes;
 mod node_file;
+mod node_files;
 mod remove;
 mod xattr;
 
