@@ -13,6 +13,8 @@
 //!   processes cannot grow it without limit;
 //! - `/proc` is read once per new pid with a single small read: this runs on the FUSE request
 //!   path for every process that changes a file.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -19,6 +19,8 @@
 //! store's, when the capture journal is applied; it waits for the settle. The whole lifecycle
 //! and its states are owned by one type, `store::Adoptions` (`store/adoption.rs`); this file is
 //! the recorder's calls into it.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::io;
 

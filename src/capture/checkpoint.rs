@@ -20,6 +20,8 @@
 //!   the path again;
 //! - a boundary empties `seen`, `partial` and `prepared`, under the `capture` lock;
 //! - `tracked[session]` mirrors the store's `tracked` table for the sessions seen so far.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::io;

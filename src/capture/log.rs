@@ -19,6 +19,8 @@
 //! - consecutive writes by one process to one file in one checkpoint are one entry.
 //!
 //! `flush_wanted` is taken alone.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};

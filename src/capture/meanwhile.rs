@@ -19,6 +19,8 @@
 //!   across each request, so a change noted after the check cannot land under the rewind's;
 //! - the rewind's requests never wait at the gate, and are captured as [`Actor::Rewind`] like
 //!   any change, under the rewind's own checkpoint.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -27,6 +27,8 @@
 //! - it runs while the rewind holds the rewinder's one-at-a-time guard (`rewind/one.rs`), which every removal of blob
 //!   files no row names (gc, a plan's discard, an import's) also takes: a blob it finds
 //!   stored already cannot be removed before its row is recorded.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -15,6 +15,8 @@
 //! - a change that needs all the bytes saves the rest and drops the [`Partial`]: from then on
 //!   the capture is as good as a whole one and later changes cost nothing;
 //! - the capture lock is held by the caller throughout, so two changes cannot save one range.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -13,6 +13,8 @@
 //! - a file's, directory's or special file's extended attributes are read with it (a regular
 //!   file's through the fd its content is read from); one that cannot be read is recorded as
 //!   not known (`None`), which a rewind leaves alone, rather than refusing the change.
+//!
+//! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -15,6 +15,8 @@
 //!   not observed: nothing in the workspace shows it any more;
 //! - set-user/group-ID bits are cleared here, not by the backing filesystem, when the caller
 //!   lacks `CAP_FSETID` (`FUSE_HANDLE_KILLPRIV_V2`; the daemon has the capability itself).
+//!
+//! Methods of `Core` (the passthrough core; its state is in `core.rs`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

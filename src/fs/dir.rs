@@ -9,6 +9,8 @@
 //! Invariants: `.` is the node itself and `..` is the root's own id for the root (the kernel
 //! looks neither up); readdirplus counts a lookup for every entry its reply carries and for
 //! no other, as LOOKUP would (the kernel forgets each one it was handed).
+//!
+//! Methods of `Core` (the passthrough core; its state is in `core.rs`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -32,6 +32,8 @@
 //! `files`. Those two are leaves, never held while the other is taken; `files` is held only
 //! for map operations and never across a path walk or a call to the observer (the one syscall
 //! under it is the eviction's `fstat` of cached fds, when not running as root).
+//!
+//! Methods of `Core` (the passthrough core; its state is in `core.rs`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -27,6 +27,8 @@
 //! an adopted inode unchanged for the rest of its node's life (the `adopted` mark: the first
 //! change goes to a private copy, and getattr reports no links, as they are the store's).
 //! A rewind changes the tree through the mount, by these same operations.
+//!
+//! Methods of `Core` (the passthrough core; its state is in `core.rs`).
 
 use std::ffi::OsStr;
 use std::io;

@@ -10,6 +10,8 @@
 //! Symlinks carry no extended attributes here (none listed, `ENODATA` to read or remove,
 //! `EPERM` to set). setxattr and removexattr are changes like any other: observed before and
 //! after.
+//!
+//! Methods of `Core` (the passthrough core; its state is in `core.rs`).
 
 use crate::wspath::Node;
 use std::ffi::OsStr;

@@ -22,6 +22,8 @@
 //!   before the transaction, holding neither `conn` nor `pending`, and its pending name goes
 //!   only once its batch is out of the journal;
 //! - a record the database refuses is logged and skipped, never left to block later writes.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::path::Path;
 use std::sync::Mutex;

@@ -11,6 +11,8 @@
 //! - every read applies the journal first, so it sees every change recorded so far;
 //! - the caller captures a path at most once per checkpoint (the recorder's in-memory map);
 //!   this file does not check it.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use rusqlite::OptionalExtension;
 

@@ -10,6 +10,8 @@
 //! - `seq` orders entries, and is handed out with the record (so replaying it is idempotent);
 //!   consecutive writes to one file by one process in one checkpoint are one entry;
 //! - a path filter matches the path, a rename's other name, and every path beneath it.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use rusqlite::params;
 

@@ -9,6 +9,8 @@
 //! - `seq` orders checkpoints by when they began; a checkpoint lasts until the next one begins;
 //! - a checkpoint gc dropped keeps its row (`dropped_at`), so a lookup by uuid still finds it
 //!   and can say why it is gone, but listings leave it out.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 

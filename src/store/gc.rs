@@ -32,6 +32,8 @@
 //! its row gone, the journal applied and no adoption being resolved (`applying`) — so a capture
 //! that stored the same content meanwhile keeps it. No change waits for more than one such
 //! batch (docs/design.md §4: the kernel aborts a mount whose requests wait too long).
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::collections::HashSet;
 use std::sync::Mutex;

@@ -6,6 +6,8 @@
 //!   that checkpoint's row (so a store never has a fork checkpoint without its origin);
 //! - [`first_origin`] reads a store some daemon may be serving: read-only, without the
 //!   journal, which holds captures only (an origin is never journalled).
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -25,6 +25,8 @@
 //!   captured there; that undo or redo is itself a row, with a checkpoint of its own.
 //! - gc deletes the rows of the checkpoints it drops: such a rewind can no longer be undone or
 //!   redone, and is not on the stack.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use rusqlite::{TransactionBehavior, params};
 

@@ -2,6 +2,8 @@
 //! declare agrees with the bytes it holds, and its rows added in one transaction, with new ids
 //! after every id in use. Rows are streamed from the staging file (`staging.rs`), one at a
 //! time: memory does not grow with the bundle.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::collections::HashMap;
 

@@ -1,5 +1,7 @@
 //! Reading a bundle back: every frame checked against its hash before it is used, the byte
 //! offset of any fault named; staging an import (its blobs stored as verified).
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};

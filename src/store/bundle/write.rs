@@ -1,5 +1,7 @@
 //! Writing a bundle: blobs once each, rows in frames, the manifest last; and the rows an
 //! export takes from the store.
+//!
+//! Methods of `Store` (the store; its state and lock are in `mod.rs`).
 
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
