@@ -283,6 +283,22 @@ fn tool_scope() -> Scope {
     Scope::Tool
 }
 
+impl Request {
+    /// A rewind to the checkpoint of `user_message_id` in `scope`, with every other field as
+    /// the wire's defaults (applied, not forced, all paths, any session, nothing trusted).
+    pub fn to(user_message_id: &str, scope: Scope) -> Request {
+        Request {
+            user_message_id: user_message_id.to_string(),
+            dry_run: false,
+            scope,
+            force: false,
+            paths: Vec::new(),
+            session_id: None,
+            trust_imported: false,
+        }
+    }
+}
+
 /// One path a rewind changes, with its target state: the store's plan entry (journalled as
 /// the rewind's plan before it is applied; see [`PlanTarget`](crate::store::PlanTarget)).
 pub use crate::store::PlanTarget as Target;

@@ -7,7 +7,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use rewindfs::control::client::Client;
-use serde_json::{Value, json};
+use rewindfs::control::cmd::{
+    BeginMessage, Phase, RegisterAgent, RewindFiles, RewindReply, ToolUse,
+};
+use rewindfs::store::Scope;
 
 use crate::support::{Mounted, sh};
 
@@ -23,15 +26,13 @@ pub fn uuid() -> String {
 }
 
 impl Agent {
-    /// The `filesChanged` of a reply, relative to the workspace: each must be absolute and
+    /// A reply's `filesChanged`, relative to the workspace: each must be absolute and
     /// under the workspace, as the SDK answers (docs/design.md §2). Sorted.
-    pub fn files(&self, v: &serde_json::Value) -> Vec<String> {
-        let mut f: Vec<String> = v["filesChanged"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no filesChanged in {v}"))
+    pub fn files(&self, files_changed: &[String]) -> Vec<String> {
+        let mut f: Vec<String> = files_changed
             .iter()
             .map(|x| {
-                let p = std::path::Path::new(x.as_str().unwrap());
+                let p = std::path::Path::new(x);
                 p.strip_prefix(&self.m.dir)
                     .unwrap_or_else(|_| {
                         panic!(
@@ -66,8 +67,11 @@ impl Agent {
         let mut c = Client::connect(&m.socket()).unwrap();
         // No request in these tests takes long: a stuck daemon fails the test, not the run.
         c.set_timeout(std::time::Duration::from_secs(120)).unwrap();
-        c.request("register_agent", json!({"pid": std::process::id()}))
-            .unwrap();
+        c.call(&RegisterAgent {
+            pid: std::process::id(),
+            session_id: None,
+        })
+        .unwrap();
         Agent {
             m,
             c,
@@ -80,10 +84,10 @@ impl Agent {
     pub fn turn(&mut self) -> String {
         let u = uuid();
         self.c
-            .request(
-                "begin_message",
-                json!({"session_id": self.session, "user_message_id": u}),
-            )
+            .call(&BeginMessage {
+                session_id: self.session.clone(),
+                user_message_id: u.clone(),
+            })
             .unwrap();
         u
     }
@@ -93,7 +97,14 @@ impl Agent {
         self.n += 1;
         let id = format!("toolu_{}", self.n);
         let target = self.m.p(rel);
-        self.c.request("tool_use", json!({"phase": "pre", "tool_name": "Write", "tool_use_id": id, "file_path": target})).unwrap();
+        let span = |phase| ToolUse {
+            phase,
+            tool_name: "Write".into(),
+            tool_use_id: id.clone(),
+            file_path: Some(target.display().to_string()),
+            session_id: None,
+        };
+        self.c.call(&span(Phase::Pre)).unwrap();
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).unwrap();
         }
@@ -109,7 +120,7 @@ impl Agent {
             fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).unwrap();
         }
         fs::rename(&tmp, &target).unwrap();
-        self.c.request("tool_use", json!({"phase": "post", "tool_name": "Write", "tool_use_id": id, "file_path": target})).unwrap();
+        self.c.call(&span(Phase::Post)).unwrap();
     }
 
     /// Bash: a child process.
@@ -117,12 +128,19 @@ impl Agent {
         sh(&self.m.dir, cmd)
     }
 
-    pub fn rewind(&mut self, uuid: &str, scope: &str, dry_run: bool) -> Result<Value, String> {
+    /// A rewind (or its dry run) to `uuid`'s checkpoint in `scope`, through the typed client.
+    pub fn rewind(
+        &mut self,
+        uuid: &str,
+        scope: &str,
+        dry_run: bool,
+    ) -> Result<RewindReply, String> {
+        let scope = Scope::parse(scope).unwrap_or_else(|| panic!("no scope {scope:?}"));
         self.c
-            .request(
-                "rewind_files",
-                json!({"user_message_id": uuid, "dry_run": dry_run, "scope": scope}),
-            )
+            .call(&RewindFiles {
+                dry_run,
+                ..RewindFiles::to(uuid, scope)
+            })
             .map_err(|e| e.to_string())
     }
 

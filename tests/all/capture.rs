@@ -847,7 +847,7 @@ fn a_small_change_to_a_large_file_stores_only_the_bytes_it_overwrites() {
     assert_fsck(&a.m);
     for (t, want, name) in [(&t3, &v3, "t3"), (&t2, &v2, "t2"), (&t1, &v1, "t1")] {
         let dry = a.rewind(t, "all", true).unwrap();
-        assert_eq!(a.files(&dry), vec!["big.bin"], "{name}");
+        assert_eq!(a.files(&dry.files_changed), vec!["big.bin"], "{name}");
         a.rewind(t, "all", false).unwrap();
         let got = fs::read(a.m.p("big.bin")).unwrap();
         assert!(
@@ -910,7 +910,7 @@ fn dry_runs_diffs_and_rewinds_leave_no_blob_file_that_no_row_names() {
     );
     assert_eq!(unnamed_blobs(&a.m), Vec::<String>::new(), "before");
     let dry = a.rewind(&t1, "all", true).unwrap();
-    assert_eq!(a.files(&dry), vec!["big.bin"]);
+    assert_eq!(a.files(&dry.files_changed), vec!["big.bin"]);
     assert_eq!(unnamed_blobs(&a.m), Vec::<String>::new(), "after a dry run");
     let d = a.c.request("diff", json!({"user_message_id": t1})).unwrap();
     assert!(

@@ -15,6 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use proptest::prelude::*;
 use serde_json::json;
 
+use rewindfs::control::cmd::RewindReply;
+
 use crate::agent::Agent;
 use crate::support::{require_fuse, tree};
 
@@ -363,13 +365,11 @@ impl Run {
 }
 
 /// The workspace-relative paths of a reply's `filesChanged`, in its order.
-fn files_in_order(a: &Agent, v: &serde_json::Value) -> Vec<String> {
-    v["filesChanged"]
-        .as_array()
-        .unwrap()
+fn files_in_order(a: &Agent, v: &RewindReply) -> Vec<String> {
+    v.files_changed
         .iter()
         .map(|x| {
-            std::path::Path::new(x.as_str().unwrap())
+            std::path::Path::new(x)
                 .strip_prefix(&a.m.dir)
                 .unwrap()
                 .to_string_lossy()
@@ -407,35 +407,30 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
         prop_assert_eq!(
             files_in_order(&run.a, &dry),
             x.listed.clone(),
-            "dry run: {}",
+            "dry run: {:?}",
             dry
         );
         prop_assert_eq!(
-            (dry["insertions"].as_u64(), dry["deletions"].as_u64()),
+            (Some(dry.insertions), Some(dry.deletions)),
             (Some(x.insertions), Some(x.deletions)),
-            "dry run: {}",
+            "dry run: {:?}",
             dry
         );
         prop_assert_eq!(
             files_in_order(&run.a, &r),
             x.changed.clone(),
-            "rewind: {}",
+            "rewind: {:?}",
             r
         );
-        prop_assert_eq!(r["skippedLinks"].as_u64(), Some(x.skipped), "rewind: {}", r);
-        prop_assert_eq!(
-            dry["skippedLinks"].as_u64(),
-            Some(x.skipped),
-            "dry run: {}",
-            dry
-        );
+        prop_assert_eq!(r.skipped_links, Some(x.skipped), "rewind: {:?}", r);
+        prop_assert_eq!(dry.skipped_links, Some(x.skipped), "dry run: {:?}", dry);
     } else {
         prop_assert_eq!(
-            &dry["filesChanged"],
-            &r["filesChanged"],
+            &dry.files_changed,
+            &r.files_changed,
             "dry run and rewind disagree"
         );
-        prop_assert_eq!(&dry["insertions"], &r["insertions"]);
+        prop_assert_eq!(&dry.insertions, &r.insertions);
     }
     let got = tree_map(&run.a);
     prop_assert_eq!(
@@ -446,7 +441,7 @@ fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestC
         t
     );
     let u = run.a.c.request("undo_rewind", json!({}));
-    if r["filesChanged"].as_array().is_some_and(|f| !f.is_empty()) {
+    if !r.files_changed.is_empty() {
         prop_assert!(u.is_ok(), "undo failed: {:?}", u.err());
         let after_undo = tree_map(&run.a);
         prop_assert_eq!(

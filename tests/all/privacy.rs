@@ -221,14 +221,14 @@ fn a_tool_rewind_refuses_a_tampered_blob_naming_the_path_and_checkpoint() {
     a.tool_write("f.txt", b"written by the tool\n");
     // The replaced file was adopted whole; a look at the history gives it its hash.
     let ok = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(ok["canRewind"], json!(true), "{ok}");
+    assert_eq!(ok.can_rewind, true, "{ok:?}");
     let (hash, blob) = blob_of(&a.m, b"original f\n");
     let before = tree(&a.m.dir);
     tamper(&blob, b"EVIL nobody\n");
     let dry = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
     assert_names(
-        dry["error"].as_str().unwrap(),
+        dry.error.as_deref().unwrap(),
         "f.txt",
         &t1,
         &hash,

@@ -141,7 +141,10 @@ fn every_response_matches_the_protocol_schema() {
         "7c",
         "response_diff",
     );
-    assert_eq!(a.files(&d), ["a.txt"]);
+    assert_eq!(
+        a.files(&serde_json::from_value::<Vec<String>>(d["filesChanged"].clone()).unwrap()),
+        ["a.txt"]
+    );
     let s = ok(
         &c.req(
             "7d",

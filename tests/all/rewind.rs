@@ -6,6 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use serde_json::json;
 
+use rewindfs::store::Scope;
+
 use crate::agent::{Agent, uuid};
 use crate::support::{require_fuse, tree};
 
@@ -17,17 +19,17 @@ fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
     a.tool_write("made_by_tool.txt", b"one\ntwo\n");
     a.bash("echo shell > made_by_shell.txt");
     let dry = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(dry["canRewind"], json!(true));
-    assert_eq!(a.files(&dry), vec!["made_by_tool.txt"]);
-    assert_eq!(dry["insertions"], json!(0));
+    assert_eq!(dry.can_rewind, true);
+    assert_eq!(a.files(&dry.files_changed), vec!["made_by_tool.txt"]);
+    assert_eq!(dry.insertions, 0);
     assert_eq!(
-        dry["deletions"],
+        dry.deletions,
         json!(2),
         "a created file being removed counts its lines as deletions"
     );
     let r = a.rewind(&t1, "tool", false).unwrap();
-    assert_eq!(r["canRewind"], json!(true));
-    assert_eq!(r["skippedLinks"], json!(0));
+    assert_eq!(r.can_rewind, true);
+    assert_eq!(r.skipped_links, Some(0));
     assert!(a.read("made_by_tool.txt").is_none());
     assert_eq!(a.read("made_by_shell.txt").as_deref(), Some("shell\n"));
 }
@@ -39,7 +41,7 @@ fn a_file_only_touched_by_bash_is_never_restored() {
     let t1 = a.turn();
     a.bash("echo more >> s.txt; echo new > n.txt");
     let dry = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(a.files(&dry), Vec::<String>::new());
+    assert_eq!(a.files(&dry.files_changed), Vec::<String>::new());
     a.rewind(&t1, "tool", false).unwrap();
     assert_eq!(a.read("s.txt").as_deref(), Some("orig\nmore\n"));
 }
@@ -57,7 +59,10 @@ fn later_bash_changes_to_a_tracked_file_are_undone_and_a_deleted_one_comes_back(
     a.bash("echo appended >> keep/u.txt; chmod 600 keep/u.txt");
     a.bash("rm -rf src");
     let r = a.rewind(&t2, "tool", false).unwrap();
-    assert_eq!(a.files(&r), vec!["keep/u.txt", "src/deep/t.txt"]);
+    assert_eq!(
+        a.files(&r.files_changed),
+        vec!["keep/u.txt", "src/deep/t.txt"]
+    );
     assert_eq!(
         a.read("src/deep/t.txt").as_deref(),
         Some("tool v1\n"),
@@ -98,7 +103,7 @@ fn bash_then_edit_in_one_turn_restores_the_state_just_before_the_edit() {
     a.bash("echo from-bash >> h.txt");
     a.tool_write("h.txt", b"edited\n");
     let r = a.rewind(&t1, "tool", false).unwrap();
-    assert_eq!(a.files(&r), vec!["h.txt"]);
+    assert_eq!(a.files(&r.files_changed), vec!["h.txt"]);
     assert_eq!(a.read("h.txt").as_deref(), Some("start\nfrom-bash\n"));
 }
 
@@ -146,8 +151,8 @@ fn binary_content_and_modes_come_back_byte_exact() {
     // The SDK counts binary content as text too: lines end at each 0x0a byte.
     let lines = bin.split_inclusive(|b| *b == b'\n').count() as u64;
     assert_eq!(
-        (&dry["insertions"], &dry["deletions"]),
-        (&json!(3 * lines), &json!(3)),
+        (&dry.insertions, &dry.deletions),
+        (&(3 * lines), &(3)),
         "binary files count lines as the SDK counts them"
     );
     a.rewind(&t1, "tool", false).unwrap();
@@ -170,10 +175,10 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
     a.turn();
     let missing = uuid();
     let dry = a.rewind(&missing, "tool", true).unwrap();
-    assert_eq!(dry["canRewind"], json!(false));
+    assert_eq!(dry.can_rewind, false);
     assert_eq!(
-        dry["error"],
-        json!("No file checkpoint found for this message.")
+        dry.error,
+        Some("No file checkpoint found for this message.".to_string())
     );
     assert_eq!(
         a.rewind(&missing, "tool", false).unwrap_err(),
@@ -184,8 +189,8 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
     assert_eq!(bad, "No file checkpoint found for this message.");
     let dry = a.rewind("not-a-uuid", "tool", true).unwrap();
     assert_eq!(
-        dry["error"],
-        json!("No file checkpoint found for this message.")
+        dry.error,
+        Some("No file checkpoint found for this message.".to_string())
     );
     // The connection is still usable.
     assert!(a.c.request("status", json!({})).is_ok());
@@ -206,7 +211,7 @@ fn agent_scope_undoes_shell_work_including_directories_renames_and_symlinks() {
     a.bash("mv lib library && echo changed > library/sub/m.py && mkdir -p build/out && echo o > build/out/o.txt && rm link && ln -s script.sh link && chmod 755 script.sh && rm -rf library/sub");
     a.tool_write("notes.md", b"# notes\n");
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry["canRewind"], json!(true));
+    assert_eq!(dry.can_rewind, true);
     a.rewind(&t1, "agent", false).unwrap();
     assert_eq!(tree(&a.m.dir), before);
 }
@@ -223,8 +228,8 @@ fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
         .read("f.txt")
         .is_some_and(|s| s.ends_with("user\n"))));
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry["canRewind"], json!(false));
-    assert_eq!(dry["conflicts"], json!([a.m.p("f.txt")]));
+    assert_eq!(dry.can_rewind, false);
+    assert_eq!(dry.conflicts, [a.m.p("f.txt").display().to_string()]);
     let err = a.rewind(&t1, "agent", false).unwrap_err();
     assert!(err.starts_with("Failed to rewind: "), "{err}");
     assert_eq!(
@@ -300,7 +305,7 @@ fn chained_directory_renames_rewind_to_the_checkpoint() {
     a.bash("mv x d && mv d/e x && echo c > x/c.txt");
     for scope in ["agent", "all"] {
         let r = a.rewind(&t1, scope, false).unwrap();
-        assert_eq!(r["canRewind"], json!(true));
+        assert_eq!(r.can_rewind, true);
         assert_eq!(tree(&a.m.dir), at_t1, "scope {scope} to the first turn");
         a.c.request("undo_rewind", json!({})).unwrap();
     }
@@ -375,18 +380,18 @@ fn a_scope_that_leaves_out_changes_says_so_and_how_to_include_them() {
     let t1 = a.turn();
     a.bash("sed -i s/1/2/ conf.txt && rm -rf d");
     let dry = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(a.files(&dry), Vec::<String>::new());
-    let o = &dry["omitted"];
-    assert!(o["count"].as_u64().unwrap() >= 3, "{dry}");
-    assert_eq!(o["byActor"]["shell"], o["count"], "{dry}");
-    assert_eq!(o["scope"], json!("agent"));
+    assert_eq!(a.files(&dry.files_changed), Vec::<String>::new());
+    let o = dry.omitted.as_ref().expect("omitted");
+    assert!(o.count >= 3, "{dry:?}");
+    assert_eq!(o.by_actor.get("shell"), Some(&o.count), "{dry:?}");
+    assert_eq!(o.scope, Scope::Agent);
     assert_eq!(
-        o["command"],
-        json!(format!("rewindfs rewind {t1} --scope agent --dry-run"))
+        o.command,
+        format!("rewindfs rewind {t1} --scope agent --dry-run")
     );
     // Agent scope includes them: nothing left out.
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert!(dry.get("omitted").is_none(), "{dry}");
+    assert!(dry.omitted.is_none(), "{dry:?}");
     // Someone else's change needs scope all; the CLI says so too.
     crate::support::as_stranger(&a.m.dir, "echo user > notes.txt");
     assert!(crate::support::wait_until(5, || a
@@ -431,10 +436,10 @@ fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
         "{wire}"
     );
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry["conflicts"], json!([wire]), "{dry}");
-    assert_eq!(dry["filesChanged"], json!([wire]), "{dry}");
+    assert_eq!(dry.conflicts, [wire.clone()], "{dry:?}");
+    assert_eq!(dry.files_changed, [wire.clone()], "{dry:?}");
     let all = a.rewind(&t1, "all", true).unwrap();
-    assert_eq!(all["filesChanged"], json!([wire]), "{all}");
+    assert_eq!(all.files_changed, [wire.clone()], "{all:?}");
     // The same form names the file in a request: show it as it was, and its log.
     let shown =
         a.c.request(
@@ -502,13 +507,17 @@ fn a_directory_renamed_away_and_back_keeps_its_files_through_a_rewind() {
     let t1 = a.turn();
     a.bash("mv d e && mv e d && mv d/sub d/sub2 && mv d/sub2 d/sub");
     let dry = a.rewind(&t1, "all", true).unwrap();
-    assert_eq!(dry["filesChanged"], json!([]), "{dry}");
+    assert!(dry.files_changed.is_empty(), "{dry:?}");
     a.rewind(&t1, "all", false).unwrap();
     assert_eq!(tree(&a.m.dir), before);
     // And with a change after the renames: only that change goes back.
     let t2 = a.turn();
     a.bash("mv d e && mv e d && echo changed > d/f");
     let r = a.rewind(&t2, "agent", false).unwrap();
-    assert_eq!(r["filesChanged"], json!([a.m.p("d/f")]), "{r}");
+    assert_eq!(
+        r.files_changed,
+        [a.m.p("d/f").display().to_string()],
+        "{r:?}"
+    );
     assert_eq!(tree(&a.m.dir), before);
 }

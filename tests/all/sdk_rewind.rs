@@ -6,28 +6,30 @@ use std::fs;
 use std::io::{Read, Seek};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use serde_json::{Value, json};
+use serde_json::json;
+
+use rewindfs::control::cmd::{RewindFiles, RewindReply};
+use rewindfs::store::Scope;
 
 use crate::agent::Agent;
 use crate::support::{require_fuse, tree};
 
 /// A dry run of the tool scope to `t`, only for `path`.
-fn dry_for(a: &mut Agent, t: &str, path: &str) -> Value {
-    a.c.request(
-        "rewind_files",
-        json!({"user_message_id": t, "dry_run": true, "paths": [path]}),
-    )
+fn dry_for(a: &mut Agent, t: &str, path: &str) -> RewindReply {
+    a.c.call(&RewindFiles {
+        dry_run: true,
+        paths: vec![path.to_string()],
+        ..RewindFiles::to(t, Scope::Tool)
+    })
     .unwrap()
 }
 
 /// `filesChanged` relative to the workspace, in the order answered.
-fn listed(a: &Agent, v: &Value) -> Vec<String> {
-    v["filesChanged"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no filesChanged in {v}"))
+fn listed(a: &Agent, v: &RewindReply) -> Vec<String> {
+    v.files_changed
         .iter()
         .map(|x| {
-            std::path::Path::new(x.as_str().unwrap())
+            std::path::Path::new(x)
                 .strip_prefix(&a.m.dir)
                 .unwrap()
                 .to_string_lossy()
@@ -168,11 +170,7 @@ fn dry_run_line_counts_are_the_sdks() {
             Then::Bash(_) => &t2,
         };
         let r = dry_for(&mut a, to, c.name);
-        let got = (
-            !listed(&a, &r).is_empty(),
-            r["insertions"].as_u64().unwrap(),
-            r["deletions"].as_u64().unwrap(),
-        );
+        let got = (!listed(&a, &r).is_empty(), r.insertions, r.deletions);
         if got != c.want {
             wrong.push(format!("{}: expected {:?}, got {got:?}", c.name, c.want));
         }
@@ -183,15 +181,15 @@ fn dry_run_line_counts_are_the_sdks() {
     a.bash(r"echo text > binary; printf '\xff' > samedecoded");
     let back = dry_for(&mut a, &t3, "binary");
     assert_eq!(
-        (&back["insertions"], &back["deletions"]),
-        (&json!(1), &json!(1)),
-        "a 12-byte blob → text\\n: {back}"
+        (back.insertions, back.deletions),
+        (1, 1),
+        "a 12-byte blob → text\\n: {back:?}"
     );
     let same = dry_for(&mut a, &t3, "samedecoded");
     assert_eq!(
         listed(&a, &same),
         Vec::<String>::new(),
-        "\\xff → \\xfe: {same}"
+        "\\xff → \\xfe: {same:?}"
     );
 }
 
@@ -204,13 +202,10 @@ fn a_mode_only_change_is_left_out_of_the_dry_run_and_restored_by_the_rewind() {
     let t2 = a.turn();
     a.bash("chmod 755 f");
     let dry = a.rewind(&t2, "tool", true).unwrap();
-    assert_eq!(listed(&a, &dry), Vec::<String>::new(), "{dry}");
-    assert_eq!(
-        (&dry["insertions"], &dry["deletions"]),
-        (&json!(0), &json!(0))
-    );
+    assert_eq!(listed(&a, &dry), Vec::<String>::new(), "{dry:?}");
+    assert_eq!((&dry.insertions, &dry.deletions), (&(0), &(0)));
     let r = a.rewind(&t2, "tool", false).unwrap();
-    assert_eq!(r["skippedLinks"], json!(0));
+    assert_eq!(r.skipped_links, Some(0));
     assert_eq!(mode(&a, "f"), 0o644, "the real rewind restores the mode");
     assert_eq!(
         listed(&a, &r),
@@ -238,16 +233,12 @@ fn a_tracked_file_replaced_by_a_symlink_fifo_directory_or_hard_link_is_listed_bu
         a.bash(cmd);
         let before = tree(&a.m.dir);
         let dry = a.rewind(&t2, "tool", true).unwrap();
-        assert_eq!(listed(&a, &dry), vec!["f"], "{cmd}: {dry}");
-        assert_eq!(
-            (&dry["insertions"], &dry["deletions"]),
-            (&json!(i), &json!(d)),
-            "{cmd}: {dry}"
-        );
+        assert_eq!(listed(&a, &dry), vec!["f"], "{cmd}: {dry:?}");
+        assert_eq!((&dry.insertions, &dry.deletions), (i, d), "{cmd}: {dry:?}");
         let r = a.rewind(&t2, "tool", false).unwrap();
-        assert_eq!(r["canRewind"], json!(true), "{cmd}");
-        assert_eq!(r["skippedLinks"], json!(1), "{cmd}: {r}");
-        assert_eq!(listed(&a, &r), Vec::<String>::new(), "{cmd}: {r}");
+        assert_eq!(r.can_rewind, true, "{cmd}");
+        assert_eq!(r.skipped_links, Some(1), "{cmd}: {r:?}");
+        assert_eq!(listed(&a, &r), Vec::<String>::new(), "{cmd}: {r:?}");
         assert_eq!(tree(&a.m.dir), before, "{cmd}: the path is left as it is");
         assert!(
             before.iter().any(|l| l.starts_with(&format!("f {kind}"))),
@@ -268,12 +259,9 @@ fn a_tracked_file_whose_directory_was_renamed_is_made_again_under_its_old_name()
     a.bash("mv d d2");
     let dry = a.rewind(&t3, "tool", true).unwrap();
     assert_eq!(listed(&a, &dry), vec!["d/f.txt"]);
-    assert_eq!(
-        (&dry["insertions"], &dry["deletions"]),
-        (&json!(1), &json!(0))
-    );
+    assert_eq!((&dry.insertions, &dry.deletions), (&(1), &(0)));
     let r = a.rewind(&t3, "tool", false).unwrap();
-    assert_eq!(r["skippedLinks"], json!(0));
+    assert_eq!(r.skipped_links, Some(0));
     assert_eq!(a.read("d/f.txt").as_deref(), Some("y\n"));
     assert_eq!(
         a.read("d2/f.txt").as_deref(),
@@ -296,9 +284,9 @@ fn a_tracked_file_whose_directory_was_replaced_by_a_symlink_is_skipped_and_not_w
     a.bash("echo z > d/f.txt; mv d d2; ln -s d2 d");
     // The dry run reads through the link (the SDK's reads follow it): "z" against "y".
     let dry = a.rewind(&t3, "tool", true).unwrap();
-    assert_eq!(listed(&a, &dry), vec!["d/f.txt"], "{dry}");
+    assert_eq!(listed(&a, &dry), vec!["d/f.txt"], "{dry:?}");
     let r = a.rewind(&t3, "tool", false).unwrap();
-    assert_eq!(r["skippedLinks"], json!(1), "parent directory moved: {r}");
+    assert_eq!(r.skipped_links, Some(1), "parent directory moved: {r:?}");
     assert_eq!(
         a.read("d2/f.txt").as_deref(),
         Some("z\n"),
@@ -425,8 +413,8 @@ fn mtimes_are_compared_with_when_the_sdk_took_its_backup() {
     post["phase"] = json!("post");
     a.c.request("tool_use", post).unwrap();
     let r = a.rewind(&t3, "tool", false).unwrap();
-    assert_eq!(a.read("f").as_deref(), Some("aaaa\n"), "{r}");
-    assert_eq!(a.read("h").as_deref(), Some("hhhh\n"), "{r}");
+    assert_eq!(a.read("f").as_deref(), Some("aaaa\n"), "{r:?}");
+    assert_eq!(a.read("h").as_deref(), Some("hhhh\n"), "{r:?}");
     let _ = t2;
 }
 
@@ -442,7 +430,7 @@ fn bytes_that_decode_to_the_same_text_are_neither_listed_nor_restored() {
     let t3 = a.turn();
     a.bash(r"printf '\xfe' > f");
     let dry = a.rewind(&t3, "tool", true).unwrap();
-    assert_eq!(listed(&a, &dry), Vec::<String>::new(), "{dry}");
+    assert_eq!(listed(&a, &dry), Vec::<String>::new(), "{dry:?}");
     a.rewind(&t3, "tool", false).unwrap();
     assert_eq!(fs::read(a.m.p("f")).unwrap(), b"\xfe");
     a.rewind(&t3, "agent", false).unwrap();

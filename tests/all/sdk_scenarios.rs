@@ -260,14 +260,17 @@ impl Replay {
             let dry = step["dry_run"].as_bool() == Some(true);
             let got = match self.a.rewind(&id, "tool", dry) {
                 // The SDK's fields; rewindfs's additions are left out of the comparison.
-                Ok(r) => Value::Object(
-                    expect
-                        .as_object()
-                        .unwrap()
-                        .keys()
-                        .map(|k| (k.clone(), r[k].clone()))
-                        .collect(),
-                ),
+                Ok(r) => {
+                    let r = serde_json::to_value(&r).unwrap();
+                    Value::Object(
+                        expect
+                            .as_object()
+                            .unwrap()
+                            .keys()
+                            .map(|k| (k.clone(), r[k].clone()))
+                            .collect(),
+                    )
+                }
                 Err(e) => json!({ "error": e }),
             };
             mismatch(format!("rewind to {to}, dry run {dry}"), &got);

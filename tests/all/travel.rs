@@ -184,7 +184,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
         .unwrap();
     // Absolute paths under the workspace, as every reply names them.
     assert_eq!(
-        a.files(&serde_json::to_value(&d).unwrap()),
+        a.files(&d.files_changed),
         [
             "a.txt",
             "bin.dat",
@@ -216,7 +216,7 @@ fn show_ls_and_diff_look_at_a_checkpoint_without_changing_anything() {
             session_id: None,
         })
         .unwrap();
-    assert_eq!(a.files(&serde_json::to_value(&d).unwrap()), ["a.txt"]);
+    assert_eq!(a.files(&d.files_changed), ["a.txt"]);
 
     // The CLI: raw bytes to stdout, --json, ls, diff A B --stat.
     let sock = a.m.socket();
@@ -525,7 +525,7 @@ fn check_show(steps: Vec<crate::model::Step>, pick: usize) -> Result<(), TestCas
         .collect();
     want.sort();
     want.dedup();
-    let got = run.a.files(&serde_json::to_value(&d).unwrap());
+    let got = run.a.files(&d.files_changed);
     prop_assert_eq!(&got, &want, "diff of turns {} and {}", i, j);
     let t = pick % run.turns.len();
     run.a

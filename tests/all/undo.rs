@@ -218,7 +218,7 @@ fn undo_and_redo_walk_a_stack_of_rewinds_both_ways() {
     a.tool_write("f.txt", b"v2\n");
     a.bash("echo 2 > d/two && chmod 700 d");
     let s0 = full_tree(&a.m.dir);
-    let id = |v: serde_json::Value| v["rewindId"].as_str().unwrap().to_string();
+    let id = |v: RewindReply| v.rewind_id.expect("a rewind id");
     let r1 = id(a.rewind(&t2, "all", false).unwrap());
     let s1 = full_tree(&a.m.dir);
     let r2 = id(a.rewind(&t1, "all", false).unwrap());
@@ -327,9 +327,7 @@ fn undo_and_redo_never_clobber_a_change_made_since_unless_forced() {
     let t1 = a.turn();
     a.tool_write("f.txt", b"v1\n");
     a.tool_write("g.txt", b"g1\n");
-    let rewind = a.rewind(&t1, "all", false).unwrap()["rewindId"]
-        .as_str()
-        .map(str::to_string);
+    let rewind = a.rewind(&t1, "all", false).unwrap().rewind_id;
     as_user(&a, "echo work > f.txt");
     assert!(crate::support::wait_until(5, || a.read("f.txt").as_deref() == Some("work\n")));
     let edited = full_tree(&a.m.dir);
