@@ -9,7 +9,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::{Value, json};
+use rewindfs::control::cmd::{RewindFiles, RewindReply};
+use rewindfs::store::Scope;
+use serde_json::json;
 
 use crate::support::{BIN, Mounted, require_fuse, tree};
 
@@ -189,12 +191,12 @@ impl Drop for Unmount {
     }
 }
 
-fn rewind(m: &Mounted, cp: &str, dry: bool) -> Result<Value, String> {
+fn rewind(m: &Mounted, cp: &str, dry: bool) -> Result<RewindReply, String> {
     client(m)
-        .request(
-            "rewind_files",
-            json!({"user_message_id": cp, "scope": "all", "dry_run": dry}),
-        )
+        .call(&RewindFiles {
+            dry_run: dry,
+            ..RewindFiles::to(cp, Scope::All)
+        })
         .map_err(|e| e.to_string())
 }
 
@@ -256,9 +258,9 @@ fn a_tampered_or_missing_blob_is_refused_by_dry_run_diff_rewind_and_undo_and_not
     // Tampered: same length, other content (what `nobody` did in the issue).
     tamper(&blob, b"EVIL nobody\n");
     let dry = rewind(&m, &cp, true).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
     assert_names(
-        dry["error"].as_str().unwrap(),
+        dry.error.as_deref().unwrap(),
         "a.txt",
         &cp,
         &hash,
@@ -279,7 +281,7 @@ fn a_tampered_or_missing_blob_is_refused_by_dry_run_diff_rewind_and_undo_and_not
     assert_names(&e, "a.txt", &cp, &hash, "missing");
     let dry = rewind(&m, &cp, true).unwrap();
     assert_names(
-        dry["error"].as_str().unwrap(),
+        dry.error.as_deref().unwrap(),
         "a.txt",
         &cp,
         &hash,
@@ -290,7 +292,7 @@ fn a_tampered_or_missing_blob_is_refused_by_dry_run_diff_rewind_and_undo_and_not
     // Put back as it was: the rewind goes through.
     fs::write(&blob, b"original a\n").unwrap();
     let r = rewind(&m, &cp, false).unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(r.can_rewind, true, "{r:?}");
     assert_eq!(fs::read_to_string(m.p("a.txt")).unwrap(), "original a\n");
     let rewound = tree(&m.dir);
 
@@ -354,9 +356,9 @@ fn a_tampered_range_pre_image_is_refused_and_nothing_changes() {
     tamper(&blob, &bad);
     let before = tree(&m.dir);
     let dry = rewind(&m, &cp, true).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
     assert_names(
-        dry["error"].as_str().unwrap(),
+        dry.error.as_deref().unwrap(),
         "big.bin",
         &cp,
         &hash,

@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use rewindfs::control::client::Client;
-use serde_json::{Value, json};
+use rewindfs::control::cmd::{RewindFiles, RewindReply};
+use rewindfs::store::Scope;
+use serde_json::json;
 
 use crate::agent::uuid;
 use crate::support::{Mounted, require_fuse, sh};
@@ -79,21 +81,21 @@ impl Drop for SessionAgent {
     }
 }
 
-fn rewind(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<Value, String> {
-    c.request(
-        "rewind_files",
-        json!({"user_message_id": uuid, "scope": "agent", "dry_run": dry, "force": force}),
-    )
+fn rewind(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<RewindReply, String> {
+    c.call(&RewindFiles {
+        dry_run: dry,
+        force,
+        ..RewindFiles::to(uuid, Scope::Agent)
+    })
     .map_err(|e| e.to_string())
 }
 
-fn files(m: &Mounted, v: &Value) -> Vec<String> {
-    let mut f: Vec<String> = v["filesChanged"]
-        .as_array()
-        .unwrap()
+fn files(m: &Mounted, v: &RewindReply) -> Vec<String> {
+    let mut f: Vec<String> = v
+        .files_changed
         .iter()
         .map(|p| {
-            std::path::Path::new(p.as_str().unwrap())
+            std::path::Path::new(p)
                 .strip_prefix(&m.dir)
                 .unwrap()
                 .to_string_lossy()
@@ -152,8 +154,8 @@ fn each_session_rewinds_its_own_work_and_leaves_the_others() {
 
     let dry = rewind(&mut c, &a1, true, false).unwrap();
     // a.txt did not exist when A1 began, and does not now (it was moved).
-    assert_eq!(files(&m, &dry), vec!["a-moved.txt", "a2.txt"], "{dry}");
-    assert_eq!(dry["canRewind"], json!(true));
+    assert_eq!(files(&m, &dry), vec!["a-moved.txt", "a2.txt"], "{dry:?}");
+    assert_eq!(dry.can_rewind, true);
     rewind(&mut c, &a1, false, false).unwrap();
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(read(&m, "a2.txt"), None);
@@ -164,7 +166,7 @@ fn each_session_rewinds_its_own_work_and_leaves_the_others() {
     assert_eq!(read(&m, "a2.txt").as_deref(), Some("a2\n"));
 
     let dry = rewind(&mut c, &b1, true, false).unwrap();
-    assert_eq!(files(&m, &dry), vec!["b.txt", "bd", "bd/x.txt"], "{dry}");
+    assert_eq!(files(&m, &dry), vec!["b.txt", "bd", "bd/x.txt"], "{dry:?}");
     rewind(&mut c, &b1, false, false).unwrap();
     assert_eq!(read(&m, "b.txt"), None);
     assert!(!m.p("bd").exists());
@@ -195,8 +197,12 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
     k.run("sh -c 'echo c > c.txt'");
     let before = sh(&m.dir, "cat shared.txt a.txt c.txt");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(dry["conflicts"], json!([m.p("shared.txt")]), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
+    assert_eq!(
+        dry.conflicts,
+        [m.p("shared.txt").display().to_string()],
+        "{dry:?}"
+    );
     let e = rewind(&mut c, &a1, false, false).unwrap_err();
     assert!(
         e.starts_with("Failed to rewind: ") && e.contains("shared.txt"),
@@ -208,7 +214,7 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
         "a refused rewind changes nothing"
     );
     let r = rewind(&mut c, &a1, false, true).unwrap();
-    assert_eq!(r["canRewind"], json!(true));
+    assert_eq!(r.can_rewind, true);
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(
@@ -224,11 +230,12 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
     );
 }
 
-fn rewind_tool(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<Value, String> {
-    c.request(
-        "rewind_files",
-        json!({"user_message_id": uuid, "scope": "tool", "dry_run": dry, "force": force}),
-    )
+fn rewind_tool(c: &mut Client, uuid: &str, dry: bool, force: bool) -> Result<RewindReply, String> {
+    c.call(&RewindFiles {
+        dry_run: dry,
+        force,
+        ..RewindFiles::to(uuid, Scope::Tool)
+    })
     .map_err(|e| e.to_string())
 }
 
@@ -250,8 +257,8 @@ fn a_directory_another_session_renamed_is_left_renamed() {
     let _b1 = b.turn(&mut c);
     b.run("mv d e");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
-    assert_eq!(files(&m, &dry), vec!["a.txt"], "{dry}");
-    assert_eq!(dry["conflicts"], json!([]), "{dry}");
+    assert_eq!(files(&m, &dry), vec!["a.txt"], "{dry:?}");
+    assert!(dry.conflicts.is_empty(), "{dry:?}");
     rewind(&mut c, &a1, false, false).unwrap();
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(read(&m, "e/f").as_deref(), Some("f\n"), "B's rename stays");
@@ -261,12 +268,12 @@ fn a_directory_another_session_renamed_is_left_renamed() {
     // A writes beneath the name B gave the directory: restoring it would undo B's rename.
     a.run("echo g > e/g");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(dry["conflicts"], json!([m.p("e/g")]), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
+    assert_eq!(dry.conflicts, [m.p("e/g").display().to_string()], "{dry:?}");
     assert_eq!(
-        dry["conflictsBy"],
-        json!({"e/g": ["session s-b"]}),
-        "who else changed it: {dry}"
+        dry.conflicts_by,
+        [("e/g".to_string(), vec!["session s-b".to_string()])].into(),
+        "who else changed it: {dry:?}"
     );
     let e = rewind(&mut c, &a1, false, false).unwrap_err();
     assert!(
@@ -299,12 +306,16 @@ fn a_tool_rewind_over_another_sessions_change_is_refused_until_forced() {
     let _b1 = b.turn(&mut c);
     b.run("echo b >> shared.txt");
     let dry = rewind_tool(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry["canRewind"], json!(false), "{dry}");
-    assert_eq!(dry["conflicts"], json!([m.p("shared.txt")]), "{dry}");
+    assert_eq!(dry.can_rewind, false, "{dry:?}");
     assert_eq!(
-        dry["conflictsBy"],
-        json!({"shared.txt": ["session s-b"]}),
-        "{dry}"
+        dry.conflicts,
+        [m.p("shared.txt").display().to_string()],
+        "{dry:?}"
+    );
+    assert_eq!(
+        dry.conflicts_by,
+        [("shared.txt".to_string(), vec!["session s-b".to_string()])].into(),
+        "{dry:?}"
     );
     let e = rewind_tool(&mut c, &a1, false, false).unwrap_err();
     assert!(
@@ -318,7 +329,7 @@ fn a_tool_rewind_over_another_sessions_change_is_refused_until_forced() {
         "refused: nothing changed"
     );
     let r = rewind_tool(&mut c, &a1, false, true).unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(r.can_rewind, true, "{r:?}");
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
     assert_eq!(read(&m, "own.txt").as_deref(), Some("own0\n"));
 }
@@ -454,7 +465,7 @@ fn gc_keeps_what_each_live_session_needs() {
     assert_eq!(r["checkpointsDropped"], json!(0), "{r}");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
     // big.bin came and went; n.txt's creation was recorded in a dropped checkpoint.
-    assert_eq!(files(&m, &dry), vec!["k.txt", "n.txt"], "{dry}");
+    assert_eq!(files(&m, &dry), vec!["k.txt", "n.txt"], "{dry:?}");
     rewind(&mut c, &a1, false, false).unwrap();
     let mut want = at_a1;
     want.push(
