@@ -12,7 +12,7 @@
 //!   rewinder's one-at-a-time lock.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use std::sync::Arc;
 
@@ -253,7 +253,7 @@ impl Turns {
         pre: bool,
         tool_name: &str,
         tool_use_id: &str,
-        file: Option<PathBuf>,
+        file: Option<Node>,
         session: Option<&str>,
     ) {
         self.recorder

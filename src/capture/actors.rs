@@ -17,13 +17,13 @@
 //! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Recorder;
 use crate::locks::Locked;
 use crate::store::Actor;
 use crate::sys;
+use crate::wspath::{self, Node};
 
 /// Which processes are the agent, and which tool call is running.
 #[derive(Debug, Default)]
@@ -41,8 +41,8 @@ pub(super) struct Actors {
 #[derive(Debug, Clone)]
 struct Span {
     tool: String,
-    /// The file it writes, workspace-relative.
-    file: Option<PathBuf>,
+    /// The file it writes.
+    file: Option<Node>,
     /// The agent session whose hook opened it (`None`: a client that did not say).
     session: Option<String>,
 }
@@ -119,7 +119,7 @@ impl Recorder {
         pre: bool,
         tool_name: &str,
         tool_use_id: &str,
-        file: Option<PathBuf>,
+        file: Option<Node>,
         session: Option<&str>,
     ) {
         let mut a = self.actors.locked();
@@ -152,7 +152,7 @@ impl Recorder {
 
     /// Who is behind `pid` changing `path` (see [`Actors::classify`]); an agent registered
     /// without a session works for the session that began a message last.
-    pub(super) fn classify(&self, pid: u32, path: Option<&Path>) -> Who {
+    pub(super) fn classify(&self, pid: u32, path: Option<&[u8]>) -> Who {
         if self.is_rewinder(pid) {
             return self.rewind_actor();
         }
@@ -172,7 +172,7 @@ impl Actors {
     /// run in the host process rather than in the CLI. A span of another session than the
     /// process's own is not its: an agent of session A writing a file session B's tool is also
     /// writing is A's change (and a conflict for either's rewind), not B's.
-    fn classify(&mut self, pid: u32, path: Option<&Path>) -> Who {
+    fn classify(&mut self, pid: u32, path: Option<&[u8]>) -> Who {
         let session_of =
             |spans: &HashMap<String, Span>, id: &str| spans.get(id).and_then(|s| s.session.clone());
         let no_agents = self.agents.is_empty();
@@ -235,19 +235,20 @@ impl Actors {
 
     /// The open tool span whose file is `p`, or whose file's write-then-rename temp file `p` is,
     /// of the writing process's `session` (or of no session said, on either side).
-    fn span_for(&self, p: &Path, session: Option<&str>) -> Option<String> {
+    fn span_for(&self, p: &[u8], session: Option<&str>) -> Option<String> {
         self.spans.iter().find_map(|(id, s)| {
             if !fits(s, session) {
                 return None;
             }
-            let f = s.file.as_deref()?;
+            let f = s.file.as_ref()?.as_bytes();
             let hit = p == f
                 || (is_tool_temp(p)
-                    && p.parent() == f.parent()
-                    && p.file_name()
-                        .and_then(|n| n.to_str())
-                        .zip(f.file_name().and_then(|n| n.to_str()))
-                        .is_some_and(|(n, t)| n.starts_with(&format!("{t}.tmp."))));
+                    && wspath::parent(p) == wspath::parent(f)
+                    && wspath::name(p)
+                        .strip_prefix(wspath::name(f))
+                        .is_some_and(|rest| {
+                            !wspath::name(f).is_empty() && rest.starts_with(b".tmp.")
+                        }));
             hit.then(|| id.clone())
         })
     }
@@ -304,8 +305,8 @@ fn fits(s: &Span, session: Option<&str>) -> bool {
 
 /// Whether a name is the temp file of a tool's write-then-rename
 /// (`<target>.tmp.<pid>.<12 hex digits>`, or `.<ms>` from older CLIs).
-pub(super) fn is_tool_temp(p: &Path) -> bool {
-    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+pub(super) fn is_tool_temp(p: &[u8]) -> bool {
+    let Ok(name) = std::str::from_utf8(wspath::name(p)) else {
         return false;
     };
     let mut parts = name.rsplitn(4, '.');
@@ -327,7 +328,6 @@ pub(super) fn is_tool_temp(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::is_tool_temp;
-    use std::path::Path;
 
     #[test]
     fn a_tools_temporary_is_known_by_its_name() {
@@ -340,7 +340,7 @@ mod tests {
             ("a.txt.tmp.1.", false),
             ("a.txt", false),
         ] {
-            assert_eq!(is_tool_temp(Path::new(name)), yes, "{name}");
+            assert_eq!(is_tool_temp(name.as_bytes()), yes, "{name}");
         }
     }
 }

@@ -376,7 +376,7 @@ impl Recorder {
                 _ => return Ok(()),
             }
         };
-        if is_tool_temp(p.as_path()) {
+        if is_tool_temp(p.as_bytes()) {
             return Ok(());
         }
         let id = match fresh_capture {

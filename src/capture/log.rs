@@ -118,8 +118,8 @@ impl Recorder {
         let who = self.classify(
             pid,
             Some(match change.path2 {
-                Some(p2) if change.op == Op::Rename => p2.as_path(),
-                _ => change.path.as_path(),
+                Some(p2) if change.op == Op::Rename => p2.as_bytes(),
+                _ => change.path.as_bytes(),
             }),
         );
         let seq = self.state.locked().seq;

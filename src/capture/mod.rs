@@ -251,8 +251,8 @@ impl Observer for Recorder {
         self.note_meanwhile(change);
         // For a rename, the file that matters for tool spans is the target.
         let subject = match change.path2 {
-            Some(p2) if change.op == Op::Rename => p2.as_path(),
-            _ => change.path.as_path(),
+            Some(p2) if change.op == Op::Rename => p2.as_bytes(),
+            _ => change.path.as_bytes(),
         };
         let who = self.classify(pid, Some(subject));
         self.note_refused(match change.op {

@@ -63,8 +63,7 @@ impl ToolUse {
         let rel = self
             .file_path
             .as_deref()
-            .and_then(|p| d.rel_to_workspace(p))
-            .map(|n| n.as_path().to_path_buf());
+            .and_then(|p| d.rel_to_workspace(p));
         d.turns.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,
