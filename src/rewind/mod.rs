@@ -464,13 +464,13 @@ impl Outcome {
         self.changed_meanwhile = applied
             .meanwhile
             .iter()
-            .map(|p| crate::wire_path::encode(p))
+            .map(crate::wire_path::encode)
             .collect();
         self.changed_meanwhile.sort();
         self.partially_restored = applied
             .partial
             .iter()
-            .map(|p| crate::wire_path::encode(p))
+            .map(crate::wire_path::encode)
             .collect();
         self.partially_restored.sort();
     }

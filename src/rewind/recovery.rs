@@ -258,7 +258,7 @@ impl Rewinder {
 
 /// Up to ten of `paths`, for a log line.
 fn shown(paths: &HashSet<WsPath>) -> String {
-    let mut v: Vec<String> = paths.iter().map(|p| crate::wire_path::encode(p)).collect();
+    let mut v: Vec<String> = paths.iter().map(crate::wire_path::encode).collect();
     v.sort();
     let more = v.len().saturating_sub(10);
     v.truncate(10);

@@ -236,7 +236,7 @@ impl Record {
                 // Last, and only when recorded: a record without it (or from an older
                 // rewindfs) reads as "not recorded".
                 if let Some(x) = &pre.xattrs {
-                    e.bytes(&x.encode());
+                    e.bytes(x.encode());
                 }
             }
             Record::Range { capture, range } => {

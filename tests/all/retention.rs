@@ -82,7 +82,7 @@ fn gc_drops_the_oldest_checkpoints_keeps_the_sessions_start_and_frees_their_blob
             "{e}"
         );
         let dry = a.rewind(gone, "all", true).unwrap();
-        assert_eq!(dry.can_rewind, false);
+        assert!(!dry.can_rewind);
     }
     let listed: Vec<String> = a.c.request("list_checkpoints", json!({})).unwrap()["checkpoints"]
         .as_array()

@@ -19,7 +19,7 @@ fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
     a.tool_write("made_by_tool.txt", b"one\ntwo\n");
     a.bash("echo shell > made_by_shell.txt");
     let dry = a.rewind(&t1, "tool", true).unwrap();
-    assert_eq!(dry.can_rewind, true);
+    assert!(dry.can_rewind);
     assert_eq!(a.files(&dry.files_changed), vec!["made_by_tool.txt"]);
     assert_eq!(dry.insertions, 0);
     assert_eq!(
@@ -28,7 +28,7 @@ fn a_file_created_by_write_is_deleted_one_created_by_bash_survives() {
         "a created file being removed counts its lines as deletions"
     );
     let r = a.rewind(&t1, "tool", false).unwrap();
-    assert_eq!(r.can_rewind, true);
+    assert!(r.can_rewind);
     assert_eq!(r.skipped_links, Some(0));
     assert!(a.read("made_by_tool.txt").is_none());
     assert_eq!(a.read("made_by_shell.txt").as_deref(), Some("shell\n"));
@@ -175,7 +175,7 @@ fn an_unknown_or_tool_result_uuid_gets_the_sdks_error() {
     a.turn();
     let missing = uuid();
     let dry = a.rewind(&missing, "tool", true).unwrap();
-    assert_eq!(dry.can_rewind, false);
+    assert!(!dry.can_rewind);
     assert_eq!(
         dry.error,
         Some("No file checkpoint found for this message.".to_string())
@@ -211,7 +211,7 @@ fn agent_scope_undoes_shell_work_including_directories_renames_and_symlinks() {
     a.bash("mv lib library && echo changed > library/sub/m.py && mkdir -p build/out && echo o > build/out/o.txt && rm link && ln -s script.sh link && chmod 755 script.sh && rm -rf library/sub");
     a.tool_write("notes.md", b"# notes\n");
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry.can_rewind, true);
+    assert!(dry.can_rewind);
     a.rewind(&t1, "agent", false).unwrap();
     assert_eq!(tree(&a.m.dir), before);
 }
@@ -228,7 +228,7 @@ fn agent_scope_refuses_when_the_user_also_changed_a_path_unless_forced() {
         .read("f.txt")
         .is_some_and(|s| s.ends_with("user\n"))));
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry.can_rewind, false);
+    assert!(!dry.can_rewind);
     assert_eq!(dry.conflicts, [a.m.p("f.txt").display().to_string()]);
     let err = a.rewind(&t1, "agent", false).unwrap_err();
     assert!(err.starts_with("Failed to rewind: "), "{err}");
@@ -305,7 +305,7 @@ fn chained_directory_renames_rewind_to_the_checkpoint() {
     a.bash("mv x d && mv d/e x && echo c > x/c.txt");
     for scope in ["agent", "all"] {
         let r = a.rewind(&t1, scope, false).unwrap();
-        assert_eq!(r.can_rewind, true);
+        assert!(r.can_rewind);
         assert_eq!(tree(&a.m.dir), at_t1, "scope {scope} to the first turn");
         a.c.request("undo_rewind", json!({})).unwrap();
     }
@@ -436,10 +436,10 @@ fn a_name_that_is_not_utf8_is_named_exactly_on_the_wire() {
         "{wire}"
     );
     let dry = a.rewind(&t1, "agent", true).unwrap();
-    assert_eq!(dry.conflicts, [wire.clone()], "{dry:?}");
-    assert_eq!(dry.files_changed, [wire.clone()], "{dry:?}");
+    assert_eq!(dry.conflicts, std::slice::from_ref(&wire), "{dry:?}");
+    assert_eq!(dry.files_changed, std::slice::from_ref(&wire), "{dry:?}");
     let all = a.rewind(&t1, "all", true).unwrap();
-    assert_eq!(all.files_changed, [wire.clone()], "{all:?}");
+    assert_eq!(all.files_changed, std::slice::from_ref(&wire), "{all:?}");
     // The same form names the file in a request: show it as it was, and its log.
     let shown =
         a.c.request(

@@ -155,7 +155,7 @@ fn each_session_rewinds_its_own_work_and_leaves_the_others() {
     let dry = rewind(&mut c, &a1, true, false).unwrap();
     // a.txt did not exist when A1 began, and does not now (it was moved).
     assert_eq!(files(&m, &dry), vec!["a-moved.txt", "a2.txt"], "{dry:?}");
-    assert_eq!(dry.can_rewind, true);
+    assert!(dry.can_rewind);
     rewind(&mut c, &a1, false, false).unwrap();
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(read(&m, "a2.txt"), None);
@@ -197,7 +197,7 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
     k.run("sh -c 'echo c > c.txt'");
     let before = sh(&m.dir, "cat shared.txt a.txt c.txt");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry.can_rewind, false, "{dry:?}");
+    assert!(!dry.can_rewind, "{dry:?}");
     assert_eq!(
         dry.conflicts,
         [m.p("shared.txt").display().to_string()],
@@ -214,7 +214,7 @@ fn a_path_another_session_also_changed_is_a_conflict_until_forced() {
         "a refused rewind changes nothing"
     );
     let r = rewind(&mut c, &a1, false, true).unwrap();
-    assert_eq!(r.can_rewind, true);
+    assert!(r.can_rewind);
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
     assert_eq!(read(&m, "a.txt"), None);
     assert_eq!(
@@ -268,7 +268,7 @@ fn a_directory_another_session_renamed_is_left_renamed() {
     // A writes beneath the name B gave the directory: restoring it would undo B's rename.
     a.run("echo g > e/g");
     let dry = rewind(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry.can_rewind, false, "{dry:?}");
+    assert!(!dry.can_rewind, "{dry:?}");
     assert_eq!(dry.conflicts, [m.p("e/g").display().to_string()], "{dry:?}");
     assert_eq!(
         dry.conflicts_by,
@@ -306,7 +306,7 @@ fn a_tool_rewind_over_another_sessions_change_is_refused_until_forced() {
     let _b1 = b.turn(&mut c);
     b.run("echo b >> shared.txt");
     let dry = rewind_tool(&mut c, &a1, true, false).unwrap();
-    assert_eq!(dry.can_rewind, false, "{dry:?}");
+    assert!(!dry.can_rewind, "{dry:?}");
     assert_eq!(
         dry.conflicts,
         [m.p("shared.txt").display().to_string()],
@@ -329,7 +329,7 @@ fn a_tool_rewind_over_another_sessions_change_is_refused_until_forced() {
         "refused: nothing changed"
     );
     let r = rewind_tool(&mut c, &a1, false, true).unwrap();
-    assert_eq!(r.can_rewind, true, "{r:?}");
+    assert!(r.can_rewind, "{r:?}");
     assert_eq!(read(&m, "shared.txt").as_deref(), Some("v0\n"));
     assert_eq!(read(&m, "own.txt").as_deref(), Some("own0\n"));
 }
