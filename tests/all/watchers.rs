@@ -16,6 +16,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use rewindfs::control::client::Client;
+use rewindfs::control::cmd::{RewindFiles, RewindReply, UndoRewind};
+use rewindfs::store::Scope;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use serde_json::{Value, json};
 
@@ -104,30 +106,37 @@ fn checkpoint(c: &mut Client) -> String {
     u
 }
 
-fn rewind_all(c: &mut Client, uuid: &str) -> Value {
-    c.request(
-        "rewind_files",
-        json!({"user_message_id": uuid, "scope": "all"}),
-    )
+fn rewind_all(c: &mut Client, uuid: &str) -> RewindReply {
+    c.call(&RewindFiles::to(uuid, Scope::All)).unwrap()
+}
+
+/// An undo of the last rewind (`dry_run`, `force` as given), through the typed client.
+fn undo(c: &mut Client, dry_run: bool, force: bool) -> RewindReply {
+    c.call(&UndoRewind {
+        dry_run,
+        force,
+        session_id: None,
+    })
     .unwrap()
 }
 
 /// The workspace-relative paths of a reply's `changedMeanwhile` (absent: none), sorted.
-fn meanwhile(m: &Mounted, v: &Value) -> Vec<String> {
-    let mut out: Vec<String> = v["changedMeanwhile"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    Path::new(p.as_str().unwrap())
-                        .strip_prefix(&m.dir)
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned()
-                })
-                .collect()
+fn meanwhile(m: &Mounted, v: &RewindReply) -> Vec<String> {
+    relative(m, &v.changed_meanwhile)
+}
+
+/// Absolute paths of a reply as workspace-relative ones, sorted.
+fn relative(m: &Mounted, paths: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            Path::new(p)
+                .strip_prefix(&m.dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
         })
-        .unwrap_or_default();
+        .collect();
     out.sort();
     out
 }
@@ -175,7 +184,7 @@ fn a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
     set_user_xattr(&m.p("xattr.txt"), "after");
     let mut w = Watcher::new(&m.dir, &["", "made"]);
     let r = rewind_all(&mut c, &cp);
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     let ev = w.drain();
 
     // (path, events it must have: any of each group, events it must not have)
@@ -302,7 +311,7 @@ fn a_file_restored_by_a_rewind_keeps_its_inode_and_an_open_descriptor_reads_the_
     let ino = fs::metadata(m.p("open.txt")).unwrap().ino();
     let mut held = fs::File::open(m.p("open.txt")).unwrap();
     let r = rewind_all(&mut c, &cp);
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     assert_eq!(fs::metadata(m.p("open.txt")).unwrap().ino(), ino);
     let mut s = String::new();
     held.rewind().unwrap();
@@ -330,7 +339,7 @@ fn undo_and_redo_are_seen_by_a_watcher_too() {
     ] {
         let mut w = Watcher::new(&m.dir, &[""]);
         let r = c.request(cmd, json!({})).unwrap();
-        assert_eq!(r["canRewind"], json!(true), "{cmd}: {r}");
+        assert_eq!(r["canRewind"], json!(true), "{cmd}: {r:?}");
         let ev = w.drain();
         assert!(
             of(&ev, "u.txt").contains(ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE),
@@ -350,7 +359,7 @@ fn paused(env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Mounted {
 }
 
 /// Runs a real rewind to `cp` on a thread of its own, and returns its answer once it is done.
-fn rewind_in_background(m: &Mounted, cp: &str) -> std::thread::JoinHandle<Value> {
+fn rewind_in_background(m: &Mounted, cp: &str) -> std::thread::JoinHandle<RewindReply> {
     let (sock, cp) = (m.socket(), cp.to_string());
     std::thread::spawn(move || {
         let mut c = Client::connect(&sock).unwrap();
@@ -382,8 +391,8 @@ fn a_change_made_after_a_rewind_planned_and_before_it_journalled_is_left_alone_a
     std::thread::sleep(Duration::from_millis(500));
     fs::write(m.p("a.txt"), "a written before the plan was journalled\n").unwrap();
     let r = rewind.join().unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
-    assert_eq!(meanwhile(&m, &r), vec!["a.txt"], "{r}");
+    assert!(r.can_rewind, "{r:?}");
+    assert_eq!(meanwhile(&m, &r), vec!["a.txt"], "{r:?}");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
         "a written before the plan was journalled\n"
@@ -392,20 +401,15 @@ fn a_change_made_after_a_rewind_planned_and_before_it_journalled_is_left_alone_a
         fs::read_to_string(m.p("b.txt")).unwrap(),
         "b at the checkpoint\n"
     );
-    let files: Vec<&str> = r["filesChanged"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let files: Vec<&str> = r.files_changed.iter().map(String::as_str).collect();
     assert_eq!(
         files,
         vec![m.p("b.txt").to_str().unwrap()],
-        "filesChanged lists what the rewind changed: {r}"
+        "filesChanged lists what the rewind changed: {r:?}"
     );
     // The change it left alone is not in what undo would give back.
-    let u = c.request("undo_rewind", json!({})).unwrap();
-    assert_eq!(u["canRewind"], json!(true), "{u}");
+    let u = undo(&mut c, false, false);
+    assert!(u.can_rewind, "{u:?}");
     assert_eq!(fs::read_to_string(m.p("b.txt")).unwrap(), "b since\n");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
@@ -438,11 +442,11 @@ fn a_change_made_while_a_rewind_applies_is_refused_to_the_rewind_and_reported() 
     fs::write(m.p("a.txt"), "a written while the rewind applied\n").unwrap();
     fs::write(m.p("made/mine.txt"), "made while the rewind applied\n").unwrap();
     let r = rewind.join().unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     assert_eq!(
         meanwhile(&m, &r),
         vec!["a.txt", "made", "made/mine.txt"],
-        "{r}"
+        "{r:?}"
     );
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
@@ -522,26 +526,8 @@ fn an_interrupted_rewind_is_finished_at_the_next_mount_without_clobbering_later_
     );
     // The rewind is done, and on the undo stack.
     let mut c = client(&m);
-    let u = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
-    assert!(u["undone"].is_string(), "{u}");
-}
-
-/// The files of a reply's field (absolute paths), workspace-relative and sorted.
-fn listed(m: &Mounted, v: &Value, field: &str) -> Vec<String> {
-    let mut out: Vec<String> = v[field]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            Path::new(p.as_str().unwrap())
-                .strip_prefix(&m.dir)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    out.sort();
-    out
+    let u = undo(&mut c, true, false);
+    assert!(u.undone.is_some(), "{u:?}");
 }
 
 /// Two files changed since a checkpoint, whose content a rewind to it restores in place.
@@ -557,7 +543,7 @@ fn change_both(m: &Mounted) {
 
 /// A mount with [`two_files`], both changed since a checkpoint, and a rewind to it running on
 /// a thread of its own, which pauses 1.5 s in a.txt, between its content and its length.
-fn a_rewind_paused_in_its_first_file() -> (Mounted, Client, std::thread::JoinHandle<Value>) {
+fn a_rewind_paused_in_its_first_file() -> (Mounted, Client, std::thread::JoinHandle<RewindReply>) {
     let m = paused(&[("REWINDFS_TEST_PAUSE_APPLYING_MS", "1500")], two_files);
     let mut c = client(&m);
     let cp = checkpoint(&mut c);
@@ -593,18 +579,18 @@ fn a_message_begun_while_a_rewind_applies_waits_for_it_and_undo_gives_every_file
         t.elapsed()
     );
     let r = rewind.join().unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     assert_eq!(
         fs::read_to_string(m.p("b.txt")).unwrap(),
         "b at the checkpoint\n"
     );
-    let u = c.request("undo_rewind", json!({})).unwrap();
-    assert_eq!(u["canRewind"], json!(true), "{u}");
+    let u = undo(&mut c, false, false);
+    assert!(u.can_rewind, "{u:?}");
     for f in ["a", "b"] {
         assert_eq!(
             fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
             format!("{f} since, and longer than at the checkpoint\n"),
-            "undo gave {f}.txt back: {u}"
+            "undo gave {f}.txt back: {u:?}"
         );
     }
 }
@@ -626,8 +612,8 @@ fn a_file_read_ahead_and_changed_by_someone_else_before_the_rewind_reaches_it_st
     std::thread::sleep(Duration::from_millis(700));
     fs::write(m.p("b.txt"), "b written while the rewind applied\n").unwrap();
     let r = rewind.join().unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
-    assert_eq!(meanwhile(&m, &r), vec!["b.txt"], "{r}");
+    assert!(r.can_rewind, "{r:?}");
+    assert_eq!(meanwhile(&m, &r), vec!["b.txt"], "{r:?}");
     let log = fs::read_to_string(m.store.join("daemon.log")).unwrap();
     let ahead = log
         .lines()
@@ -641,14 +627,14 @@ fn a_file_read_ahead_and_changed_by_someone_else_before_the_rewind_reaches_it_st
         fs::read_to_string(m.p("a.txt")).unwrap(),
         "a at the checkpoint\n"
     );
-    let dry = c.request("undo_rewind", json!({"dry_run": true})).unwrap();
+    let dry = undo(&mut c, true, false);
     assert_eq!(
-        dry["canRewind"],
+        dry.can_rewind,
         json!(true),
-        "no conflict over b.txt: {dry}"
+        "no conflict over b.txt: {dry:?}"
     );
-    let u = c.request("undo_rewind", json!({})).unwrap();
-    assert_eq!(u["canRewind"], json!(true), "{u}");
+    let u = undo(&mut c, false, false);
+    assert!(u.can_rewind, "{u:?}");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
         "a since, and longer than at the checkpoint\n"
@@ -656,17 +642,17 @@ fn a_file_read_ahead_and_changed_by_someone_else_before_the_rewind_reaches_it_st
     assert_eq!(
         fs::read_to_string(m.p("b.txt")).unwrap(),
         "b written while the rewind applied\n",
-        "undo left b.txt to its writer: {u}"
+        "undo left b.txt to its writer: {u:?}"
     );
     // The rewind's own checkpoint holds b.txt as it was when the rewind began.
-    let id = r["rewindId"].as_str().unwrap().to_string();
+    let id = r.rewind_id.as_deref().unwrap().to_string();
     let back = rewind_all(&mut c, &id);
-    assert_eq!(back["canRewind"], json!(true), "{back}");
+    assert!(back.can_rewind, "{back:?}");
     for f in ["a", "b"] {
         assert_eq!(
             fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
             format!("{f} since, and longer than at the checkpoint\n"),
-            "{back}"
+            "{back:?}"
         );
     }
 }
@@ -714,10 +700,10 @@ fn a_file_changed_between_two_steps_of_a_rewind_is_reported_partly_restored() {
     let rewind = rewind_in_background(&m, &cp);
     write_between_two_steps(&m);
     let r = rewind.join().unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
-    assert_eq!(listed(&m, &r, "partiallyRestored"), vec!["a.txt"], "{r}");
-    assert_eq!(listed(&m, &r, "changedMeanwhile"), vec!["a.txt"], "{r}");
-    assert_eq!(listed(&m, &r, "filesChanged"), vec!["a.txt"], "{r}");
+    assert!(r.can_rewind, "{r:?}");
+    assert_eq!(relative(&m, &r.partially_restored), vec!["a.txt"], "{r:?}");
+    assert_eq!(relative(&m, &r.changed_meanwhile), vec!["a.txt"], "{r:?}");
+    assert_eq!(relative(&m, &r.files_changed), vec!["a.txt"], "{r:?}");
     let now = fs::read_to_string(m.p("a.txt")).unwrap();
     assert!(
         now.starts_with("short\n") && now.contains("THEIRS"),
@@ -815,8 +801,8 @@ fn a_daemon_killed_while_a_rewind_applies_through_the_mount_finishes_it_at_the_n
             .any(|e| e["actor"] == "rewind" && e["path"] == "a.txt"),
         "the rewind's write before the kill is in the change log: {log}"
     );
-    let u = c.request("undo_rewind", json!({})).unwrap();
-    assert_eq!(u["canRewind"], json!(true), "{u}");
+    let u = undo(&mut c, false, false);
+    assert!(u.can_rewind, "{u:?}");
     assert_eq!(
         fs::read_to_string(m.p("b.txt")).unwrap(),
         "b since, and longer than at the checkpoint\n"
@@ -863,7 +849,11 @@ fn a_rewind_whose_helper_is_stuck_fails_clearly_and_is_finished_at_the_next_moun
             json!({"user_message_id": cp, "scope": "all", "dry_run": true}),
         )
         .unwrap();
-    assert_eq!(d["canRewind"], json!(true), "a dry run is not held up: {d}");
+    assert_eq!(
+        d["canRewind"],
+        json!(true),
+        "a dry run is not held up: {d:?}"
+    );
     drop(c);
     m.umount();
     m.mount(&[]);
@@ -936,7 +926,7 @@ fn a_rewind_works_after_the_daemons_binary_was_replaced() {
     fs::remove_file(&exe).unwrap();
     fs::write(&exe, "#!/bin/sh\nexit 1\n").unwrap();
     let r = rewind_all(&mut c, &cp);
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     assert_eq!(
         fs::read_to_string(m.p("a.txt")).unwrap(),
         "a at the checkpoint\n"
@@ -985,7 +975,7 @@ fn a_file_leased_by_another_process_is_restored_by_a_rename() {
     let _ = holder.kill();
     let _ = holder.wait();
     let r = r.unwrap();
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert_eq!(r["canRewind"], json!(true), "{r:?}");
     for f in ["a", "b"] {
         assert_eq!(
             fs::read_to_string(m.p(&format!("{f}.txt"))).unwrap(),
@@ -1045,7 +1035,7 @@ fn a_writer_at_work_during_a_rewind_loses_nothing_and_a_forced_undo_gives_back_e
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         (r, writer.join().unwrap())
     });
-    assert_eq!(r["canRewind"], json!(true), "{r}");
+    assert!(r.can_rewind, "{r:?}");
     let left: std::collections::HashSet<String> = meanwhile(&m, &r).into_iter().collect();
     for i in 0..N {
         let now = fs::read_to_string(path(i)).unwrap();
@@ -1057,9 +1047,9 @@ fn a_writer_at_work_during_a_rewind_loses_nothing_and_a_forced_undo_gives_back_e
     // undo gives back what the rewind overwrote there too, as it does for every file the
     // writer changed after the rewind restored it.
     let partial: std::collections::HashSet<String> =
-        listed(&m, &r, "partiallyRestored").into_iter().collect();
-    let u = c.request("undo_rewind", json!({"force": true})).unwrap();
-    assert_eq!(u["canRewind"], json!(true), "{u}");
+        relative(&m, &r.partially_restored).into_iter().collect();
+    let u = undo(&mut c, false, true);
+    assert!(u.can_rewind, "{u:?}");
     for i in 0..N {
         let now = fs::read_to_string(path(i)).unwrap();
         let name = format!("r/f{i:03}");
