@@ -24,6 +24,20 @@ pub const MAX_ID: usize = 256;
 /// range; twice that leaves room without letting a row claim gigabytes).
 const MAX_RANGE: i64 = 32 << 20;
 
+/// The columns that hold bytes (a path, a symlink's target, the stored extended attributes, a
+/// range's old bytes): a bundle may carry one as a string when it is UTF-8, and the import
+/// stores it as the BLOB the store's own rows are, so that it reads back and compares as one.
+pub(super) fn holds_bytes(table: &str, col: &str) -> bool {
+    matches!(
+        (table, col),
+        ("captures", "path" | "target" | "xattrs")
+            | ("capture_ranges", "data")
+            | ("moves", "src" | "dst")
+            | ("tracked", "path")
+            | ("changes", "path" | "path2")
+    )
+}
+
 /// What is wrong with a row (`Err`), in words that name the column and the value; `Ok(false)`
 /// for a row of the workspace root itself (its own mode as a capture of kind `dir`, or a change
 /// log entry of it), which older exports carry and which nothing here uses: the import leaves

@@ -549,7 +549,11 @@ fn insert_row(
             return Err(bad(format!("{t} has no column {k:?}")));
         }
         cols.push(format!("\"{k}\""));
-        vals.push(to_sql(v).map_err(|e| bad(format!("{t}.{k}: {e}")))?);
+        let val = match v {
+            Value::String(s) if check::holds_bytes(t, k) => SqlValue::Blob(s.as_bytes().to_vec()),
+            v => to_sql(v).map_err(|e| bad(format!("{t}.{k}: {e}")))?,
+        };
+        vals.push(val);
     }
     let sql = format!(
         "INSERT {}INTO {t} ({}) VALUES ({})",
