@@ -150,7 +150,9 @@ impl Store {
     pub fn tracked(&self, session: &str) -> Result<Vec<Tracked>> {
         self.with(|c| {
             let mut st = c.prepare(
-                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1
+                // A row for the workspace root itself (an older build tracked a tool's chmod of
+                // it) names no file the SDK restores.
+                "SELECT path, checkpoint, capture FROM tracked WHERE session_id = ?1 AND length(path) > 0
                  ORDER BY capture IS NULL, capture, rowid",
             )?;
             let rows = st.query_map([session], |r| {

@@ -89,6 +89,13 @@ fn check_journal_blobs(
     problems: &mut Vec<String>,
 ) -> Result<usize> {
     let left = journal::read(dir)?;
+    if left.unreadable > 0 {
+        problems.push(format!(
+            "journal: {} whole record(s) this build cannot read (a path that is not a path \
+             inside the workspace, or a kind it does not know); they were left out",
+            left.unreadable
+        ));
+    }
     let mut checked = 0;
     for r in &left.records {
         let (h, path) = match r {

@@ -433,11 +433,18 @@ pub struct Contents {
     pub records: Vec<Record>,
     /// Bytes after the last whole record (a torn frame from a crash inside `write`).
     pub torn_bytes: usize,
+    /// Whole frames (their checksum holds) that are not a record this build reads: one naming
+    /// a path that is not a workspace path (an older build tracked a tool's change of the
+    /// workspace root itself), or of a kind it does not know. Left out; what follows is read.
+    pub unreadable: usize,
 }
 
-/// Parses a journal file's bytes: whole, checksummed frames up to the first bad one.
+/// Parses a journal file's bytes: whole, checksummed frames up to the first bad one (a torn
+/// tail). A whole frame that does not decode is counted and left out, not taken for the end:
+/// the records after it are intact, and each protects a change that happened.
 pub fn parse(bytes: &[u8]) -> Contents {
     let mut records = Vec::new();
+    let mut unreadable = 0;
     let mut rest = bytes;
     while rest.len() >= 12 {
         let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
@@ -448,15 +455,16 @@ pub fn parse(bytes: &[u8]) -> Contents {
         if fnv1a64(payload) != sum {
             break;
         }
-        let Some(r) = Record::decode(payload) else {
-            break;
-        };
-        records.push(r);
+        match Record::decode(payload) {
+            Some(r) => records.push(r),
+            None => unreadable += 1,
+        }
         rest = &rest[12 + len..];
     }
     Contents {
         records,
         torn_bytes: rest.len(),
+        unreadable,
     }
 }
 
@@ -477,6 +485,13 @@ pub fn read(dir: &Path) -> io::Result<Contents> {
             Err(e) => return Err(e),
         }
         let c = parse(&bytes);
+        if c.unreadable > 0 {
+            tracing::error!(
+                "capture journal {name}: {} whole record(s) this build cannot read (a path that \
+                 is not a path inside the workspace, or a kind it does not know) were left out",
+                c.unreadable
+            );
+        }
         let epoch = match c.records.first() {
             Some(Record::Epoch(n)) => *n,
             _ => 0,
@@ -487,6 +502,7 @@ pub fn read(dir: &Path) -> io::Result<Contents> {
     let mut all = Contents::default();
     for (_, c) in files {
         all.torn_bytes += c.torn_bytes;
+        all.unreadable += c.unreadable;
         all.records.extend(
             c.records
                 .into_iter()

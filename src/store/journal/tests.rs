@@ -132,6 +132,30 @@ fn records_round_trip_and_a_torn_tail_is_ignored() {
     assert!(parse(&bad).records.is_empty());
 }
 
+/// A whole frame this build cannot read — a tool's change of the workspace root tracked by an
+/// older build, whose path is now refused — is left out, and the records after it are read:
+/// they protect changes that happened.
+#[test]
+fn a_whole_record_that_does_not_decode_is_left_out_not_taken_for_the_end() {
+    let mut e = Enc(Vec::new());
+    e.u8(3);
+    e.bytes(b"session");
+    e.bytes(b"");
+    e.i64(1);
+    e.i64(1);
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&(e.0.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&fnv1a64(&e.0).to_le_bytes());
+    bytes.extend_from_slice(&e.0);
+    for r in samples() {
+        bytes.extend_from_slice(&r.encode());
+    }
+    let c = parse(&bytes);
+    assert_eq!(c.unreadable, 1);
+    assert_eq!(c.records, samples());
+    assert_eq!(c.torn_bytes, 0);
+}
+
 fn actors(n: u8) -> Record {
     Record::Actors {
         checkpoint: 1,
