@@ -246,18 +246,18 @@ impl Turns {
         bound
     }
 
-    /// A tool call of `session` starts (`pre`) or ends: writes to `file` in between are the
+    /// A tool call of `session` starts (`pre`) or ends: writes to `files` in between are the
     /// tool's.
     pub fn tool_span(
         &self,
         pre: bool,
         tool_name: &str,
         tool_use_id: &str,
-        file: Option<Node>,
+        files: Vec<Node>,
         session: Option<&str>,
     ) {
         self.recorder
-            .tool_span(pre, tool_name, tool_use_id, file, session);
+            .tool_span(pre, tool_name, tool_use_id, files, session);
     }
 
     /// The turn of `session` ended (its Stop hook): every span it left open ends. Returns how

@@ -41,8 +41,8 @@ pub(super) struct Actors {
 #[derive(Debug, Clone)]
 struct Span {
     tool: String,
-    /// The file it writes.
-    file: Option<Node>,
+    /// The files it writes (none: a tool that names none, as a shell command).
+    files: Vec<Node>,
     /// The agent session whose hook opened it (`None`: a client that did not say).
     session: Option<String>,
 }
@@ -51,7 +51,16 @@ struct Span {
 /// concurrently): a new tool call of the session means such a span has ended, even when its
 /// PostToolUse never came (a tool that fails after PreToolUse, e.g. an Edit refused on a
 /// symlink, gets neither PostToolUse nor PostToolUseFailure).
-const FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
+/// Codex's `apply_patch` and Gemini's `write_file` and `replace` are such tools too.
+const FILE_TOOLS: &[&str] = &[
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "apply_patch",
+    "write_file",
+    "replace",
+];
 
 /// One process as the classifier saw it.
 #[derive(Debug, Clone)]
@@ -119,7 +128,7 @@ impl Recorder {
         pre: bool,
         tool_name: &str,
         tool_use_id: &str,
-        file: Option<Node>,
+        files: Vec<Node>,
         session: Option<&str>,
     ) {
         let mut a = self.actors.locked();
@@ -131,7 +140,7 @@ impl Recorder {
                 tool_use_id.to_string(),
                 Span {
                     tool: tool_name.to_string(),
-                    file,
+                    files,
                     session: session.map(str::to_string),
                 },
             );
@@ -240,15 +249,17 @@ impl Actors {
             if !fits(s, session) {
                 return None;
             }
-            let f = s.file.as_ref()?.as_bytes();
-            let hit = p == f
-                || (is_tool_temp(p)
-                    && wspath::parent(p) == wspath::parent(f)
-                    && wspath::name(p)
-                        .strip_prefix(wspath::name(f))
-                        .is_some_and(|rest| {
-                            !wspath::name(f).is_empty() && rest.starts_with(b".tmp.")
-                        }));
+            let hit = s.files.iter().any(|f| {
+                let f = f.as_bytes();
+                p == f
+                    || (is_tool_temp(p)
+                        && wspath::parent(p) == wspath::parent(f)
+                        && wspath::name(p)
+                            .strip_prefix(wspath::name(f))
+                            .is_some_and(|rest| {
+                                !wspath::name(f).is_empty() && rest.starts_with(b".tmp.")
+                            }))
+            });
             hit.then(|| id.clone())
         })
     }

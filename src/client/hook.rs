@@ -1,22 +1,30 @@
-//! `rewindfs hook`: the command hooks of Claude Code and the Qoder CLI, for users of the plain
-//! CLIs (`rewindfs setup claude|qoder` writes them into a settings file). The Qoder CLI's hooks
-//! have Claude Code's events and fields, with `request_set_id` where Claude Code has
-//! `prompt_id` (tests/clients/qoder/WIRE.md).
+//! `rewindfs hook`: the command hooks of Claude Code, the Qoder CLI, the Codex CLI and the Gemini
+//! CLI, for users of the plain CLIs (`rewindfs setup claude|qoder|codex|gemini` writes them into
+//! the CLI's settings). One command serves all four: the CLI is told by its events and fields.
+//! The Qoder CLI's hooks have Claude Code's events and fields, with `request_set_id` where
+//! Claude Code has `prompt_id` (tests/clients/qoder/WIRE.md); Codex has Claude Code's event names
+//! with a `turn_id`; Gemini has events of its own (`../shared/agents.md` records both).
 //!
-//! What each event tells the daemon (tests/clients/FINDINGS.md records what the CLI sends):
-//! - **UserPromptSubmit**: the CLI that runs the hook (`$CLAUDE_PID`) is the agent, and the
-//!   prompt's checkpoint begins now, under the hooks' `prompt_id` (`begin_prompt`). Hooks are
-//!   synchronous, so nothing of the turn has run yet — but the prompt's message uuid is not in
-//!   the transcript yet either (the CLI writes it after this hook returns), so the hook does
-//!   not wait for it: the checkpoint takes the uuid later.
-//! - **PreToolUse / PostToolUse / PostToolUseFailure**: a tool span opens or closes
-//!   (`tool_use`); a tool that fails after PreToolUse may get no PostToolUse at all, so the
-//!   daemon also ends a session's open file-tool spans at its next tool call and turn end.
-//! - **Stop / SessionEnd**: the turn ended (`end_turn`): every span it left open ends.
-//! - After each, the prompts of the session still without a uuid (the daemon's reply lists
-//!   them) are looked up in the transcript, whose entries carry `promptId`, and bound
-//!   (`bind_message`): the transcript shows a prompt by its first PostToolUse as a rule and
-//!   always by Stop, so a turn without tools is bound too.
+//! What each event tells the daemon (tests/clients/FINDINGS.md records what Claude Code sends):
+//! - **A prompt begins** (UserPromptSubmit; Gemini's BeforeAgent): the CLI that runs the hook
+//!   (`$CLAUDE_PID`, else the hook's parent) is the agent, and the prompt's checkpoint begins
+//!   now. Every one of these hooks is synchronous (measured for each CLI), so nothing of the
+//!   turn has run yet.
+//!   - Claude Code and Qoder: under the hooks' `prompt_id` (`begin_prompt`). The prompt's
+//!     message uuid is not in the transcript yet (the CLI writes it after this hook returns),
+//!     so the hook does not wait for it: the checkpoint takes the uuid later.
+//!   - Codex: under its `turn_id`, which is the turn's id for good (bound at once).
+//!   - Gemini: its hooks carry no id of the prompt, so the hook makes one (a fresh UUID).
+//! - **A tool call** (PreToolUse / PostToolUse / PostToolUseFailure; Gemini's BeforeTool /
+//!   AfterTool): a tool span opens or closes (`tool_use`), naming the files a file tool writes
+//!   (Codex's `apply_patch` names them in its patch). A tool that fails after PreToolUse may get
+//!   no PostToolUse at all, so the daemon also ends a session's open file-tool spans at its
+//!   next tool call and turn end.
+//! - **The turn ends** (Stop, SessionEnd; Gemini's AfterAgent): every span it left open ends.
+//! - After each, the Claude Code and Qoder prompts of the session still without a uuid (the
+//!   daemon's reply lists them) are looked up in the transcript, whose entries carry
+//!   `promptId`, and bound (`bind_message`): the transcript shows a prompt by its first
+//!   PostToolUse as a rule and always by Stop, so a turn without tools is bound too.
 //!
 //! A hook never blocks the agent: if the daemon is down it warns and lets the tool run. It
 //! costs a process start and two or three socket round trips, a few milliseconds.
@@ -87,42 +95,46 @@ pub fn handle(
         .or_else(|| input["request_set_id"].as_str())
         .filter(|p| !p.is_empty());
     let transcript = input["transcript_path"].as_str().map(Path::new);
-    let unbound = match event {
-        "UserPromptSubmit" => {
+    let unbound = match Event::of(event) {
+        Some(Event::Prompt) => {
             if let Some(pid) = agent_pid() {
                 let session_id = Some(session.clone());
                 if client.call(&RegisterAgent { pid, session_id }).is_ok() {
                     report.agent = Some(pid);
                 }
             }
-            match prompt_id {
-                Some(p) => {
+            let prompt = input["prompt"].as_str().map(str::to_string);
+            match (prompt_id, turn_id(event, input)) {
+                (Some(p), _) => {
                     let r = client.call(&BeginPrompt {
                         session_id: session.clone(),
                         prompt_id: p.to_string(),
-                        prompt: input["prompt"].as_str().map(str::to_string),
+                        prompt,
                         transcript_path: transcript.map(|t| t.display().to_string()),
                     })?;
                     report.began = Some(r.checkpoint);
                     r.unbound_prompt_ids
                 }
-                None => {
+                (None, Some(turn)) => {
+                    report.began = Some(begin_turn(client, &session, &turn, prompt)?);
+                    Vec::new()
+                }
+                (None, None) => {
                     report.began = begin_from_transcript(client, &session, transcript, wait)?;
                     Vec::new()
                 }
             }
         }
-        "PreToolUse" | "PostToolUse" | "PostToolUseFailure" => {
+        Some(phase @ (Event::Pre | Event::Post)) => {
             let tool = input["tool_name"].as_str().unwrap_or("").to_string();
+            let ti = &input["tool_input"];
             let id = input["tool_use_id"]
                 .as_str()
                 .map(str::to_string)
-                .unwrap_or_else(|| format!("hook-{tool}"));
-            let ti = &input["tool_input"];
-            let file = ti["file_path"]
-                .as_str()
-                .or_else(|| ti["notebook_path"].as_str());
-            let phase = if event == "PreToolUse" {
+                .unwrap_or_else(|| span_id(&tool, ti));
+            let mut files = tool_files(&tool, ti, input["cwd"].as_str());
+            let first = (!files.is_empty()).then(|| files.remove(0));
+            let phase = if phase == Event::Pre {
                 Phase::Pre
             } else {
                 Phase::Post
@@ -131,26 +143,134 @@ pub fn handle(
                 phase,
                 tool_name: tool,
                 tool_use_id: id.clone(),
-                file_path: file.map(str::to_string),
+                file_path: first,
+                file_paths: files,
                 session_id: Some(session.clone()),
             })?;
             let phase = if phase == Phase::Pre { "pre" } else { "post" };
             report.span = Some((phase.to_string(), id));
             r.unbound_prompt_ids
         }
-        "Stop" | "SessionEnd" | "StopFailure" => {
+        Some(Event::End) => {
             client
                 .call(&EndTurn {
                     session_id: session.clone(),
                 })?
                 .unbound_prompt_ids
         }
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     if let Some(t) = transcript {
         report.bound = bind_unbound(client, t, unbound)?;
     }
     Ok(report)
+}
+
+/// What a hook event means, whichever CLI sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// A prompt was submitted; nothing of its turn has run.
+    Prompt,
+    /// A tool call starts.
+    Pre,
+    /// A tool call ended (or failed).
+    Post,
+    /// The turn (or the session) ended.
+    End,
+}
+
+impl Event {
+    fn of(name: &str) -> Option<Event> {
+        Some(match name {
+            "UserPromptSubmit" | "BeforeAgent" => Event::Prompt,
+            "PreToolUse" | "BeforeTool" => Event::Pre,
+            "PostToolUse" | "PostToolUseFailure" | "AfterTool" => Event::Post,
+            "Stop" | "StopFailure" | "SessionEnd" | "AfterAgent" => Event::End,
+            _ => return None,
+        })
+    }
+}
+
+/// The id a prompt's checkpoint takes for good, for CLIs without a transcript to learn one
+/// from: Codex's `turn_id`; for Gemini's BeforeAgent, which names no turn, a fresh UUID.
+fn turn_id(event: &str, input: &Value) -> Option<String> {
+    if let Some(t) = input["turn_id"].as_str().filter(|t| !t.is_empty()) {
+        return Some(t.to_string());
+    }
+    (event == "BeforeAgent").then(|| uuid::Uuid::new_v4().to_string())
+}
+
+/// Begins a turn's checkpoint under `turn` and binds it to that same id at once: it answers to
+/// it for good, and no transcript is read for it.
+fn begin_turn(
+    client: &mut Client,
+    session: &str,
+    turn: &str,
+    prompt: Option<String>,
+) -> Result<String, ClientError> {
+    let r = client.call(&BeginPrompt {
+        session_id: session.to_string(),
+        prompt_id: turn.to_string(),
+        prompt,
+        transcript_path: None,
+    })?;
+    client.call(&BindMessage {
+        prompt_id: turn.to_string(),
+        user_message_id: turn.to_string(),
+    })?;
+    Ok(r.checkpoint)
+}
+
+/// A span's id when the hook gives none (Gemini's): the tool and its input, which its
+/// BeforeTool and AfterTool both carry, so the two name the same span.
+fn span_id(tool: &str, tool_input: &Value) -> String {
+    let hash = blake3::hash(tool_input.to_string().as_bytes());
+    format!("hook-{tool}-{}", &hash.to_hex()[..16])
+}
+
+/// The files a file tool call writes: `file_path` (Claude Code's Write/Edit, Gemini's
+/// write_file/replace), `notebook_path`, or every file a Codex `apply_patch` names. Relative
+/// paths are taken from the hook's `cwd` (the agent's working directory).
+fn tool_files(tool: &str, tool_input: &Value, cwd: Option<&str>) -> Vec<String> {
+    let mut files: Vec<String> = ["file_path", "notebook_path"]
+        .iter()
+        .filter_map(|k| tool_input[*k].as_str())
+        .map(str::to_string)
+        .collect();
+    if tool == "apply_patch" {
+        let patch = tool_input["command"]
+            .as_str()
+            .or_else(|| tool_input["input"].as_str())
+            .or_else(|| tool_input.as_str())
+            .unwrap_or("");
+        files.extend(patch_files(patch));
+    }
+    files
+        .into_iter()
+        .map(|f| match cwd {
+            Some(cwd) if !Path::new(&f).is_absolute() => {
+                Path::new(cwd).join(&f).display().to_string()
+            }
+            _ => f,
+        })
+        .collect()
+}
+
+/// The paths an `apply_patch` patch adds, updates, deletes or moves to (its `*** Add File:`,
+/// `*** Update File:`, `*** Delete File:` and `*** Move to:` lines).
+fn patch_files(patch: &str) -> Vec<String> {
+    const HEADERS: &[&str] = &[
+        "*** Add File: ",
+        "*** Update File: ",
+        "*** Delete File: ",
+        "*** Move to: ",
+    ];
+    patch
+        .lines()
+        .filter_map(|l| HEADERS.iter().find_map(|h| l.strip_prefix(h)))
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 /// Binds the prompts in `unbound` whose entries the transcript shows.

@@ -242,6 +242,13 @@ impl Store {
                 return Ok(Ok(None));
             };
             if current == uuid {
+                // Bound to the id it began under: a CLI whose turn id is the checkpoint's id
+                // for good (Codex's turn_id, Gemini's per-prompt id) says so, and the
+                // checkpoint stops waiting for a transcript to name its message.
+                if !bound {
+                    tx.execute("UPDATE checkpoints SET bound = 1 WHERE seq = ?1", [seq])?;
+                    tx.commit()?;
+                }
                 return Ok(Ok(Some(seq)));
             }
             if bound {

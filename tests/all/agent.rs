@@ -102,6 +102,7 @@ impl Agent {
             tool_name: "Write".into(),
             tool_use_id: id.clone(),
             file_path: Some(target.display().to_string()),
+            file_paths: Vec::new(),
             session_id: None,
         };
         self.c.call(&span(Phase::Pre)).unwrap();

@@ -24,6 +24,9 @@ pub struct ToolUse {
     /// Absolute or workspace-relative; a path outside the workspace is ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
+    /// More files the tool writes (a Codex `apply_patch` names several), in the same form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub file_paths: Vec<String>,
     /// The hook's session: a `pre` ends the session's file-tool spans still open.
     #[serde(
         default,
@@ -60,15 +63,17 @@ impl Command for ToolUse {
 
 impl ToolUse {
     pub(super) fn apply(self, d: &Daemon) -> Result<Unbound, ControlError> {
-        let rel = self
+        let files = self
             .file_path
-            .as_deref()
-            .and_then(|p| d.rel_to_workspace(p));
+            .iter()
+            .chain(&self.file_paths)
+            .filter_map(|p| d.rel_to_workspace(p))
+            .collect();
         d.turns.tool_span(
             self.phase == Phase::Pre,
             &self.tool_name,
             &self.tool_use_id,
-            rel,
+            files,
             self.session_id.as_deref(),
         );
         Unbound::of(d, self.session_id.as_deref())
