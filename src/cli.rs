@@ -131,9 +131,9 @@ pub enum Command {
     /// Signing keys for history shared with others: `pull` and `import` can be made to accept
     /// only history signed by a trusted key (`require-signed yes` in ~/.config/rewindfs/trust).
     Key(KeyArgs),
-    /// Write `rewindfs hook` into Claude Code's settings (a project's .claude/settings.json,
-    /// or with --user ~/.claude/settings.json), so the plain `claude` CLI's prompts and tool
-    /// calls become rewindfs checkpoints and tool spans; --remove takes them out again.
+    /// Write `rewindfs hook` into an agent CLI's hook settings (Claude Code, Qoder, Codex,
+    /// Gemini; a project's or with --user the user's), so its prompts and tool calls become
+    /// rewindfs checkpoints and tool spans; --remove takes them out again.
     Setup(SetupArgs),
     /// Internal: the helper process a live rewind changes the mount through (started by the
     /// daemon; reads its job on stdin).
@@ -502,15 +502,17 @@ pub struct KeyArgs {
 /// `rewindfs setup`.
 #[derive(Debug, clap::Args)]
 pub struct SetupArgs {
-    /// The agent whose settings to write: `claude` (Claude Code) or `qoder` (the Qoder CLI).
-    #[arg(value_parser = ["claude", "qoder"])]
+    /// The agent whose settings to write: `claude` (Claude Code: .claude/settings.json),
+    /// `qoder` (the Qoder CLI: .qoder/settings.json), `codex` (the Codex CLI: .codex/hooks.json,
+    /// and the hooks' trust in $CODEX_HOME/config.toml) or `gemini` (the Gemini CLI:
+    /// .gemini/settings.json).
+    #[arg(value_parser = ["claude", "qoder", "codex", "gemini"])]
     pub agent: String,
-    /// The project whose .claude/settings.json (.qoder/settings.json) to write (default: the
-    /// current directory).
+    /// The project whose settings to write (default: the current directory).
     #[arg(long, conflicts_with = "user")]
     pub project: Option<PathBuf>,
-    /// Write the user's ~/.claude/settings.json (~/.qoder/settings.json) instead (every
-    /// project).
+    /// Write the user's settings instead, for every project (~/.claude/settings.json,
+    /// ~/.qoder/settings.json, $CODEX_HOME/hooks.json, ~/.gemini/settings.json).
     #[arg(long)]
     pub user: bool,
     /// Take the hooks out instead.

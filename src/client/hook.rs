@@ -335,3 +335,74 @@ fn begin_from_transcript(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_clis_events_mean_the_same_four_things() {
+        for (names, e) in [
+            (&["UserPromptSubmit", "BeforeAgent"][..], Event::Prompt),
+            (&["PreToolUse", "BeforeTool"][..], Event::Pre),
+            (
+                &["PostToolUse", "PostToolUseFailure", "AfterTool"][..],
+                Event::Post,
+            ),
+            (
+                &["Stop", "StopFailure", "SessionEnd", "AfterAgent"][..],
+                Event::End,
+            ),
+        ] {
+            for n in names {
+                assert_eq!(Event::of(n), Some(e), "{n}");
+            }
+        }
+        assert_eq!(Event::of("SessionStart"), None);
+        assert_eq!(Event::of("BeforeModel"), None);
+    }
+
+    #[test]
+    fn a_codex_turn_keeps_its_id_and_a_gemini_prompt_gets_a_fresh_one() {
+        let codex = json!({"turn_id": "019f-turn", "prompt": "x"});
+        assert_eq!(
+            turn_id("UserPromptSubmit", &codex).as_deref(),
+            Some("019f-turn")
+        );
+        // Claude Code's UserPromptSubmit has no turn_id: its checkpoint waits for a uuid.
+        assert_eq!(turn_id("UserPromptSubmit", &json!({"prompt": "x"})), None);
+        let a = turn_id("BeforeAgent", &json!({"prompt": "x"})).unwrap();
+        let b = turn_id("BeforeAgent", &json!({"prompt": "x"})).unwrap();
+        assert!(uuid::Uuid::parse_str(&a).is_ok() && a != b, "{a} {b}");
+    }
+
+    #[test]
+    fn an_apply_patch_names_every_file_it_touches_from_the_agents_cwd() {
+        let patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** Update File: src/b.rs\n*** Move to: src/c.rs\n@@\n-x\n+y\n*** Delete File: /abs/d\n*** End Patch\n";
+        let files = tool_files("apply_patch", &json!({"command": patch}), Some("/w/sub"));
+        assert_eq!(
+            files,
+            [
+                "/w/sub/a.txt",
+                "/w/sub/src/b.rs",
+                "/w/sub/src/c.rs",
+                "/abs/d"
+            ]
+        );
+        // Gemini's write_file names its file; a shell command names none.
+        let w = tool_files("write_file", &json!({"file_path": "x.txt"}), Some("/w"));
+        assert_eq!(w, ["/w/x.txt"]);
+        assert!(tool_files("Bash", &json!({"command": patch}), Some("/w")).is_empty());
+        // Gemini's BeforeTool and AfterTool carry no id but the same input: one span.
+        let ti = json!({"file_path": "x.txt", "content": "1"});
+        assert_eq!(
+            span_id("write_file", &ti),
+            span_id("write_file", &ti.clone())
+        );
+        assert_ne!(
+            span_id("write_file", &ti),
+            span_id("write_file", &json!({}))
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! (`hook.rs`), setting an agent up to call it (`setup.rs`), and pushing and pulling history to
 //! an S3-compatible store (`remote.rs`). The daemon never reaches in here.
 
+pub mod codex_trust;
 pub mod hook;
 pub mod remote;
 pub mod setup;

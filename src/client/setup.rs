@@ -1,23 +1,39 @@
-//! `rewindfs setup claude|qoder`: writes the hooks of `rewindfs hook` into an agent CLI's
-//! settings file (a project's `.claude/settings.json` or `.qoder/settings.json`, or the user's
-//! `~/.claude/settings.json` or `~/.qoder/settings.json`: the Qoder CLI reads command hooks in
-//! Claude Code's form), and takes them out again with `--remove`. Idempotent: hooks already there are not added twice, a
-//! file that needs no change is not written, and everything else in the file is kept as it was,
-//! in its order. The hook's command names the binary by its absolute path, quoted for the shell
-//! the CLI runs it with when the path needs it.
+//! `rewindfs setup claude|qoder|codex|gemini`: writes the hooks of `rewindfs hook` into an agent
+//! CLI's hook settings, and takes them out again with `--remove`:
+//! - Claude Code: a project's `.claude/settings.json` or the user's `~/.claude/settings.json`;
+//! - the Qoder CLI: `.qoder/settings.json` (it reads command hooks in Claude Code's form);
+//! - the Codex CLI: `.codex/hooks.json` or `$CODEX_HOME/hooks.json`, and the trust Codex needs
+//!   before it runs them, in `$CODEX_HOME/config.toml` (`codex_trust.rs`);
+//! - the Gemini CLI: `.gemini/settings.json` or the user's (`$GEMINI_CLI_HOME/.gemini/`).
+//!
+//! All four take hooks in one JSON form, `{"hooks": {EVENT: [{"matcher", "hooks": [HANDLER]}]}}`;
+//! they differ in the events, the matcher and the handler's fields ([`Agent::events`],
+//! [`Agent::handler`]). Idempotent: hooks already there are not added twice, a file that needs no
+//! change is not written, and everything else in the file is kept as it was, in its order. The
+//! hook's command names the binary by its absolute path, quoted for the shell the CLI runs it
+//! with when the path needs it.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-/// An agent CLI whose settings file takes command hooks in Claude Code's form.
+/// An agent CLI whose settings take command hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Agent {
     /// Claude Code (`.claude/settings.json`).
     Claude,
     /// The Qoder CLI (`.qoder/settings.json`).
     Qoder,
+    /// The Codex CLI (`.codex/hooks.json`).
+    Codex,
+    /// The Gemini CLI (`.gemini/settings.json`).
+    Gemini,
 }
+
+/// How long Codex gives the hook, in seconds, and Gemini, in milliseconds: the hook takes a few
+/// milliseconds, and never blocks the agent for long when the daemon is slow.
+const CODEX_TIMEOUT_S: u64 = 30;
+const GEMINI_TIMEOUT_MS: u64 = 30_000;
 
 impl Agent {
     /// The agent a `setup` argument names.
@@ -25,15 +41,37 @@ impl Agent {
         match s {
             "claude" => Some(Agent::Claude),
             "qoder" => Some(Agent::Qoder),
+            "codex" => Some(Agent::Codex),
+            "gemini" => Some(Agent::Gemini),
             _ => None,
         }
     }
 
-    /// Its settings file beneath `dir` (a project, or the home directory).
+    /// Its hook settings file in project `dir`.
     pub fn settings_in(self, dir: &Path) -> PathBuf {
         match self {
             Agent::Claude => dir.join(".claude/settings.json"),
             Agent::Qoder => dir.join(".qoder/settings.json"),
+            Agent::Codex => dir.join(".codex/hooks.json"),
+            Agent::Gemini => dir.join(".gemini/settings.json"),
+        }
+    }
+
+    /// Its hook settings file for every project of the user whose home is `home`, where the CLI
+    /// looks for it: Codex under `$CODEX_HOME` (default `~/.codex`), Gemini under
+    /// `$GEMINI_CLI_HOME` (default the home directory).
+    pub fn user_settings(self, home: &Path) -> PathBuf {
+        let var = |name| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        match self {
+            Agent::Codex => codex_home(home).join("hooks.json"),
+            Agent::Gemini => var("GEMINI_CLI_HOME")
+                .unwrap_or_else(|| home.to_path_buf())
+                .join(".gemini/settings.json"),
+            Agent::Claude | Agent::Qoder => self.settings_in(home),
         }
     }
 
@@ -42,19 +80,76 @@ impl Agent {
         match self {
             Agent::Claude => "claude",
             Agent::Qoder => "qodercli",
+            Agent::Codex => "codex",
+            Agent::Gemini => "gemini",
+        }
+    }
+
+    /// The events `rewindfs hook` handles for this CLI, and whether each takes a tool matcher.
+    pub fn events(self) -> &'static [(&'static str, bool)] {
+        match self {
+            Agent::Claude | Agent::Qoder => &[
+                ("UserPromptSubmit", false),
+                ("PreToolUse", true),
+                ("PostToolUse", true),
+                ("PostToolUseFailure", true),
+                ("Stop", false),
+                ("SessionEnd", false),
+            ],
+            Agent::Codex => &[
+                ("UserPromptSubmit", false),
+                ("PreToolUse", true),
+                ("PostToolUse", true),
+                ("Stop", false),
+            ],
+            Agent::Gemini => &[
+                ("BeforeAgent", false),
+                ("BeforeTool", true),
+                ("AfterTool", true),
+                ("AfterAgent", false),
+                ("SessionEnd", false),
+            ],
+        }
+    }
+
+    /// The matcher of a group for an event that takes one (`None`: the group has none).
+    fn matcher(self, takes_one: bool) -> Option<&'static str> {
+        match self {
+            // The Qoder CLI tests a matcher as a regular expression (where `*` alone matches
+            // nothing) and runs a group without one for every tool.
+            Agent::Qoder => None,
+            // Claude Code's and Codex's "every tool" is `*`; Gemini runs a `*` group for
+            // every event (measured).
+            Agent::Claude | Agent::Codex => takes_one.then_some("*"),
+            Agent::Gemini => Some("*"),
+        }
+    }
+
+    /// The handler that runs `command`, with the fields this CLI wants.
+    pub fn handler(self, command: &str) -> Value {
+        match self {
+            Agent::Claude | Agent::Qoder => json!({"type": "command", "command": command}),
+            Agent::Codex => {
+                json!({"type": "command", "command": command, "timeout": CODEX_TIMEOUT_S})
+            }
+            Agent::Gemini => json!({
+                "name": "rewindfs",
+                "type": "command",
+                "command": command,
+                "timeout": GEMINI_TIMEOUT_MS,
+            }),
         }
     }
 }
 
-/// The events `rewindfs hook` handles, and whether the event takes a tool matcher.
-const EVENTS: &[(&str, bool)] = &[
-    ("UserPromptSubmit", false),
-    ("PreToolUse", true),
-    ("PostToolUse", true),
-    ("PostToolUseFailure", true),
-    ("Stop", false),
-    ("SessionEnd", false),
-];
+/// Codex's home: `$CODEX_HOME` as Codex reads it (canonicalised when set, so the hooks' trust
+/// keys name the path Codex will), else `~/.codex`.
+pub fn codex_home(home: &Path) -> PathBuf {
+    match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
+        Some(h) => std::fs::canonicalize(&h).unwrap_or_else(|_| PathBuf::from(h)),
+        None => home.join(".codex"),
+    }
+}
 
 /// What `setup` did to the file.
 #[derive(Debug, PartialEq, Eq)]
@@ -92,7 +187,7 @@ pub fn command_for(exe: &Path) -> String {
 
 /// Whether a hook command is one of ours: `<…/rewindfs> hook`, the path plain or single-quoted
 /// (as [`command_for`] writes it).
-fn is_ours(command: &str) -> bool {
+pub(crate) fn is_ours(command: &str) -> bool {
     let command = command.trim();
     let (exe, rest) = match command.strip_prefix('\'') {
         // 'a'\''b' hook: the quoted path, with any quote in it written as '\''.
@@ -137,7 +232,11 @@ fn is_ours(command: &str) -> bool {
         && words.next().is_none()
 }
 
-fn read(path: &Path) -> Result<Map<String, Value>, SetupError> {
+/// The settings file at `path`, an empty object when it is missing or empty.
+///
+/// # Errors
+/// The file cannot be read, or is not a JSON object.
+pub fn read(path: &Path) -> Result<Map<String, Value>, SetupError> {
     let err = |source| SetupError::Io {
         path: path.display().to_string(),
         source,
@@ -179,8 +278,8 @@ fn write(path: &Path, settings: &Map<String, Value>) -> Result<(), SetupError> {
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-/// Adds `command` (the rewindfs binary and `hook`) for every event of `EVENTS` to the
-/// settings file at `path`, unless a rewindfs hook is there already.
+/// Adds `command` (the rewindfs binary and `hook`) for every event of `agent` to the settings
+/// file at `path`, unless a rewindfs hook is there already.
 ///
 /// # Errors
 /// The file cannot be read or written, or is not a JSON object.
@@ -194,7 +293,7 @@ pub fn install(path: &Path, command: &str, agent: Agent) -> Result<Outcome, Setu
     }
     let hooks = hooks.as_object_mut().expect("made an object above");
     let mut changed = 0;
-    for (event, matcher) in EVENTS {
+    for (event, takes_matcher) in agent.events() {
         let list = hooks
             .entry(*event)
             .or_insert_with(|| Value::Array(Vec::new()));
@@ -211,13 +310,12 @@ pub fn install(path: &Path, command: &str, agent: Agent) -> Result<Outcome, Setu
         if present {
             continue;
         }
-        let mut group = json!({"hooks": [{"type": "command", "command": command}]});
-        // Claude Code's "every tool" is `*`; the Qoder CLI tests a matcher as a regular
-        // expression (where `*` alone is none) and runs a group without one for every tool.
-        if *matcher && agent == Agent::Claude {
-            group["matcher"] = json!("*");
+        let mut group = Map::new();
+        if let Some(m) = agent.matcher(*takes_matcher) {
+            group.insert("matcher".into(), json!(m));
         }
-        list.push(group);
+        group.insert("hooks".into(), json!([agent.handler(command)]));
+        list.push(Value::Object(group));
         changed += 1;
     }
     if changed > 0 {
@@ -277,7 +375,7 @@ mod tests {
         let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]}]}});
         std::fs::write(&p, theirs.to_string()).unwrap();
         let first = install(&p, "/usr/local/bin/rewindfs hook", Agent::Claude).unwrap();
-        assert_eq!(first.changed, EVENTS.len());
+        assert_eq!(first.changed, Agent::Claude.events().len());
         let again = install(&p, "/other/place/rewindfs hook", Agent::Claude).unwrap();
         assert_eq!(again.changed, 0, "installed twice");
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
@@ -286,7 +384,7 @@ mod tests {
         assert_eq!(v["hooks"]["PreToolUse"][1]["matcher"], json!("*"));
         assert!(v["hooks"]["Stop"][0].get("matcher").is_none());
         let gone = remove(&p).unwrap();
-        assert_eq!(gone.changed, EVENTS.len());
+        assert_eq!(gone.changed, Agent::Claude.events().len());
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(v, theirs, "only ours went");
         assert_eq!(remove(&p).unwrap().changed, 0);
@@ -338,7 +436,7 @@ mod tests {
         std::fs::write(&p, r#"{"zeta": 1, "alpha": {"b": 2, "a": 1}}"#).unwrap();
         assert_eq!(
             install(&p, &spaced, Agent::Claude).unwrap().changed,
-            EVENTS.len()
+            Agent::Claude.events().len()
         );
         let text = std::fs::read_to_string(&p).unwrap();
         let z = text.find("\"zeta\"").unwrap();

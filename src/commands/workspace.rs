@@ -43,6 +43,7 @@ pub(crate) fn warn_unprotected(store: &Path) {
 
 /// `rewindfs setup claude`: the settings file, then what was done to it.
 pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
+    use rewindfs::client::{codex_trust, setup};
     let SetupArgs {
         agent,
         project,
@@ -50,40 +51,81 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
         remove,
     } = a;
     let agent = agent.as_str();
-    let agent = rewindfs::client::setup::Agent::parse(agent)
-        .with_context(|| format!("no agent {agent:?}: `claude` or `qoder`"))?;
-    let path = if user {
-        let home = std::env::var_os("HOME").context("HOME is not set; pass --project DIR")?;
-        agent.settings_in(Path::new(&home))
+    let agent = setup::Agent::parse(agent)
+        .with_context(|| format!("no agent {agent:?}: `claude`, `qoder`, `codex` or `gemini`"))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let (path, project) = if user {
+        let home = home
+            .as_deref()
+            .context("HOME is not set; pass --project DIR")?;
+        (agent.user_settings(home), None)
     } else {
         let dir = match project {
             Some(p) => p,
             None => std::env::current_dir()?,
         };
-        agent.settings_in(&std::path::absolute(dir)?)
+        let dir = std::path::absolute(dir)?;
+        (agent.settings_in(&dir), Some(dir))
     };
+    // Codex runs a hook only when the user's config.toml trusts it (`codex_trust.rs`).
+    let codex_config = (agent == setup::Agent::Codex)
+        .then(|| {
+            home.as_deref()
+                .map(|h| setup::codex_home(h).join("config.toml"))
+                .context("HOME is not set and CODEX_HOME neither: where is Codex's config.toml?")
+        })
+        .transpose()?;
     if remove {
-        let o = rewindfs::client::setup::remove(&path)?;
+        let ours = codex_trust::our_entries(&path, &setup::read(&path)?);
+        let o = setup::remove(&path)?;
         println!(
             "{}: removed {} rewindfs hook(s)",
             o.path.display(),
             o.changed
         );
+        if let Some(config) = codex_config {
+            let t = codex_trust::untrust(&config, &ours)?;
+            println!(
+                "{}: took out the trust of {} rewindfs hook(s)",
+                t.config.display(),
+                t.changed
+            );
+        }
         return Ok(());
     }
     let exe = std::env::current_exe().context("finding the rewindfs binary")?;
-    let command = rewindfs::client::setup::command_for(&exe);
-    let o = rewindfs::client::setup::install(&path, &command, agent)?;
+    let command = setup::command_for(&exe);
+    let o = setup::install(&path, &command, agent)?;
     if o.changed == 0 {
         println!("{}: the rewindfs hooks are there already", o.path.display());
     } else {
         println!(
-            "{}: added the rewindfs hook for {} event(s) ({command}); mount the project with `rewindfs mount DIR` before starting {}, and `rewindfs list` shows a checkpoint per prompt",
+            "{}: added the rewindfs hook for {} event(s) ({command})",
             o.path.display(),
             o.changed,
-            agent.name()
         );
     }
+    if let Some(config) = codex_config {
+        let entries = codex_trust::our_entries(&path, &setup::read(&path)?);
+        let t = codex_trust::trust(&config, &entries, project.as_deref())?;
+        if t.project_trusted {
+            println!(
+                "{}: marked the project trusted (Codex reads a project's .codex/hooks.json only then)",
+                t.config.display()
+            );
+        }
+        if t.changed > 0 {
+            println!(
+                "{}: trusted the {} rewindfs hook(s) (Codex skips hooks it does not trust)",
+                t.config.display(),
+                t.changed
+            );
+        }
+    }
+    println!(
+        "mount the project with `rewindfs mount DIR` before starting {}; `rewindfs list` shows a checkpoint per prompt",
+        agent.name()
+    );
     Ok(())
 }
 
