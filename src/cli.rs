@@ -265,8 +265,17 @@ pub struct StatusArgs {
 /// `rewindfs rewind`.
 #[derive(Debug, clap::Args)]
 pub struct RewindArgs {
-    /// The user message's UUID (a checkpoint).
-    pub uuid: String,
+    /// The user message's UUID (a checkpoint), or the id `rewindfs list` shows for a turn.
+    #[arg(required_unless_present_any = ["turn", "last"], conflicts_with_all = ["turn", "last"])]
+    pub uuid: Option<String>,
+    /// The session's N-th turn (from 1, as `rewindfs list` numbers them: `#N`): back to the
+    /// tree as it was before that turn began. The session is --session, else the one that
+    /// began a turn last.
+    #[arg(long, value_name = "N", conflicts_with = "last")]
+    pub turn: Option<usize>,
+    /// The session's last turn: undoes what it did.
+    #[arg(long)]
+    pub last: bool,
     /// Only report what would change.
     #[arg(long)]
     pub dry_run: bool,

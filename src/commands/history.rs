@@ -8,8 +8,10 @@ use rewindfs::cli::{
 };
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{
-    BeginMessage, ListCheckpoints, Log, RedoRewind, RegisterAgent, RewindFiles, Status, UndoRewind,
+    BeginMessage, CheckpointInfo, ListCheckpoints, Log, RedoRewind, RegisterAgent, RewindFiles,
+    Status, UndoRewind,
 };
+use rewindfs::store::CheckpointKind;
 
 use super::print::{print_log, print_rewind, print_stack, print_status};
 use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
@@ -122,10 +124,10 @@ pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|p| workspace_rel_glob(&mut client, p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let uuid = a.uuid.clone();
+    let uuid = pick_turn(&mut client, a.uuid, a.turn, a.session.as_deref())?;
     let mut r = client
         .call(&RewindFiles {
-            user_message_id: a.uuid,
+            user_message_id: uuid.clone(),
             dry_run: a.dry_run,
             scope: a.scope,
             force: a.force,
@@ -144,6 +146,53 @@ pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The checkpoint a rewind names: its id, or its place among a session's turns (`--turn N`
+/// from 1; without either, `--last`: the last). The session is `session`, else the one that began a turn last.
+fn pick_turn(
+    client: &mut Client,
+    uuid: Option<String>,
+    turn: Option<usize>,
+    session: Option<&str>,
+) -> anyhow::Result<String> {
+    if let Some(u) = uuid {
+        return Ok(u);
+    }
+    let list = client.call(&ListCheckpoints {
+        session_id: session.map(str::to_string),
+    })?;
+    let turns: Vec<&CheckpointInfo> = list
+        .checkpoints
+        .iter()
+        .filter(|c| c.kind == CheckpointKind::Message)
+        .collect();
+    let session = match session {
+        Some(s) => Some(s.to_string()),
+        None => turns.iter().rev().find_map(|c| c.session_id.clone()),
+    };
+    let turns: Vec<&CheckpointInfo> = turns
+        .into_iter()
+        .filter(|c| c.session_id == session)
+        .collect();
+    let whose = session
+        .as_deref()
+        .map_or_else(|| "this workspace".to_string(), |s| format!("session {s}"));
+    let picked = match turn {
+        Some(n) => n.checked_sub(1).and_then(|i| turns.get(i)),
+        None => turns.last(),
+    };
+    match picked {
+        Some(c) => Ok(c.uuid.clone()),
+        None if turns.is_empty() => anyhow::bail!(
+            "{whose} has no turns to rewind to; `rewindfs list` shows the checkpoints there are"
+        ),
+        None => anyhow::bail!(
+            "{whose} has turns 1 to {}, not {}; `rewindfs list` numbers them",
+            turns.len(),
+            turn.unwrap_or(0)
+        ),
+    }
 }
 
 /// The SDK's "No file checkpoint found for this message." says neither which message nor what

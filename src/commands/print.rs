@@ -7,14 +7,21 @@ use rewindfs::control::cmd::{
     RewindReply, StatusReply, unprotected_warning,
 };
 use rewindfs::rewind::{AttrChange, Withheld};
-use rewindfs::store::{Kind, OriginKind, RewindState};
+use rewindfs::store::{CheckpointKind, Kind, OriginKind, RewindState};
 
 pub(crate) fn print_checkpoints(r: &CheckpointList) {
     println!(
         "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  PROMPT",
         "UUID", "KIND", "BEGAN", "PATHS", "BYTES", "SESSION"
     );
+    // Each session's turns, numbered from 1 as `rewindfs rewind --turn N` takes them.
+    let mut turns: std::collections::HashMap<Option<&str>, usize> = Default::default();
     for c in &r.checkpoints {
+        let turn = (c.kind == CheckpointKind::Message).then(|| {
+            let n = turns.entry(c.session_id.as_deref()).or_default();
+            *n += 1;
+            format!("#{n} ")
+        });
         let session = c.session_id.as_deref().unwrap_or("-");
         // A session id is a uuid: its first block tells sessions apart.
         let session = session.get(..12).unwrap_or(session);
@@ -26,6 +33,7 @@ pub(crate) fn print_checkpoints(r: &CheckpointList) {
             }
             (None, _, _) => String::new(),
         };
+        let prompt = format!("{}{prompt}", turn.unwrap_or_default());
         println!(
             "{:<36}  {:<8}  {:<24}  {:>6}  {:>10}  {:<12}  {}",
             c.uuid,

@@ -441,3 +441,171 @@ fn exec_runs_the_command_inside_the_mount_at_the_callers_place() {
     assert!(sub.join("inner.txt").exists());
     assert!(!is_fuse(&dir), "unmounted after the command");
 }
+
+/// A Codex session as its hooks report it (the input 0.171.0 gives, `../shared/agents.md`):
+/// each turn's checkpoint begins at UserPromptSubmit under its `turn_id` for good, lists with
+/// its prompt and place, `apply_patch` is the tool (named by its patch), and `rewind --turn N`
+/// / `--last` need no uuid.
+#[test]
+fn codex_turns_begin_under_their_turn_id_and_rewind_by_place() {
+    require_fuse();
+    let m = Mounted::with(|d| fs::write(d.join("keep.txt"), "kept\n").unwrap());
+    let sock = m.socket().display().to_string();
+    let ev = |event: &str, turn: &str, extra: serde_json::Value| {
+        let mut v = json!({"hook_event_name": event, "session_id": "thread-1",
+            "transcript_path": m.tmp.path().join("rollout.jsonl"), "cwd": m.dir,
+            "model": "gpt-5.5", "permission_mode": "bypassPermissions", "turn_id": turn});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let (t1, t2) = (uuid(), uuid());
+    hook_ok(
+        &m,
+        ev(
+            "UserPromptSubmit",
+            &t1,
+            json!({"prompt": "add a.txt\nplease"}),
+        ),
+    );
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+one\n*** End Patch\n";
+    let pre = json!({"tool_name": "apply_patch", "tool_use_id": "call_1",
+        "tool_input": {"command": patch}});
+    hook_ok(&m, ev("PreToolUse", &t1, pre.clone()));
+    fs::write(m.p("a.txt"), "one\n").unwrap();
+    hook_ok(&m, ev("PostToolUse", &t1, pre));
+    hook_ok(&m, ev("Stop", &t1, json!({"stop_hook_active": false})));
+    hook_ok(
+        &m,
+        ev("UserPromptSubmit", &t2, json!({"prompt": "shell work"})),
+    );
+    crate::support::sh(&m.dir, "echo two > a.txt; rm keep.txt");
+    hook_ok(&m, ev("Stop", &t2, json!({})));
+
+    let list = crate::support::rewindfs_ok(&["list", "--socket", &sock]);
+    let row = |t: &str| list.lines().find(|l| l.starts_with(t)).map(str::to_string);
+    let r1 = row(&t1).unwrap_or_else(|| panic!("{t1} in {list}"));
+    assert!(
+        r1.contains("#1 add a.txt") && !r1.contains("not known yet"),
+        "{list}"
+    );
+    assert!(
+        row(&t2).is_some_and(|r| r.contains("#2 shell work")),
+        "{list}"
+    );
+    let mut c = rewindfs::control::client::Client::connect(&m.socket()).unwrap();
+    let log = c.request("log", json!({"path": "a.txt"})).unwrap();
+    let a_txt: Vec<_> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["checkpoint"].clone(), e["actor"].clone()))
+        .collect();
+    assert!(
+        a_txt.contains(&(json!(t1), json!("tool"))),
+        "the patch's write is turn 1's tool change: {log}"
+    );
+
+    // --last: back to before turn 2 (the shell's work undone).
+    crate::support::rewindfs_ok(&["rewind", "--last", "--scope", "agent", "--socket", &sock]);
+    assert_eq!(fs::read_to_string(m.p("a.txt")).unwrap(), "one\n");
+    assert_eq!(fs::read_to_string(m.p("keep.txt")).unwrap(), "kept\n");
+    // --turn 1 in tool scope: what apply_patch wrote goes.
+    crate::support::rewindfs_ok(&["rewind", "--turn", "1", "--socket", &sock]);
+    assert!(!m.p("a.txt").exists());
+    let e = crate::support::rewindfs(&["rewind", "--turn", "7", "--socket", &sock]);
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        e.contains("session thread-1 has turns 1 to 2, not 7"),
+        "{e}"
+    );
+}
+
+/// `rewindfs setup codex` writes the hooks and the trust Codex checks, in the user's
+/// config.toml, once; `--remove` takes out both.
+#[test]
+fn setup_codex_writes_hooks_and_their_trust_and_removes_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (proj, codex_home) = (tmp.path().join("proj"), tmp.path().join("codex"));
+    fs::create_dir_all(&proj).unwrap();
+    fs::create_dir_all(&codex_home).unwrap();
+    fs::write(
+        codex_home.join("config.toml"),
+        "model = \"gpt-5.5\" # mine\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(&proj)
+            .env("HOME", tmp.path())
+            .env("CODEX_HOME", &codex_home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run(&["setup", "codex"]);
+    assert!(
+        out.contains("added the rewindfs hook for 4 event(s)")
+            && out.contains("marked the project trusted")
+            && out.contains("trusted the 4 rewindfs hook(s)"),
+        "{out}"
+    );
+    let config = fs::read_to_string(codex_home.join("config.toml")).unwrap();
+    let hooks_json = fs::canonicalize(&proj).unwrap().join(".codex/hooks.json");
+    assert!(
+        config.starts_with("model = \"gpt-5.5\" # mine\n"),
+        "{config}"
+    );
+    for key in [
+        "user_prompt_submit:0:0",
+        "pre_tool_use:0:0",
+        "post_tool_use:0:0",
+        "stop:0:0",
+    ] {
+        assert!(
+            config.contains(&format!("{}:{key}", hooks_json.display())),
+            "{key} in {config}"
+        );
+    }
+    assert!(run(&["setup", "codex"]).contains("there already"));
+    assert_eq!(
+        fs::read_to_string(codex_home.join("config.toml")).unwrap(),
+        config
+    );
+    let out = run(&["setup", "codex", "--remove"]);
+    assert!(
+        out.contains("removed 4") && out.contains("took out the trust of 4"),
+        "{out}"
+    );
+    let after = fs::read_to_string(codex_home.join("config.toml")).unwrap();
+    assert!(
+        !after.contains("trusted_hash") && after.contains("# mine"),
+        "{after}"
+    );
+
+    // Gemini: its own events and handler form.
+    let out = run(&["setup", "gemini"]);
+    assert!(
+        out.contains("added the rewindfs hook for 5 event(s)"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(proj.join(".gemini/settings.json")).unwrap())
+            .unwrap();
+    let h = &v["hooks"]["BeforeAgent"][0];
+    assert_eq!(h["matcher"], "*");
+    assert_eq!(h["hooks"][0]["name"], "rewindfs");
+    assert!(
+        h["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("rewindfs hook")
+    );
+}
