@@ -4,7 +4,10 @@
 #   $DIR/npm    npm prefix with @anthropic-ai/claude-agent-sdk (brings the CLI binary through a
 #               per-platform optional dependency; @anthropic-ai/claude-code is installed only if
 #               that binary is missing)
-#   $DIR/env.sh paths for tests: CLAUDE_CLI, CLIENTS_PYTHON, CLIENTS_NODE_MODULES, CLAUDE_CLI_TS
+#   $DIR/agents npm prefix with the Codex CLI and the Gemini CLI (REWINDFS_CLIENTS_SKIP_AGENTS=1
+#               skips them)
+#   $DIR/env.sh paths for tests: CLAUDE_CLI, CLIENTS_PYTHON, CLIENTS_NODE_MODULES, CLAUDE_CLI_TS,
+#               AGENTS_NODE_MODULES
 # DIR = ${REWINDFS_CLIENTS_DIR:-<repo>/target/clients}. REWINDFS_CLIENTS_SKIP_TS=1 skips npm.
 # Needs python3 (>= 3.10) with venv/ensurepip (installs python3-venv through apt as root if
 # missing) and, unless skipped, node >= 18 with npm. Prints where the CLI binary is.
@@ -92,13 +95,32 @@ if [ "${REWINDFS_CLIENTS_SKIP_TS:-0}" != 1 ]; then
     [ "$ver" = "$CLAUDE_CODE_CLI" ] || { log "error: TS SDK's CLI is $ver, versions.env says $CLAUDE_CODE_CLI"; exit 1; }
 fi
 
+# ---- the agent CLIs beyond Claude (Codex, Gemini) -----------------------------------------
+agents_modules=""
+if [ "${REWINDFS_CLIENTS_SKIP_AGENTS:-0}" != 1 ]; then
+    command -v node >/dev/null && command -v npm >/dev/null || { log "error: node and npm are needed for the Codex and Gemini CLIs (or set REWINDFS_CLIENTS_SKIP_AGENTS=1)"; exit 1; }
+    agentsdir="$DIR/agents"
+    mkdir -p "$agentsdir"
+    agents_modules="$agentsdir/node_modules"
+    have_codex="$(node -p "require('$agents_modules/@openai/codex/package.json').version" 2>/dev/null || true)"
+    have_gemini="$(node -p "require('$agents_modules/@google/gemini-cli/package.json').version" 2>/dev/null || true)"
+    if [ "$have_codex" != "$CODEX_CLI" ] || [ "$have_gemini" != "$GEMINI_CLI" ]; then
+        log "installing @openai/codex@$CODEX_CLI and @google/gemini-cli@$GEMINI_CLI into $agentsdir"
+        printf '%s\n' "{\"name\":\"rewindfs-agents\",\"private\":true,\"dependencies\":{\"@openai/codex\":\"$CODEX_CLI\",\"@google/gemini-cli\":\"$GEMINI_CLI\"}}" > "$agentsdir/package.json"
+        (cd "$agentsdir" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+    ver="$("$agents_modules/.bin/codex" --version 2>/dev/null | awk '{print $NF}')"
+    [ "$ver" = "$CODEX_CLI" ] || { log "error: codex is $ver, versions.env says $CODEX_CLI"; exit 1; }
+fi
+
 # Written only when it changes: a cache that is up to date is not written to at all (it may be
 # shared, read-only, between work trees).
 env_sh="# written by tests/clients/install.sh
 CLAUDE_CLI='$cli_py'
 CLAUDE_CLI_TS='$cli_ts'
 CLIENTS_PYTHON='$venv/bin/python'
-CLIENTS_NODE_MODULES='$node_modules'"
+CLIENTS_NODE_MODULES='$node_modules'
+AGENTS_NODE_MODULES='$agents_modules'"
 if [ "$(cat "$DIR/env.sh" 2>/dev/null)" != "$env_sh" ]; then
     printf '%s\n' "$env_sh" > "$DIR/env.sh"
 fi
