@@ -135,6 +135,10 @@ pub enum Command {
     /// Gemini; a project's or with --user the user's), so its prompts and tool calls become
     /// rewindfs checkpoints and tool spans; --remove takes them out again.
     Setup(SetupArgs),
+    /// An MCP server on stdin/stdout for the agent itself: its session's turns, what changed
+    /// since one, a dry run, a rewind of its own work, undo. `rewindfs setup` registers it;
+    /// any MCP agent can run it (from inside the workspace, or with --socket).
+    Mcp(McpArgs),
     /// Internal: the helper process a live rewind changes the mount through (started by the
     /// daemon; reads its job on stdin).
     #[command(name = "__apply-rewind", hide = true)]
@@ -474,6 +478,13 @@ pub struct FsckArgs {
     /// directory).
     #[arg(long)]
     pub store: Option<PathBuf>,
+}
+
+/// `rewindfs mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub socket: SocketArgs,
 }
 
 /// `rewindfs hook`.

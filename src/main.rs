@@ -60,6 +60,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Hook(a) => ok(workspace::hook(a)),
         Command::Exec(a) => workspace::exec(a),
         Command::Setup(a) => ok(workspace::setup(a)),
+        Command::Mcp(a) => ok(workspace::mcp(a)),
         Command::ApplyRewind => ok(workspace::apply_rewind()),
         Command::Flush(a) => ok(workspace::flush(a)),
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use rewindfs::cli::{
-    ExecArgs, FlushArgs, FsckArgs, GcArgs, HookArgs, MountArgs, SetupArgs, UmountArgs,
+    ExecArgs, FlushArgs, FsckArgs, GcArgs, HookArgs, McpArgs, MountArgs, SetupArgs, UmountArgs,
 };
 use rewindfs::config::MountRequest;
 use rewindfs::control::client::{Client, find_socket};
@@ -127,6 +127,15 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
         agent.name()
     );
     Ok(())
+}
+
+/// `rewindfs mcp`: the MCP server on stdio, until the agent closes it.
+pub(crate) fn mcp(a: McpArgs) -> anyhow::Result<()> {
+    // Its stdout is the protocol: a log line there would break it.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(rewindfs::client::mcp::serve(a.socket.socket))
 }
 
 /// `rewindfs gc`: through the daemon when one serves the store, else on the store directly.
