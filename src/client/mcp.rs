@@ -228,15 +228,24 @@ impl Server {
         let scope = Self::scope(a.scope.as_deref())?;
         let turns = Self::turns(&mut c, &own)?;
         let turn = Self::pick(&turns, &a.turn)?;
-        let r = c
-            .call(&RewindFiles {
-                dry_run,
-                session_id: own.session.clone(),
-                ..RewindFiles::to(&turn.info.uuid, scope)
-            })
-            .map_err(err)?;
+        let request = |dry_run| RewindFiles {
+            dry_run,
+            session_id: own.session.clone(),
+            ..RewindFiles::to(&turn.info.uuid, scope)
+        };
         let ws = c.call(&Status {}).map_err(err)?.workspace;
-        Ok(describe_rewind(&r, &turn, scope, dry_run, &ws, &own))
+        match c.call(&request(dry_run)) {
+            Ok(r) => Ok(describe_rewind(&r, &turn, scope, dry_run, &ws, &own)),
+            // A refused rewind comes back as an error that tells a person to force it; the
+            // dry run names what refused it, which is what the agent can act on.
+            Err(e) if !dry_run => match c.call(&request(true)) {
+                Ok(dry) if !dry.conflicts.is_empty() => {
+                    Ok(describe_rewind(&dry, &turn, scope, false, &ws, &own))
+                }
+                _ => Err(err(e)),
+            },
+            Err(e) => Err(err(e)),
+        }
     }
 }
 
@@ -250,7 +259,11 @@ fn describe_rewind(
     ws: &Path,
     own: &Own,
 ) -> String {
-    let scope_name = if scope == Scope::Tool { "tool" } else { "agent" };
+    let scope_name = if scope == Scope::Tool {
+        "tool"
+    } else {
+        "agent"
+    };
     let mut out = String::new();
     let rel = |p: &String| {
         Path::new(p)
@@ -258,7 +271,14 @@ fn describe_rewind(
             .map_or_else(|_| p.clone(), |r| r.display().to_string())
     };
     let what = if dry_run { "would restore" } else { "restored" };
-    if let Some(e) = &r.error {
+    if !r.conflicts.is_empty() {
+        out.push_str(&format!(
+            "{} to the start of turn {} ({scope_name} scope): someone else changed {} of its path(s) since.\n",
+            if dry_run { "This rewind would be refused" } else { "Refused, nothing was changed: the rewind" },
+            turn.label(),
+            r.conflicts.len()
+        ));
+    } else if let Some(e) = &r.error {
         out.push_str(&format!("Turn {}: {e}\n", turn.label()));
     } else if r.files_changed.is_empty() {
         out.push_str(&format!(
@@ -275,7 +295,7 @@ fn describe_rewind(
     }
     if !r.conflicts.is_empty() {
         out.push_str(&format!(
-            "Conflicts (changed by someone else since; never overwritten here — ask the user): {}\n",
+            "Conflicts (never overwritten from here: ask the user which to keep): {}\n",
             r.conflicts
                 .iter()
                 .map(|p| {
@@ -291,9 +311,7 @@ fn describe_rewind(
         ));
     }
     if let Some(id) = &r.rewind_id {
-        out.push_str(&format!(
-            "Rewind {id} done; `undo` takes it back.\n"
-        ));
+        out.push_str(&format!("Rewind {id} done; `undo` takes it back.\n"));
     }
     if let Some(n) = &own.note {
         out.push_str(n);
@@ -337,7 +355,11 @@ impl Server {
         );
         for (i, info) in turns.iter().enumerate() {
             let t = Turn { n: i + 1, info };
-            out.push_str(&format!("{}  {}\n", t.label(), who_line(counts.get(&info.uuid))));
+            out.push_str(&format!(
+                "{}  {}\n",
+                t.label(),
+                who_line(counts.get(&info.uuid))
+            ));
         }
         if let Some(n) = &own.note {
             out.push_str(n);
@@ -393,9 +415,13 @@ impl Server {
                     session_id: None,
                 })
                 .map_err(err)?;
+            out.push_str("Diff from now (a/) to as it was when the turn began (b/), which is what a rewind would do:\n");
             const MAX: usize = 16 * 1024;
             if d.diff.len() > MAX {
-                let cut = (0..=MAX).rev().find(|i| d.diff.is_char_boundary(*i)).unwrap_or(0);
+                let cut = (0..=MAX)
+                    .rev()
+                    .find(|i| d.diff.is_char_boundary(*i))
+                    .unwrap_or(0);
                 out.push_str(&d.diff[..cut]);
                 out.push_str("\n… (diff cut at 16 KiB; ask for fewer turns or read the files)\n");
             } else {
@@ -488,9 +514,7 @@ impl ServerHandler for Server {
 /// # Errors
 /// The transport failed.
 pub async fn serve(socket: Option<PathBuf>) -> anyhow::Result<()> {
-    let service = Server::new(socket)
-        .serve(rmcp::transport::stdio())
-        .await?;
+    let service = Server::new(socket).serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! an S3-compatible store (`remote.rs`). The daemon never reaches in here.
 
 pub mod codex_trust;
-pub mod mcp;
 pub mod hook;
+pub mod mcp;
 pub mod remote;
 pub mod setup;

@@ -14,6 +14,7 @@ mod hook;
 mod hostile;
 mod lifecycle;
 mod log;
+mod mcp;
 mod messages;
 mod model;
 mod nonroot;
