@@ -146,7 +146,11 @@ fn read(config: &Path) -> Result<DocumentMut, SetupError> {
         })
 }
 
-fn write(config: &Path, doc: &DocumentMut) -> Result<(), SetupError> {
+/// Writes a Codex config.toml, beside and renamed over.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_config(config: &Path, doc: &DocumentMut) -> Result<(), SetupError> {
     let err = |source| SetupError::Io {
         path: config.display().to_string(),
         source,
@@ -233,7 +237,7 @@ pub fn trust(
         }
     }
     if changed > 0 || project_trusted {
-        write(config, &doc)?;
+        write_config(config, &doc)?;
     }
     Ok(Trusted {
         config: config.to_path_buf(),
@@ -274,7 +278,7 @@ pub fn untrust(config: &Path, entries: &[Entry]) -> Result<Trusted, SetupError> 
         doc.remove("hooks");
     }
     if changed > 0 {
-        write(config, &doc)?;
+        write_config(config, &doc)?;
     }
     Ok(Trusted {
         config: config.to_path_buf(),

@@ -7,3 +7,4 @@ pub mod hook;
 pub mod mcp;
 pub mod remote;
 pub mod setup;
+pub mod setup_mcp;

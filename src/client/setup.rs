@@ -262,7 +262,11 @@ pub fn read(path: &Path) -> Result<Map<String, Value>, SetupError> {
     }
 }
 
-fn write(path: &Path, settings: &Map<String, Value>) -> Result<(), SetupError> {
+/// Writes the settings file at `path` (pretty JSON), beside and renamed over.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write(path: &Path, settings: &Map<String, Value>) -> Result<(), SetupError> {
     let err = |source| SetupError::Io {
         path: path.display().to_string(),
         source,

@@ -43,7 +43,7 @@ pub(crate) fn warn_unprotected(store: &Path) {
 
 /// `rewindfs setup claude`: the settings file, then what was done to it.
 pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
-    use rewindfs::client::{codex_trust, setup};
+    use rewindfs::client::{codex_trust, setup, setup_mcp};
     let SetupArgs {
         agent,
         project,
@@ -75,6 +75,10 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
                 .context("HOME is not set and CODEX_HOME neither: where is Codex's config.toml?")
         })
         .transpose()?;
+    // Where the CLI reads MCP servers: `rewindfs mcp` is registered there (`setup_mcp.rs`).
+    let mcp_file = home
+        .as_deref()
+        .and_then(|h| setup_mcp::config_file(agent, project.as_deref(), h));
     if remove {
         let ours = codex_trust::our_entries(&path, &setup::read(&path)?);
         let o = setup::remove(&path)?;
@@ -90,6 +94,14 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
                 t.config.display(),
                 t.changed
             );
+        }
+        if let Some(file) = mcp_file {
+            if setup_mcp::unregister(&file)?.changed {
+                println!("{}: removed the rewindfs MCP server", file.display());
+            }
+            if agent == setup::Agent::Claude && project.is_some() {
+                setup_mcp::enable_in_claude_settings(&path, false)?;
+            }
         }
         return Ok(());
     }
@@ -120,6 +132,25 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
                 t.config.display(),
                 t.changed
             );
+        }
+    }
+    if let Some(file) = mcp_file {
+        let r = setup_mcp::register(&file, &exe)?;
+        if r.theirs {
+            println!(
+                "{}: an MCP server named rewindfs is there already and runs something else; left as it is",
+                file.display()
+            );
+        } else if r.changed {
+            println!(
+                "{}: registered the rewindfs MCP server (`{} mcp`: the agent can list, preview and take back its own turns)",
+                file.display(),
+                exe.display()
+            );
+        }
+        if agent == setup::Agent::Claude && project.is_some() {
+            // Claude Code asks before it starts a project's .mcp.json server otherwise.
+            setup_mcp::enable_in_claude_settings(&path, true)?;
         }
     }
     println!(
