@@ -236,3 +236,65 @@ def test_gemini_turns_rewind_after_setup_gemini(tmp_path: Path) -> None:
         end = snapshot(str(ws), SKIP)
         assert end["notes.txt"][2] == b"one\nTWO\n" and "gen" not in end, end
         check_session("gemini", ws, m.socket, snaps, end, session, None)
+
+
+def mcp_texts(requests: list[dict]) -> str:
+    """Every MCP answer the model was sent, as text (Codex's function_call_output parts, Gemini's
+    functionResponse output), in order."""
+    out: list[str] = []
+    last = [q.get("body") or {} for q in requests if (q.get("body") or {}).get("tools")]
+    body = last[-1] if last else {}
+    for it in body.get("input") or []:          # Codex (Responses API)
+        if it.get("type") == "function_call_output":
+            o = it.get("output")
+            out.append(o if isinstance(o, str) else "\n".join(p.get("text", "") for p in o or []))
+    for c in body.get("contents") or []:        # Gemini
+        for p in c.get("parts") or []:
+            r = p.get("functionResponse")
+            if r and r.get("name", "").startswith("mcp_rewindfs_"):
+                out.append(json.dumps(r.get("response")))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("cli", ["codex", "gemini"])
+def test_the_agent_lists_and_takes_back_its_own_turn_through_rewindfs_mcp(cli: str, tmp_path: Path) -> None:
+    """The MCP server `rewindfs setup` registers, started by the real CLI and called by a
+    scripted model as a model calls MCP tools (Codex: search its deferred tools, then call in
+    the `mcp__rewindfs` namespace; Gemini: `mcp_rewindfs_<tool>`)."""
+    require(CODEX_BIN if cli == "codex" else GEMINI_BIN)
+    ws, home, store = tmp_path / "ws", tmp_path / "home", tmp_path / "store"
+    seed(ws)
+    env = {"HOME": str(home)}
+    if cli == "codex":
+        write_codex_config(home)
+        env["CODEX_HOME"] = str(home / "codex")
+        made = [{"apply_patch": "*** Begin Patch\n*** Add File: made.txt\n+turn 1\n*** End Patch\n"}]
+    else:
+        write_gemini_settings(home)
+        env["GEMINI_CLI_HOME"] = str(home)
+        made = [{"call": "write_file", "args": {"file_path": "made.txt", "content": "turn 1\n"}}]
+    out = rewindfs("setup", cli, "--project", str(ws), env=env).stdout
+    assert "registered the rewindfs MCP server" in out, out
+    script = {"turns": [
+        {"match": "TURN-1", "responses": [made, [{"exec": "echo built > build.log"}]], "final": "Made."},
+        {"match": "TURN-2", "responses": [
+            [{"tool_search": "rewindfs checkpoints rewind"}],
+            [{"mcp": "rewindfs", "tool": "checkpoints", "args": {}}],
+            [{"mcp": "rewindfs", "tool": "rewind_preview", "args": {"turn": "1"}}],
+            [{"mcp": "rewindfs", "tool": "rewind", "args": {"turn": "1", "scope": "agent"}}]],
+         "final": "Taken back."}]}
+    with Models(script, log_path=tmp_path / "models.jsonl") as models, Mount(str(ws), str(store)):
+        before = snapshot(str(ws), SKIP)
+        if cli == "codex":
+            r = run_codex(ws, home, "TURN-1: make a file and build", models)
+            run_codex(ws, home, "TURN-2: take turn 1 back", models, thread_id=r.session_id)
+        else:
+            session = new_session_id()
+            run_gemini(ws, home, "TURN-1: make a file and build", models, session_id=session)
+            run_gemini(ws, home, "TURN-2: take turn 1 back", models, session_id=session, resume=True)
+        answers = mcp_texts(models.requests())
+        assert "has 2 turn(s)" in answers and "TURN-1: make a file and build" in answers, answers
+        assert "changed: shell 1, tool 1" in answers, answers
+        assert "would restore 2 path(s)" in answers and "restored 2 path(s)" in answers, answers
+        assert "A person would type: rewindfs rewind" in answers, answers
+        assert not tree_diff(before, snapshot(str(ws), SKIP), "before turn 1", "after the agent's rewind")

@@ -44,6 +44,20 @@ A step is a list of items (or a single item). Items:
   {"command": CMD}``, so a shell step can be shared by both CLIs;
 * ``{"call": NAME, "args": {...}}``: any function call by name (``function_call`` for
   Codex, a ``functionCall`` part for Gemini).
+* ``{"tool_search": QUERY}`` (optional ``"limit": N``): Codex's client-side search of its
+  deferred tools (it defers MCP tools: the request lists "Deferred tool namespaces" and
+  offers a ``{"type": "tool_search", "execution": "client"}`` tool). Sent as
+  ``{"type": "tool_search_call", "call_id", "execution": "client", "arguments":
+  {"query": QUERY}}``; Codex answers with ``{"type": "tool_search_output", "call_id",
+  "execution": "client", "tools": [{"type": "namespace", "name": "mcp__SERVER", "tools":
+  [{"type": "function", "name": TOOL, ...}]}]}``, which counts as the step's result.
+  Gemini offers MCP tools up front: there the item is dropped, and so is a step left
+  empty by that.
+* ``{"mcp": SERVER, "tool": TOOL, "args": {...}}``: a call of an MCP server's tool.
+  Codex: ``{"type": "function_call", "namespace": "mcp__SERVER", "name": TOOL,
+  "arguments": JSON}`` (its output comes back as a ``function_call_output`` whose
+  ``output`` is a list of ``input_text`` parts; Codex 0.171 runs the call even without a
+  ``tool_search`` first). Gemini: a ``functionCall`` named ``mcp_SERVER_TOOL``.
 
 Which turn: the first turn whose ``match`` occurs in the request's latest prompt (the
 last user message that is neither a tool result nor one of the CLI's own context
@@ -90,6 +104,12 @@ def _norm_item(it: Any) -> dict:
         return {"kind": "exec", "cmd": str(it["exec"])}
     if "call" in it:
         return {"kind": "call", "name": str(it["call"]), "args": dict(it.get("args") or {})}
+    if "tool_search" in it:
+        return {"kind": "tool_search", "query": str(it["tool_search"]),
+                "limit": it.get("limit")}
+    if "mcp" in it:
+        return {"kind": "mcp", "server": str(it["mcp"]), "tool": str(it["tool"]),
+                "args": dict(it.get("args") or {})}
     raise ValueError(f"unknown script item: {it!r}")
 
 
@@ -129,6 +149,14 @@ def _pick_step(turn: Optional[dict], n_results: int) -> tuple[Optional[list[dict
             return step, k
         seen += _n_calls(step)
     return None, len(turn["responses"])
+
+
+def _for_gemini(turn: dict) -> dict:
+    """The turn as Gemini plays it: without ``tool_search`` items (gemini-cli offers MCP
+    tools up front, so there is no search and no result of one), and without the steps
+    left empty by that, so the steps still count by the results Gemini sends back."""
+    steps = [[i for i in step if i["kind"] != "tool_search"] for step in turn["responses"]]
+    return {**turn, "responses": [s for s in steps if s]}
 
 
 # ---- Codex (Responses API) ------------------------------------------------------------------
@@ -202,6 +230,12 @@ def _fill_schema(schema: Any) -> Any:
     return ""
 
 
+def _gemini_mcp_name(server: str, tool: str) -> str:
+    """gemini-cli's name for an MCP tool (``generateValidName`` in its mcp-tool.ts):
+    ``mcp_<server>_<tool>``, other characters than ``[A-Za-z0-9_.:-]`` made ``_``."""
+    return "mcp_" + re.sub(r"[^a-zA-Z0-9_\-.:]", "_", f"{server}_{tool}")
+
+
 def _side_json(gen_cfg: dict) -> str:
     schema = gen_cfg.get("responseJsonSchema") or gen_cfg.get("responseSchema") or {}
     value = _fill_schema(schema) or {}
@@ -261,11 +295,14 @@ class FakeModels:
                 return i, t
         return None, None
 
-    def plan(self, prompt_idx: Optional[int], prompt: str, n_results: int) -> tuple[list[dict], dict]:
+    def plan(self, prompt_idx: Optional[int], prompt: str, n_results: int,
+             wire: str = "codex") -> tuple[list[dict], dict]:
         """The items to answer with (CLI-neutral), and what to log about the choice."""
         if prompt_idx is None:
             return [_norm_item(self.script["default_text"])], {"no_prompt": True}
         ti, turn = self._turn(prompt)
+        if turn is not None and wire == "gemini":
+            turn = _for_gemini(turn)
         step, k = _pick_step(turn, n_results)
         info = {"turn": ti, "step": k, "results": n_results, "prompt": prompt[-200:]}
         if step is None:
@@ -295,6 +332,16 @@ class FakeModels:
             elif it["kind"] == "exec":
                 out.append({"type": "function_call", "status": "completed", "call_id": cid,
                             "name": "exec_command", "arguments": json.dumps({"cmd": it["cmd"]})})
+            elif it["kind"] == "tool_search":
+                args = {"query": it["query"]}
+                if it.get("limit") is not None:
+                    args["limit"] = it["limit"]
+                out.append({"type": "tool_search_call", "status": "completed", "call_id": cid,
+                            "execution": "client", "arguments": args})
+            elif it["kind"] == "mcp":
+                out.append({"type": "function_call", "status": "completed", "call_id": cid,
+                            "namespace": f"mcp__{it['server']}", "name": it["tool"],
+                            "arguments": json.dumps(it["args"])})
             else:
                 out.append({"type": "function_call", "status": "completed", "call_id": cid,
                             "name": it["name"], "arguments": json.dumps(it["args"])})
@@ -311,7 +358,7 @@ class FakeModels:
         pi, prompt = _gemini_prompt(contents)
         n = sum(1 for c in contents[(pi or 0) + 1:] if isinstance(c, dict)
                 for p in (c.get("parts") or []) if isinstance(p, dict) and "functionResponse" in p)
-        plan, info = self.plan(pi, prompt, n)
+        plan, info = self.plan(pi, prompt, n, wire="gemini")
         parts = []
         for it in plan:
             if it["kind"] == "text":
@@ -321,6 +368,9 @@ class FakeModels:
                                                "args": {"command": it["cmd"]}}})
             elif it["kind"] == "call":
                 parts.append({"functionCall": {"name": it["name"], "args": it["args"]}})
+            elif it["kind"] == "mcp":
+                parts.append({"functionCall": {"name": _gemini_mcp_name(it["server"], it["tool"]),
+                                               "args": it["args"]}})
             else:
                 raise ValueError("apply_patch is a Codex tool; Gemini has none")
         return parts, info
