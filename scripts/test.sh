@@ -219,6 +219,8 @@ for l in "${lint[@]}"; do
       ;;
   esac
 done
+# The README's table of verified client versions is tests/clients/versions.env's.
+bash scripts/repin-clients.sh --check
 # The API docs build without broken or private links (rustdoc comes with the toolchain).
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --features fault-injection
 
@@ -247,6 +249,26 @@ if [ -n "$clients_python" ]; then
   REWINDFS_CLIENTS_DIR="$clients_dir" REWINDFS_COMPARE_PATHS="$clients_paths" \
     timeout -k 30 "${TEST_TIMEOUT:-1800}" "$clients_python" -m pytest -q -rs -p no:cacheprovider \
     --ignore=tests/clients/test_plugin.py tests/clients
+fi
+
+# The same suite against the newest published clients (what `scripts/repin-clients.sh` would pin),
+# when they are not the pins: a release of a client that changes what rewindfs must reproduce
+# shows here before anyone repins. Their own cache (target/clients-newest).
+if [ -n "$clients_python" ] && [ "${REWINDFS_CLIENTS_NEWEST:-1}" != 0 ]; then
+  if ! newest=$(bash scripts/repin-clients.sh --newest 2>&1); then
+    echo "the registries did not say which clients are newest: $newest" >&2
+    $strict && exit 1
+  elif [ "$(sort <<<"$newest")" = "$(grep -E '^[A-Z_]+=' tests/clients/versions.env | sort)" ]; then
+    echo "the newest published clients are the pinned ones ($(tr '\n' ' ' <<<"$newest"))"
+  else
+    echo "the newest published clients differ from the pins: $(tr '\n' ' ' <<<"$newest"); running the real-client suite against them too" >&2
+    newest_dir="${REWINDFS_CLIENTS_NEWEST_DIR:-$PWD/target/clients-newest}"
+    REWINDFS_CLIENTS_NEWEST=1 REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_CLIENTS_SKIP_TS=$skip_ts \
+      bash tests/clients/install.sh >/dev/null
+    REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_COMPARE_PATHS="$clients_paths" REWINDFS_CLIENTS_NEWEST=1 \
+      timeout -k 30 "${TEST_TIMEOUT:-1800}" "$newest_dir/venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+      --ignore=tests/clients/test_plugin.py tests/clients
+  fi
 fi
 
 if [ -n "$plugin_python" ]; then

@@ -119,10 +119,10 @@ pub enum Command {
     Gc(GcArgs),
     /// Check a store: database integrity, every captured blob present and intact.
     Fsck(FsckArgs),
-    /// For Claude Code's hooks (UserPromptSubmit, PreToolUse, PostToolUse, PostToolUseFailure,
-    /// Stop, SessionEnd; `rewindfs setup claude` writes them): reads the hook JSON on stdin and
-    /// tells the daemon where a prompt begins and which tool call is running. Never blocks the
-    /// agent: if the daemon is down it warns and lets the tool run.
+    /// The agent CLIs' command hook (Claude Code, Qoder, Codex, Gemini; `rewindfs setup AGENT`
+    /// writes it): reads the hook JSON on stdin and tells the daemon where a prompt begins and
+    /// which tool call is running. Never blocks the agent: if the daemon is down it warns and
+    /// lets the tool run.
     Hook(HookArgs),
     /// Mount DIR, run COMMAND inside it (at the caller's place when the caller is inside DIR,
     /// else at its root) as the agent (REWINDFS_SOCKET set, its pid registered), unmount when

@@ -15,7 +15,8 @@
 //!     so the hook does not wait for it: the checkpoint takes the uuid later.
 //!   - Codex: under its `turn_id`, which is the turn's id for good (bound at once).
 //!   - Gemini: its hooks carry no id of the prompt, so the hook makes one (a fresh UUID).
-//! - **A tool call** (PreToolUse / PostToolUse / PostToolUseFailure; Gemini's BeforeTool /
+//! - **A tool call** (PreToolUse / PostToolUse / PostToolUseFailure; Claude Code's
+//!   PreSkillShellCommand, a skill's shell line, which gets no Post; Gemini's BeforeTool /
 //!   AfterTool): a tool span opens or closes (`tool_use`), naming the files a file tool writes
 //!   (Codex's `apply_patch` names them in its patch). A tool that fails after PreToolUse may get
 //!   no PostToolUse at all, so the daemon also ends a session's open file-tool spans at its
@@ -183,7 +184,11 @@ impl Event {
     fn of(name: &str) -> Option<Event> {
         Some(match name {
             "UserPromptSubmit" | "BeforeAgent" => Event::Prompt,
-            "PreToolUse" | "BeforeTool" => Event::Pre,
+            // A skill's or slash command's shell line (Claude Code 2.1.332) is about to run in
+            // a child of the CLI: its writes are `shell` by the process tree; as a new tool
+            // call it ends the session's open file-tool spans, so they cannot take it for a
+            // Write's (tests/clients/findings_2_1_332/NOTES.md).
+            "PreToolUse" | "BeforeTool" | "PreSkillShellCommand" => Event::Pre,
             "PostToolUse" | "PostToolUseFailure" | "AfterTool" => Event::Post,
             "Stop" | "StopFailure" | "SessionEnd" | "AfterAgent" => Event::End,
             _ => return None,
@@ -345,7 +350,10 @@ mod tests {
     fn each_clis_events_mean_the_same_four_things() {
         for (names, e) in [
             (&["UserPromptSubmit", "BeforeAgent"][..], Event::Prompt),
-            (&["PreToolUse", "BeforeTool"][..], Event::Pre),
+            (
+                &["PreToolUse", "BeforeTool", "PreSkillShellCommand"][..],
+                Event::Pre,
+            ),
             (
                 &["PostToolUse", "PostToolUseFailure", "AfterTool"][..],
                 Event::Post,

@@ -88,7 +88,18 @@ impl Agent {
     /// The events `rewindfs hook` handles for this CLI, and whether each takes a tool matcher.
     pub fn events(self) -> &'static [(&'static str, bool)] {
         match self {
-            Agent::Claude | Agent::Qoder => &[
+            // PreSkillShellCommand (Claude Code 2.1.332): a skill's or command's shell line is
+            // about to run (no PreToolUse or PostToolUse comes for it); older CLIs ignore it.
+            Agent::Claude => &[
+                ("UserPromptSubmit", false),
+                ("PreToolUse", true),
+                ("PostToolUse", true),
+                ("PostToolUseFailure", true),
+                ("PreSkillShellCommand", true),
+                ("Stop", false),
+                ("SessionEnd", false),
+            ],
+            Agent::Qoder => &[
                 ("UserPromptSubmit", false),
                 ("PreToolUse", true),
                 ("PostToolUse", true),

@@ -261,7 +261,7 @@ fn setup_writes_the_hooks_once_and_removes_them() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert!(run(&["setup", "claude"]).contains("added the rewindfs hook for 6 event(s)"));
+    assert!(run(&["setup", "claude"]).contains("added the rewindfs hook for 7 event(s)"));
     assert!(run(&["setup", "claude"]).contains("there already"));
     let v: serde_json::Value = serde_json::from_str(
         &fs::read_to_string(tmp.path().join(".claude/settings.json")).unwrap(),
@@ -279,12 +279,13 @@ fn setup_writes_the_hooks_once_and_removes_them() {
         "UserPromptSubmit",
         "PostToolUse",
         "PostToolUseFailure",
+        "PreSkillShellCommand",
         "Stop",
         "SessionEnd",
     ] {
         assert_eq!(v["hooks"][e][0]["hooks"][0]["command"], json!(cmd), "{e}");
     }
-    assert!(run(&["setup", "claude", "--remove"]).contains("removed 6"));
+    assert!(run(&["setup", "claude", "--remove"]).contains("removed 7"));
     let v: serde_json::Value = serde_json::from_str(
         &fs::read_to_string(tmp.path().join(".claude/settings.json")).unwrap(),
     )

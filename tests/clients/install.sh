@@ -9,6 +9,7 @@
 #   $DIR/env.sh paths for tests: CLAUDE_CLI, CLIENTS_PYTHON, CLIENTS_NODE_MODULES, CLAUDE_CLI_TS,
 #               AGENTS_NODE_MODULES
 # DIR = ${REWINDFS_CLIENTS_DIR:-<repo>/target/clients}. REWINDFS_CLIENTS_SKIP_TS=1 skips npm.
+# REWINDFS_CLIENTS_NEWEST=1 installs the newest published versions instead of the pins.
 # Needs python3 (>= 3.10) with venv/ensurepip (installs python3-venv through apt as root if
 # missing) and, unless skipped, node >= 18 with npm. Prints where the CLI binary is.
 set -euo pipefail
@@ -17,6 +18,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 # shellcheck source=versions.env
 . "$here/versions.env"
+if [ "${REWINDFS_CLIENTS_NEWEST:-0}" = 1 ]; then
+    # The newest published versions instead of the pins (what a repin would pin), for the run of
+    # the suite against them: scripts/test.sh puts them in their own cache dir.
+    newest="$(bash "$repo/scripts/repin-clients.sh" --newest)" || { echo "install.sh: error: could not ask the registries for the newest versions" >&2; exit 1; }
+    eval "$newest"
+fi
 DIR="${REWINDFS_CLIENTS_DIR:-$repo/target/clients}"
 PY="${PYTHON:-python3}"
 mkdir -p "$DIR"

@@ -40,7 +40,7 @@ def _required() -> bool:
 
 def _cli() -> Optional[str]:
     cli = os.environ.get("CLAUDE_CLI")
-    env_sh = REPO / "target" / "clients" / "env.sh"
+    env_sh = Path(os.environ.get("REWINDFS_CLIENTS_DIR") or REPO / "target" / "clients") / "env.sh"
     if not cli and env_sh.exists():
         for line in env_sh.read_text().splitlines():
             if line.startswith("CLAUDE_CLI="):

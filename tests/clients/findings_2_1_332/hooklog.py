@@ -16,6 +16,7 @@ pre = ev == "PreSkillShellCommand"
 if pre and os.environ.get("HOOK_SLEEP"):
     time.sleep(float(os.environ["HOOK_SLEEP"]))
     rec["files_after_sleep"] = files()
+rec["t_end"] = round(time.time(), 3)
 with open(log, "a") as f:
     f.write(json.dumps(rec) + "\n")
 if pre and os.environ.get("HOOK_STDOUT"):

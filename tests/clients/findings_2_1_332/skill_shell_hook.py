@@ -43,6 +43,22 @@ allowed-tools: Bash(echo:*)
 Say done.
 """
 
+CMD_Z = """---
+allowed-tools: Bash(echo:*)
+description: no redirect
+---
+!`echo hi`
+Say done.
+"""
+CMD_W = """---
+allowed-tools: Bash(echo:*)
+description: two lines
+---
+!`echo one > f.txt`
+!`echo two > h.txt`
+Say done.
+"""
+
 # case: (prompt, extra CLI args, hook env, fake API turn, events in settings)
 CASES = {
     "cmd_bypass_sleep": ("/x", ["--dangerously-skip-permissions"], {"HOOK_SLEEP": "2"}, None, EVENTS),
@@ -55,6 +71,8 @@ CASES = {
     "cmd_hook_deny_json": ("/x", ["--dangerously-skip-permissions"],
                            {"HOOK_STDOUT": json.dumps({"hookSpecificOutput": {"hookEventName": "PreSkillShellCommand",
                             "permissionDecision": "deny", "permissionDecisionReason": "denied by json"}})}, None, EVENTS),
+    "cmd_default_noredirect": ("/z", [], {}, None, EVENTS),
+    "cmd_two_lines_sleep": ("/w", ["--dangerously-skip-permissions"], {"HOOK_SLEEP": "1"}, None, EVENTS),
     # without the new event in settings (for 2.1.330: does the unknown key break the others?)
     "cmd_no_new_event": ("/x", ["--dangerously-skip-permissions"], {}, None,
                          [e for e in EVENTS if e != "PreSkillShellCommand"]),
@@ -69,6 +87,8 @@ def run(ver, cli, case, out):
     (ws / ".claude/skills/y").mkdir(parents=True)
     (ws / ".claude/commands/x.md").write_text(CMD_X)
     (ws / ".claude/skills/y/SKILL.md").write_text(SKILL_Y)
+    (ws / ".claude/commands/z.md").write_text(CMD_Z)
+    (ws / ".claude/commands/w.md").write_text(CMD_W)
     d = out / ver / case
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
@@ -90,7 +110,7 @@ def run(ver, cli, case, out):
     api.stop()
     (d / "stdout").write_text(p.stdout)
     (d / "stderr").write_text(p.stderr)
-    files = {f: (ws / f).read_text() for f in ("f.txt", "g.txt") if (ws / f).exists()}
+    files = {f: [(ws / f).read_text(), round((ws / f).stat().st_mtime, 3)] for f in ("f.txt", "g.txt", "h.txt") if (ws / f).exists()}
     (d / "files").write_text(json.dumps(files))
     hl = [json.loads(l) for l in open(d / "hooks.jsonl")] if (d / "hooks.jsonl").exists() else []
     result = next((json.loads(l) for l in p.stdout.splitlines() if '"type":"result"' in l), None)
@@ -106,7 +126,7 @@ def run(ver, cli, case, out):
                     prompts.append(c if isinstance(c, str) else [b.get("text", b.get("type")) for b in c])
                 break
     print(json.dumps({"version": ver, "case": case, "rc": p.returncode, "secs": round(time.time() - t0, 1),
-                      "files": files, "hook_order": [(h["event"], round(h["t"] - t0, 2), h.get("payload", {}).get("tool_name") if isinstance(h.get("payload"), dict) else None) for h in hl],
+                      "files": {k: [v[0], round(v[1] - t0, 2)] for k, v in files.items()}, "hook_order": [(h["event"], round(h["t"] - t0, 2), round(h["t_end"] - t0, 2), h.get("payload", {}).get("tool_name") if isinstance(h.get("payload"), dict) else None) for h in hl],
                       "result": result and {k: result.get(k) for k in ("subtype", "is_error", "result")},
                       "first_api_prompt": prompts[:1]}), flush=True)
 
