@@ -251,23 +251,37 @@ if [ -n "$clients_python" ]; then
     --ignore=tests/clients/test_plugin.py tests/clients
 fi
 
-# The same suite against the newest published clients (what `scripts/repin-clients.sh` would pin),
-# when they are not the pins: a release of a client that changes what rewindfs must reproduce
-# shows here before anyone repins. Their own cache (target/clients-newest).
+# The real-client tests against the newest published clients (what `scripts/repin-clients.sh`
+# would pin) where they are not the pins: a release that changes what rewindfs must reproduce
+# shows here before anyone repins. Their own cache (target/clients-newest); the tests of the
+# clients that moved (Claude: the SDK comparison by the Python and plain-CLI paths, and the MCP
+# server; Codex or Gemini: their sessions; Qoder: its SDK), to keep the run short.
 if [ -n "$clients_python" ] && [ "${REWINDFS_CLIENTS_NEWEST:-1}" != 0 ]; then
   if ! newest=$(bash scripts/repin-clients.sh --newest 2>&1); then
     echo "the registries did not say which clients are newest: $newest" >&2
     $strict && exit 1
-  elif [ "$(sort <<<"$newest")" = "$(grep -E '^[A-Z_]+=' tests/clients/versions.env | sort)" ]; then
-    echo "the newest published clients are the pinned ones ($(tr '\n' ' ' <<<"$newest"))"
   else
-    echo "the newest published clients differ from the pins: $(tr '\n' ' ' <<<"$newest"); running the real-client suite against them too" >&2
-    newest_dir="${REWINDFS_CLIENTS_NEWEST_DIR:-$PWD/target/clients-newest}"
-    REWINDFS_CLIENTS_NEWEST=1 REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_CLIENTS_SKIP_TS=$skip_ts \
-      bash tests/clients/install.sh >/dev/null
-    REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_COMPARE_PATHS="$clients_paths" REWINDFS_CLIENTS_NEWEST=1 \
-      timeout -k 30 "${TEST_TIMEOUT:-1800}" "$newest_dir/venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
-      --ignore=tests/clients/test_plugin.py tests/clients
+    pinned() { sed -n "s/^$1=//p" tests/clients/versions.env; }
+    moved() { for k in "$@"; do [ "$(sed -n "s/^$k=//p" <<<"$newest")" = "$(pinned "$k")" ] || return 0; done; return 1; }
+    newest_tests=()
+    if moved CLAUDE_CODE_CLI CLAUDE_AGENT_SDK_PY; then
+      newest_tests+=(tests/clients/test_rewindfs_real.py tests/clients/test_mcp_claude.py)
+    fi
+    skip_agents=1
+    if moved CODEX_CLI GEMINI_CLI; then newest_tests+=(tests/clients/test_agents.py); skip_agents=0; fi
+    if moved QODER_AGENT_SDK_PY; then newest_tests+=(tests/clients/test_qoder.py); fi
+    if [ "${#newest_tests[@]}" -eq 0 ]; then
+      echo "the newest published clients are the pinned ones ($(tr '\n' ' ' <<<"$newest"))"
+    else
+      newest_dir="${REWINDFS_CLIENTS_NEWEST_DIR:-$PWD/target/clients-newest}"
+      echo "newest published clients: $(tr '\n' ' ' <<<"$newest"); running ${newest_tests[*]} against them" >&2
+      REWINDFS_CLIENTS_NEWEST=1 REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_CLIENTS_SKIP_TS=1 \
+        REWINDFS_CLIENTS_SKIP_AGENTS=$skip_agents bash tests/clients/install.sh >/dev/null
+      REWINDFS_CLIENTS_DIR="$newest_dir" REWINDFS_COMPARE_PATHS=py,hook \
+        AGENTS_NODE_MODULES="$( ((skip_agents)) && echo "$clients_dir/agents/node_modules")" \
+        timeout -k 30 "${TEST_TIMEOUT:-1800}" "$newest_dir/venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+        "${newest_tests[@]}"
+    fi
   fi
 fi
 

@@ -26,7 +26,8 @@ use serde::Deserialize;
 
 use crate::control::client::{Client, find_socket};
 use crate::control::cmd::{
-    CheckpointInfo, Diff, ListCheckpoints, Log, RewindFiles, RewindReply, Status, UndoRewind,
+    CheckpointInfo, Diff, ListCheckpoints, Log, LogReply, RewindFiles, RewindReply, Status,
+    UndoRewind,
 };
 use crate::rewind::Scope;
 use crate::store::CheckpointKind;
@@ -188,17 +189,7 @@ impl Server {
     ) -> Result<BTreeMap<String, BTreeMap<&'static str, BTreeSet<String>>>, String> {
         // Every actor's changes in those checkpoints (the user's too: they are what a rewind
         // would conflict with).
-        let log = c
-            .call(&Log {
-                path: None,
-                since: None,
-                session_id: None,
-                limit: 100_000,
-                after: None,
-                newest_first: false,
-                raw: false,
-            })
-            .map_err(err)?;
+        let log = log_since(c, None)?;
         let mut out: BTreeMap<String, BTreeMap<&'static str, BTreeSet<String>>> = BTreeMap::new();
         for e in log.entries {
             if let Some(cp) = e.checkpoint {
@@ -377,17 +368,7 @@ impl Server {
         let own = self.own(&mut c)?;
         let turns = Self::turns(&mut c, &own)?;
         let turn = Self::pick(&turns, &a.turn)?;
-        let log = c
-            .call(&Log {
-                path: None,
-                since: Some(turn.info.uuid.clone()),
-                session_id: None,
-                limit: 100_000,
-                after: None,
-                newest_first: false,
-                raw: false,
-            })
-            .map_err(err)?;
+        let log = log_since(&mut c, Some(turn.info.uuid.clone()))?;
         let mut by: BTreeMap<String, BTreeSet<&'static str>> = BTreeMap::new();
         for e in log.entries {
             by.entry(e.path).or_default().insert(e.actor.as_str());
@@ -484,6 +465,21 @@ impl Server {
         out.push_str("A person would type: rewindfs undo");
         Ok(out)
     }
+}
+
+/// Every change since checkpoint `since` (or all), oldest first, as people read the log (a
+/// write-then-rename is one change to its target).
+fn log_since(c: &mut Client, since: Option<String>) -> Result<LogReply, String> {
+    c.call(&Log {
+        path: None,
+        since,
+        session_id: None,
+        limit: 100_000,
+        after: None,
+        newest_first: false,
+        raw: false,
+    })
+    .map_err(err)
 }
 
 /// `tool 2, shell 1` for a turn's counts, or `no changes`.

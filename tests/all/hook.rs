@@ -244,23 +244,22 @@ fn a_turn_without_tools_is_bound_at_stop_and_a_span_left_open_ends_with_the_turn
     );
 }
 
+/// Runs a `rewindfs setup` command, asserting success; returns its stdout.
+fn setup_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `rewindfs setup claude` writes the hooks into a project's settings once, and takes them out.
 #[test]
 fn setup_writes_the_hooks_once_and_removes_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args(args)
-            .current_dir(tmp.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |args: &[&str]| setup_ok(Command::new(BIN).args(args).current_dir(tmp.path()));
     assert!(run(&["setup", "claude"]).contains("added the rewindfs hook for 7 event(s)"));
     assert!(run(&["setup", "claude"]).contains("there already"));
     let v: serde_json::Value = serde_json::from_str(
@@ -537,19 +536,13 @@ fn setup_codex_writes_hooks_and_their_trust_and_removes_both() {
     )
     .unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args(args)
-            .current_dir(&proj)
-            .env("HOME", tmp.path())
-            .env("CODEX_HOME", &codex_home)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        setup_ok(
+            Command::new(BIN)
+                .args(args)
+                .current_dir(&proj)
+                .env("HOME", tmp.path())
+                .env("CODEX_HOME", &codex_home),
+        )
     };
     let out = run(&["setup", "codex"]);
     assert!(

@@ -97,9 +97,18 @@ def require_clients_and_mount() -> None:
     problem = None
     if importlib.util.find_spec("claude_agent_sdk") is None:
         problem = "claude-agent-sdk is not importable: run tests/clients/install.sh and use its venv's python"
-    elif not Path(rewindfs_bin()).exists():
+    require(problem)
+
+
+def require(problem: Optional[str] = None) -> None:
+    """Skips the calling test (outside CI) or fails it (``CI=true`` or ``REQUIRE_FUSE=1``) when
+    ``problem`` names something missing, or when a rewindfs binary or a mountable FUSE is not
+    here."""
+    import pytest
+
+    if problem is None and not Path(rewindfs_bin()).exists():
         problem = f"no rewindfs binary at {rewindfs_bin()}: cargo build (or set REWINDFS_BIN)"
-    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
+    elif problem is None and (os.geteuid() != 0 or not Path("/dev/fuse").exists()):
         problem = "mounting needs root and /dev/fuse"
     if problem:
         if os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1":

@@ -41,6 +41,7 @@ sys.path.insert(0, str(HERE / "agents"))
 sys.path.insert(0, str(HERE.parent.parent / "sdk" / "python"))
 
 from rewindfs_compare import Entry, Mount, rewindfs_bin, snapshot, tree_diff  # noqa: E402
+from rewindfs_compare import require as need  # noqa: E402
 from run_agent import (  # noqa: E402
     CODEX_BIN,
     GEMINI_BIN,
@@ -98,17 +99,9 @@ SKIP = (".claude", ".codex", ".gemini")
 
 def require(binary: str) -> None:
     """Skips (outside CI) or fails (CI=true), naming what is missing."""
-    problem = None
-    if not Path(binary).exists():
-        problem = f"no {binary}: run tests/clients/install.sh (it installs the pinned Codex and Gemini CLIs)"
-    elif not Path(rewindfs_bin()).exists():
-        problem = f"no rewindfs binary at {rewindfs_bin()}: cargo build (or set REWINDFS_BIN)"
-    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        problem = "mounting needs root and /dev/fuse"
-    if problem:
-        if os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1":
-            pytest.fail(f"required (CI=true or REQUIRE_FUSE=1): {problem}")
-        pytest.skip(problem)
+    missing = not Path(binary).exists()
+    need(f"no {binary}: run tests/clients/install.sh (it installs the pinned Codex and Gemini CLIs)"
+         if missing else None)
 
 
 def rewindfs(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -22,30 +22,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from fake_api import FakeAPI  # noqa: E402
 from rewindfs_compare import Mount, rewindfs_bin  # noqa: E402
+from rewindfs_compare import require as need  # noqa: E402
 from run_session import offline_env  # noqa: E402
 from test_plugin import _cli  # noqa: E402
 
 
 def require() -> str:
+    """The Claude Code CLI; skips (outside CI) or fails (CI=true), naming what is missing."""
     cli = _cli()
-    problem = None
-    if not cli:
-        problem = "no Claude Code CLI: run bash tests/clients/install.sh (or set CLAUDE_CLI)"
-    elif not os.access(rewindfs_bin(), os.X_OK):
-        problem = f"no rewindfs binary at {rewindfs_bin()} (cargo build, or set REWINDFS_BIN)"
-    elif os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        problem = "mounting needs root and /dev/fuse"
-    if problem:
-        if os.environ.get("CI") in ("true", "1") or os.environ.get("REQUIRE_FUSE") == "1":
-            pytest.fail(f"required (CI=true or REQUIRE_FUSE=1): {problem}")
-        pytest.skip(problem)
+    need(None if cli else "no Claude Code CLI: run bash tests/clients/install.sh (or set CLAUDE_CLI)")
+    assert cli
     return cli
 
 
