@@ -68,6 +68,13 @@ pub(super) struct Applied {
     /// emptied, a directory made or emptied), then a later step was refused because someone
     /// else changed them meanwhile. Also in `meanwhile`, never in `untouched`.
     pub(super) partial: Vec<WsPath>,
+    /// Scope `tool`: targets whose restore or removal failed (a read-only or immutable file,
+    /// say), which the SDK goes past ([`apply_in_place`]). In `untouched` unless the failure
+    /// came after the file was changed.
+    pub(super) failed: Vec<WsPath>,
+    /// Scope `tool`: removals held because a restore failed: those files are kept. Also in
+    /// `untouched`.
+    pub(super) held: Vec<WsPath>,
 }
 
 impl Applied {
@@ -109,6 +116,33 @@ impl Applied {
                 self.partial.push(p);
             }
         }
+        self.failed.extend(other.failed);
+        self.held.extend(other.held);
+    }
+
+    /// The SDK's error when restores failed and nothing changed (`None`: the rewind stands):
+    /// `changed` is how many targets the apply changed.
+    pub(super) fn nothing_restored(&self, changed: usize) -> Option<String> {
+        if self.failed.is_empty() || changed > 0 {
+            return None;
+        }
+        let n = self.failed.len();
+        let mut e = format!(
+            "No files were restored: {n} {} (backup missing, or the file could not be updated)",
+            if n == 1 {
+                "file failed"
+            } else {
+                "files failed"
+            }
+        );
+        let k = self.skipped.len();
+        if k > 0 {
+            e.push_str(&format!(
+                ", and {k} {} skipped for link safety",
+                if k == 1 { "path was" } else { "paths were" }
+            ));
+        }
+        Some(e)
     }
 }
 
@@ -255,22 +289,43 @@ pub(super) fn look(root: BorrowedFd<'_>, rel: &Path) -> io::Result<There> {
     }
 }
 
-/// The in-place targets (scope `tool`), one after the other in plan order, as the SDK's own
-/// rewind: each path checked again ([`look`]) and skipped if it must not be touched; an absent
-/// target unlinks the file; a file target rewrites it in place ([`restore_in_place`]). Through
-/// the mount, a path someone else changed since the rewind began is left as they made it.
+/// The in-place targets (scope `tool`), as the SDK's own rewind applies them since Claude Code
+/// 2.1.331 (measured on 2.1.332 with restores that really fail:
+/// `tests/clients/findings_2_1_332/NOTES.md`):
+/// - restores first, then removals, each group in plan order;
+/// - each path checked again ([`look`]) and skipped if it must not be touched; a file target
+///   rewritten in place ([`restore_in_place`]), an absent one unlinked;
+/// - a restore that fails (a read-only or immutable file, say) is counted and the others go on;
+///   once one has, every removal is held: those files are kept;
+/// - a removal refused with `ENOTDIR`, `ELOOP` or `EISDIR` is a skip (`skippedLinks`); any
+///   other failure of one is counted, and the other removals go on.
+///
+/// Through the mount, a path someone else changed since the rewind began is left as they made
+/// it. Whether anything changed at all is the caller's to judge ([`Applied::nothing_restored`]).
 ///
 /// # Errors
-/// The first failure; the paths before it are done. The rewind stays 'applying', and the next
-/// mount applies the plan again (a file it left half written is written again).
+/// A failure that is not one path's own — the mount or the store gone or full
+/// ([`stops_the_rewind`]): the paths before it are done. The rewind stays 'applying', and the
+/// next mount applies the plan again (a file it left half written is written again).
 pub(super) fn apply_in_place(
     tree: Tree<'_>,
     blobs: &Blobs,
     targets: &[&Target],
 ) -> io::Result<Applied> {
     let mut applied = Applied::default();
-    for (i, t) in targets.iter().enumerate() {
+    let removal = |t: &Target| t.kind() == Kind::Absent;
+    let restores = targets.iter().enumerate().filter(|(_, t)| !removal(t));
+    let removals = targets.iter().enumerate().filter(|(_, t)| removal(t));
+    // Fixed at the first removal: whether a restore failed before it.
+    let mut held: Option<bool> = None;
+    for (i, t) in restores.chain(removals) {
         tree.step();
+        if removal(t) && *held.get_or_insert(!applied.failed.is_empty()) {
+            tracing::warn!("rewind: kept {}: a restore failed", t.rel().display());
+            applied.untouched.insert(t.path.clone());
+            applied.held.push(t.path.clone());
+            continue;
+        }
         let stepped = Cell::new(false);
         match in_place_one(tree, blobs, t, i, &mut applied, &stepped) {
             Ok(true) => {}
@@ -284,10 +339,45 @@ pub(super) fn apply_in_place(
                     applied.changed_meanwhile(&t.path);
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) if stops_the_rewind(&e) => return Err(e),
+            Err(e)
+                if removal(t)
+                    && matches!(
+                        sys::known_errno(&e),
+                        Some(libc::ENOTDIR | libc::ELOOP | libc::EISDIR)
+                    ) =>
+            {
+                applied.skipped.insert(t.path.clone());
+                applied.untouched.insert(t.path.clone());
+            }
+            Err(e) => {
+                tracing::warn!("rewind: {e}: left, as the SDK leaves it");
+                if !stepped.get() {
+                    applied.untouched.insert(t.path.clone());
+                }
+                applied.failed.push(t.path.clone());
+            }
         }
     }
     Ok(applied)
+}
+
+/// Whether a failure is not one path's own but the rewind's: the mount gone, the store full,
+/// the device failing. Such a one stops the apply, to be finished at the next mount, rather than
+/// being gone past as one file that could not be updated.
+fn stops_the_rewind(e: &io::Error) -> bool {
+    matches!(
+        sys::known_errno(e),
+        Some(
+            libc::ENOTCONN
+                | libc::ECONNABORTED
+                | libc::ENOSPC
+                | libc::EDQUOT
+                | libc::EIO
+                | libc::ENODEV
+                | libc::ENOMEM
+        )
+    ) || sys::known_errno(e).is_none()
 }
 
 /// One in-place target (the `i`th): whether it changed the path.

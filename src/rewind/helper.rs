@@ -87,6 +87,11 @@ enum Message {
         meanwhile: Vec<WsPath>,
         #[serde(default)]
         partial: Vec<WsPath>,
+        /// Scope `tool`: failed, and held (see [`Applied`]).
+        #[serde(default)]
+        failed: Vec<WsPath>,
+        #[serde(default)]
+        held: Vec<WsPath>,
     },
     /// Stopped at this failure (the paths before it are done), with its errno when a system
     /// call failed.
@@ -170,12 +175,16 @@ impl Rewinder {
                         untouched,
                         meanwhile,
                         partial,
+                        failed,
+                        held,
                     } => {
                         return Ok(Ok(Applied {
                             skipped: skipped.into_iter().collect(),
                             untouched: untouched.into_iter().collect(),
                             meanwhile,
                             partial,
+                            failed,
+                            held,
                         }));
                     }
                     Message::Failed { error, errno } => return Ok(Err((error, errno))),
@@ -268,6 +277,8 @@ pub fn run_helper() -> io::Result<()> {
             untouched: a.untouched.into_iter().collect(),
             meanwhile: a.meanwhile,
             partial: a.partial,
+            failed: a.failed,
+            held: a.held,
         },
         Err(e) => Message::Failed {
             error: e.to_string(),

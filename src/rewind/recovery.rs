@@ -92,6 +92,16 @@ impl Rewinder {
         applied.extend(done);
         // An undo or redo also moves the rewind it undid or redid on the stack.
         self.g.store.finish_rewind(&row)?;
+        // Scope `tool`, as the SDK: restores failed and nothing changed is the rewind's failure,
+        // in the SDK's words. Nothing is left to finish: the journal row is done, a rewind that
+        // changed nothing.
+        let changed = targets
+            .iter()
+            .filter(|t| !applied.untouched.contains(&t.path))
+            .count();
+        if let Some(e) = applied.nothing_restored(changed) {
+            return Err(RewindError::Failed(e));
+        }
         Ok(applied)
     }
 

@@ -12,7 +12,9 @@
 //!   a line differs, or if the target is absent and something is there. Modes, hard links and
 //!   file kinds play no part: a mode-only change is not listed; a symlink, FIFO or directory in
 //!   the file's place is listed as its text says;
-//! - **real rewind**, one path after the other: a path that is a symlink, not a regular file,
+//! - **real rewind**, restores first and removals last (Claude Code 2.1.331 and later, whose
+//!   rule for a restore that fails `apply.rs`'s `apply_in_place` keeps), one path after the
+//!   other: a path that is a symlink, not a regular file,
 //!   has several links, or lies beneath a symlink or a non-directory (the SDK's "parent
 //!   directory moved") is skipped and counted in `skippedLinks` ([`look`]); an absent target
 //!   unlinks the file; otherwise the file is rewritten in place (same inode), its missing parents

@@ -347,8 +347,8 @@ fn answers_follow_the_order_files_were_first_tracked_and_deletions_interleave_wi
     assert_eq!(listed(&a, &dry), vec!["z.txt", "e.txt", "a.txt", "m.txt"]);
     let dry2 = a.rewind(&t2, "tool", true).unwrap();
     assert_eq!(listed(&a, &dry2), vec!["z.txt", "m.txt"]);
-    // The real rewind goes the same way, one path after the other: a deletion, a restore, two
-    // deletions (not all deletions first).
+    // The real rewind answers in the same order (it restores first and removes last, as the
+    // SDK does since 2.1.331, which only matters when a restore fails: see below).
     let r = a.rewind(&t1, "tool", false).unwrap();
     assert_eq!(listed(&a, &r), vec!["z.txt", "e.txt", "a.txt", "m.txt"]);
     assert_eq!(
@@ -497,4 +497,93 @@ fn a_tool_rewind_cut_short_in_the_middle_of_a_file_is_finished_at_the_next_mount
         Some("b one\n"),
         "the next mount wrote it again"
     );
+}
+
+/// `dir` made read-only by a read-only bind mount over itself (inside the rewindfs mount: the
+/// rewind's writes there fail with EROFS, as a read-only mount or an immutable file makes the
+/// SDK's own fail); unmounted when dropped.
+struct ReadOnly(std::path::PathBuf);
+
+impl ReadOnly {
+    fn over(dir: &std::path::Path) -> ReadOnly {
+        let d = dir.to_str().unwrap();
+        crate::support::sh(
+            dir,
+            &format!("mount --bind '{d}' '{d}' && mount -o remount,bind,ro '{d}'"),
+        );
+        ReadOnly(dir.to_path_buf())
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A restore that fails (Claude Code 2.1.332, measured with `chattr +i` and a read-only bind
+/// mount: tests/clients/findings_2_1_332/NOTES.md): the other restores are made, every removal
+/// is held (the file the turn created is kept), and the answer is a success; when nothing could
+/// be restored at all, the rewind fails in the SDK's words and changes nothing.
+#[test]
+fn a_restore_that_fails_holds_every_removal_and_fails_the_rewind_only_when_nothing_changed() {
+    require_fuse();
+    let mut a = Agent::new(|d| {
+        fs::write(d.join("ok.txt"), "ok0\n").unwrap();
+        fs::create_dir(d.join("sub")).unwrap();
+        fs::write(d.join("sub/bad.txt"), "bad0\n").unwrap();
+    });
+    let t1 = a.turn();
+    a.tool_write("new.txt", b"new\n");
+    a.tool_write("ok.txt", b"ok1\n");
+    a.tool_write("sub/bad.txt", b"bad1\n");
+    let t2 = a.turn();
+    a.tool_write("new2.txt", b"new2\n");
+    a.tool_write("sub/bad.txt", b"bad2\n");
+    let ro = ReadOnly::over(&a.m.p("sub"));
+    assert!(
+        fs::write(a.m.p("sub/bad.txt"), "x").is_err(),
+        "sub is read-only now"
+    );
+
+    // Only a removal and the failing restore: nothing changes, and the rewind fails.
+    let e = a.rewind(&t2, "tool", false).unwrap_err();
+    assert!(
+        e.contains(
+            "Failed to rewind: No files were restored: 1 file failed (backup missing, or the file could not be updated)"
+        ),
+        "{e}"
+    );
+    assert_eq!(a.read("new2.txt").as_deref(), Some("new2\n"), "held");
+    assert_eq!(a.read("sub/bad.txt").as_deref(), Some("bad2\n"));
+
+    // A restore that works besides: it is made, the removals are held, and it succeeds.
+    let r = a.rewind(&t1, "tool", false).unwrap();
+    assert!(r.can_rewind && r.error.is_none(), "{r:?}");
+    assert_eq!(r.skipped_links, Some(0), "{r:?}");
+    assert_eq!(a.read("ok.txt").as_deref(), Some("ok0\n"), "restored");
+    assert_eq!(
+        a.read("sub/bad.txt").as_deref(),
+        Some("bad2\n"),
+        "could not be"
+    );
+    assert_eq!(
+        a.read("new.txt").as_deref(),
+        Some("new\n"),
+        "kept: a restore failed"
+    );
+    assert_eq!(
+        a.read("new2.txt").as_deref(),
+        Some("new2\n"),
+        "kept: a restore failed"
+    );
+    assert_eq!(listed(&a, &r), vec!["ok.txt"], "what it changed");
+
+    // With the obstacle gone, the same rewind removes them and restores the file.
+    drop(ro);
+    let u = a.rewind(&t1, "tool", false).unwrap();
+    assert!(u.can_rewind, "{u:?}");
+    assert_eq!(a.read("sub/bad.txt").as_deref(), Some("bad0\n"));
+    assert_eq!(a.read("new.txt"), None);
+    assert_eq!(a.read("new2.txt"), None);
 }
