@@ -225,6 +225,14 @@ impl Server {
             ..RewindFiles::to(&turn.info.uuid, scope)
         };
         let ws = c.call(&Status {}).map_err(err)?.workspace;
+        // The `tool` scope goes over a user's edit as the SDK does; the agent never may: a
+        // path someone else changed since refuses the rewind here, in either scope.
+        if !dry_run {
+            let dry = c.call(&request(true)).map_err(err)?;
+            if !dry.conflicts.is_empty() {
+                return Ok(describe_rewind(&dry, &turn, scope, false, &ws, &own));
+            }
+        }
         match c.call(&request(dry_run)) {
             Ok(r) => Ok(describe_rewind(&r, &turn, scope, dry_run, &ws, &own)),
             // A refused rewind comes back as an error that tells a person to force it; the

@@ -181,6 +181,13 @@ fn the_agent_lists_previews_rewinds_and_undoes_its_own_turns_and_never_overwrite
         Some("two\nmine\n"),
         "never overwritten"
     );
+    // The tool scope goes over a user's edit as the SDK does; the agent's rewind never does.
+    let (refused, _) = m.call("rewind", json!({"turn": "1", "scope": "tool"}));
+    assert!(
+        refused.contains("Refused, nothing was changed") && refused.contains("notes.txt"),
+        "{refused}"
+    );
+    assert_eq!(a.read("notes.txt").as_deref(), Some("two\nmine\n"));
     let (bad, _) = m.call("rewind_preview", json!({"turn": "9"}));
     assert!(
         bad.contains("no turn 9 in this session (it has 2 turn(s))"),
