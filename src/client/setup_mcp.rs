@@ -5,9 +5,11 @@
 //!   `~/.claude.json`;
 //! - Codex: `[mcp_servers.rewindfs]` in the project's `.codex/config.toml` (read for a trusted
 //!   project) or the user's `$CODEX_HOME/config.toml`;
-//! - Gemini: `mcpServers` in the same settings file as its hooks.
+//! - Gemini: `mcpServers` in the same settings file as its hooks;
+//! - the Qoder CLI: `mcpServers` in the same settings file as its hooks (its binary reads the
+//!   user's and the project's settings' `mcpServers`; not run here: qodercli needs an online
+//!   login, and it may ask the user before it starts a project's server).
 //!
-//! The Qoder CLI is left alone: where it reads MCP servers is not recorded (`../shared/qoder.md`).
 //! An entry named `rewindfs` that runs something else is the user's, and is kept.
 
 use std::path::{Path, PathBuf};
@@ -28,15 +30,14 @@ pub struct Registered {
 }
 
 /// The file `agent` reads MCP servers from: in project `project`, or the user's under `home`.
-pub fn config_file(agent: Agent, project: Option<&Path>, home: &Path) -> Option<PathBuf> {
+pub fn config_file(agent: Agent, project: Option<&Path>, home: &Path) -> PathBuf {
     match (agent, project) {
-        (Agent::Claude, Some(p)) => Some(p.join(".mcp.json")),
-        (Agent::Claude, None) => Some(home.join(".claude.json")),
-        (Agent::Codex, Some(p)) => Some(p.join(".codex/config.toml")),
-        (Agent::Codex, None) => Some(super::setup::codex_home(home).join("config.toml")),
-        (Agent::Gemini, Some(p)) => Some(agent.settings_in(p)),
-        (Agent::Gemini, None) => Some(agent.user_settings(home)),
-        (Agent::Qoder, _) => None,
+        (Agent::Claude, Some(p)) => p.join(".mcp.json"),
+        (Agent::Claude, None) => home.join(".claude.json"),
+        (Agent::Codex, Some(p)) => p.join(".codex/config.toml"),
+        (Agent::Codex, None) => super::setup::codex_home(home).join("config.toml"),
+        (Agent::Gemini | Agent::Qoder, Some(p)) => agent.settings_in(p),
+        (Agent::Gemini | Agent::Qoder, None) => agent.user_settings(home),
     }
 }
 

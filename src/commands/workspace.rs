@@ -78,7 +78,7 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
     // Where the CLI reads MCP servers: `rewindfs mcp` is registered there (`setup_mcp.rs`).
     let mcp_file = home
         .as_deref()
-        .and_then(|h| setup_mcp::config_file(agent, project.as_deref(), h));
+        .map(|h| setup_mcp::config_file(agent, project.as_deref(), h));
     if remove {
         let ours = codex_trust::our_entries(&path, &setup::read(&path)?);
         let o = setup::remove(&path)?;
