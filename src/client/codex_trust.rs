@@ -128,7 +128,11 @@ pub fn our_entries(hooks_json: &Path, settings: &Map<String, Value>) -> Vec<Entr
     out
 }
 
-fn read(config: &Path) -> Result<DocumentMut, SetupError> {
+/// Codex's config.toml at `config` (an empty document when missing).
+///
+/// # Errors
+/// The file cannot be read or is not TOML.
+pub fn read_config(config: &Path) -> Result<DocumentMut, SetupError> {
     let text = match std::fs::read_to_string(config) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -186,7 +190,7 @@ pub fn trust(
     entries: &[Entry],
     project: Option<&Path>,
 ) -> Result<Trusted, SetupError> {
-    let mut doc = read(config)?;
+    let mut doc = read_config(config)?;
     let refuse = |why: String| SetupError::NotSettings {
         path: config.display().to_string(),
         why,
@@ -252,7 +256,7 @@ pub fn trust(
 /// # Errors
 /// The file cannot be read or written or is not TOML.
 pub fn untrust(config: &Path, entries: &[Entry]) -> Result<Trusted, SetupError> {
-    let mut doc = read(config)?;
+    let mut doc = read_config(config)?;
     let mut changed = 0;
     if let Some(state) = doc
         .get_mut("hooks")

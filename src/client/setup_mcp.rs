@@ -157,30 +157,12 @@ fn object<'a>(
         })
 }
 
-fn read_toml(path: &Path) -> Result<DocumentMut, SetupError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => {
-            return Err(SetupError::Io {
-                path: path.display().to_string(),
-                source,
-            });
-        }
-    };
-    text.parse::<DocumentMut>()
-        .map_err(|e| SetupError::NotSettings {
-            path: path.display().to_string(),
-            why: format!("not TOML: {}", e.to_string().trim()),
-        })
-}
-
 fn write_toml(path: &Path, doc: &DocumentMut) -> Result<(), SetupError> {
     super::codex_trust::write_config(path, doc)
 }
 
 fn register_toml(path: &Path, exe: &str) -> Result<Registered, SetupError> {
-    let mut doc = read_toml(path)?;
+    let mut doc = super::codex_trust::read_config(path)?;
     let bad = |why: &str| SetupError::NotSettings {
         path: path.display().to_string(),
         why: why.into(),
@@ -231,7 +213,7 @@ fn register_toml(path: &Path, exe: &str) -> Result<Registered, SetupError> {
 }
 
 fn unregister_toml(path: &Path) -> Result<Registered, SetupError> {
-    let mut doc = read_toml(path)?;
+    let mut doc = super::codex_trust::read_config(path)?;
     let mut changed = false;
     if let Some(servers) = doc.get_mut("mcp_servers").and_then(Item::as_table_like_mut) {
         let ours = servers
