@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("REWINDFS_LOG")
-                .unwrap_or_else(|_| "info,fuser=error".into()),
+                .unwrap_or_else(|_| "info,fuser=error,rmcp=warn".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
