@@ -105,9 +105,29 @@ fn sorted(v: &Value) -> Value {
     }
 }
 
-/// The trust entries of the rewindfs hooks in the hooks file at `hooks_json` (its contents
-/// `settings`), by their places in it.
+/// The trust entries of the hooks that run exactly `command` (this binary's `hook`) in the hooks
+/// file at `hooks_json`: the only ones setup may trust. A hook that merely looks like ours — a
+/// `…/rewindfs hook` elsewhere, which a cloned repository's `.codex/hooks.json` could name — is
+/// never trusted by setup.
+pub fn entries_running(
+    hooks_json: &Path,
+    settings: &Map<String, Value>,
+    command: &str,
+) -> Vec<Entry> {
+    entries_where(hooks_json, settings, |c| c == command)
+}
+
+/// The trust entries of every rewindfs hook in the hooks file at `hooks_json` (its contents
+/// `settings`), by their places in it: what `--remove` takes out.
 pub fn our_entries(hooks_json: &Path, settings: &Map<String, Value>) -> Vec<Entry> {
+    entries_where(hooks_json, settings, is_ours)
+}
+
+fn entries_where(
+    hooks_json: &Path,
+    settings: &Map<String, Value>,
+    pick: impl Fn(&str) -> bool,
+) -> Vec<Entry> {
     let mut out = Vec::new();
     let Some(hooks) = settings.get("hooks").and_then(Value::as_object) else {
         return out;
@@ -116,7 +136,7 @@ pub fn our_entries(hooks_json: &Path, settings: &Map<String, Value>) -> Vec<Entr
         for (g, group) in groups.as_array().into_iter().flatten().enumerate() {
             let matcher = group["matcher"].as_str();
             for (h, handler) in group["hooks"].as_array().into_iter().flatten().enumerate() {
-                if handler["command"].as_str().is_some_and(is_ours) {
+                if handler["command"].as_str().is_some_and(&pick) {
                     out.push(Entry {
                         key: format!("{}:{}:{g}:{h}", hooks_json.display(), label(event)),
                         hash: hash(event, matcher, handler),
@@ -343,6 +363,15 @@ mod tests {
         .unwrap();
         let entries = our_entries(&hooks_json, &settings);
         assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries_running(&hooks_json, &settings, "/bin/rewindfs hook"),
+            entries,
+            "this binary's hooks"
+        );
+        assert!(
+            entries_running(&hooks_json, &settings, "/usr/bin/rewindfs hook").is_empty(),
+            "a look-alike elsewhere is never trusted"
+        );
         assert!(
             entries[0].key.ends_with("/proj/.codex/hooks.json:stop:0:1"),
             "{entries:?}"

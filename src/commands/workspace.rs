@@ -118,7 +118,16 @@ pub(crate) fn setup(a: SetupArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(config) = codex_config {
-        let entries = codex_trust::our_entries(&path, &setup::read(&path)?);
+        let settings = setup::read(&path)?;
+        let entries = codex_trust::entries_running(&path, &settings, &command);
+        let lookalikes = codex_trust::our_entries(&path, &settings).len() - entries.len();
+        if lookalikes > 0 {
+            eprintln!(
+                "rewindfs setup: warning: {}: {lookalikes} hook(s) run a rewindfs other than {} and are not trusted (Codex skips them); take them out with `rewindfs setup codex --remove`, then run this again",
+                path.display(),
+                exe.display()
+            );
+        }
         let t = codex_trust::trust(&config, &entries, project.as_deref())?;
         if t.project_trusted {
             println!(
