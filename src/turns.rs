@@ -302,6 +302,11 @@ impl Turns {
             .collect()
     }
 
+    /// The store, for reads that need no bookkeeping (the checkpoint list).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The current checkpoint and the registered agents.
     pub fn current(&self) -> Current {
         let (seq, uuid, session_id) = self.recorder.current();

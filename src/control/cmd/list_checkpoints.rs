@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::Command;
 use crate::control::Daemon;
 use crate::control::error::ControlError;
-use crate::store::{CheckpointKind, OriginKind, RewindScope, RewindState, Scope, Stack};
+use crate::store::{
+    CheckpointKind, OriginKind, RewindScope, RewindState, Scope, Stack, Store, StoreError,
+};
 
 /// Lists checkpoints, of one session if given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,9 +181,21 @@ impl ListCheckpoints {
     pub(super) fn apply(self, d: &Daemon) -> Result<CheckpointList, ControlError> {
         // Prompts the transcript shows by now are listed under their message uuid.
         d.turns.bind_from_transcripts();
-        let list = d.turns.checkpoints(self.session_id.as_deref())?;
-        let mut origins = d.turns.origins()?;
-        let mut rewinds = RewindInfo::by_checkpoint(&d.rewinder.stack()?);
+        Ok(CheckpointList::read(d.turns.store(), self.session_id.as_deref())?)
+    }
+}
+
+impl CheckpointList {
+    /// The checkpoints kept in `store` (of one session if given), oldest first, with where
+    /// each history came from and what each rewind checkpoint stands for: what the daemon
+    /// answers, and what `rewindfs ui` reads from a store no daemon serves.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn read(store: &Store, session: Option<&str>) -> Result<CheckpointList, StoreError> {
+        let list = store.checkpoints(session)?;
+        let mut origins = store.origins()?;
+        let mut rewinds = RewindInfo::by_checkpoint(&store.stack()?);
         let checkpoints = list
             .into_iter()
             .map(|c| CheckpointInfo {

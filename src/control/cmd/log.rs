@@ -130,13 +130,27 @@ impl Log {
                 session: self.session_id.as_deref(),
             },
         )?;
+        let all = e.checkpoints(None)?;
+        Ok(LogReply::of(entries, total, &all, &self))
+    }
+}
+
+impl LogReply {
+    /// The reply to `req` of the store's log `entries` (`total` of them matching in all),
+    /// given every checkpoint kept: what the daemon answers, and what `rewindfs ui` reads from a
+    /// store no daemon serves.
+    pub fn of(
+        entries: Vec<crate::store::LogEntry>,
+        total: i64,
+        all: &[crate::store::CheckpointSummary],
+        req: &Log,
+    ) -> LogReply {
         let returned = entries.len() as i64;
         let last_seq = entries.last().map(|x| x.seq);
-        let truncated = match self.after {
+        let truncated = match req.after {
             None => returned < total,
-            Some(_) => returned == self.limit && last_seq.is_some(),
+            Some(_) => returned == req.limit && last_seq.is_some(),
         };
-        let all = e.checkpoints(None)?;
         let cps: HashMap<i64, String> = all
             .iter()
             .map(|c| (c.checkpoint.seq, c.checkpoint.uuid.clone()))
@@ -144,7 +158,7 @@ impl Log {
         // An entry of a session shows under that session's checkpoint at the time (captures go
         // to the checkpoint that began last, which may be another session's).
         let mut by_session: HashMap<&str, Vec<i64>> = HashMap::new();
-        for c in &all {
+        for c in all {
             if let Some(s) = c.checkpoint.session_id.as_deref() {
                 by_session.entry(s).or_default().push(c.checkpoint.seq);
             }
@@ -172,18 +186,18 @@ impl Log {
                 via: None,
             })
             .collect();
-        if !self.raw {
+        if !req.raw {
             entries = collapse_temporaries(entries);
         }
-        if self.newest_first {
+        if req.newest_first {
             entries.reverse();
         }
-        Ok(LogReply {
+        LogReply {
             entries,
             total,
             truncated,
-            next_after: last_seq.filter(|_| truncated && self.after.is_some()),
-        })
+            next_after: last_seq.filter(|_| truncated && req.after.is_some()),
+        }
     }
 }
 
