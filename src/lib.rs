@@ -33,6 +33,7 @@ pub mod retention;
 pub mod rewind;
 pub mod store;
 pub mod sys;
+pub mod timeline;
 pub mod turns;
 pub mod units;
 pub mod wire_path;

@@ -26,11 +26,10 @@ use serde::Deserialize;
 
 use crate::control::client::{Client, find_socket};
 use crate::control::cmd::{
-    CheckpointInfo, Diff, ListCheckpoints, Log, LogReply, RewindFiles, RewindReply, Status,
-    UndoRewind,
+    Diff, ListCheckpoints, Log, LogReply, RewindFiles, RewindReply, Status, UndoRewind,
 };
 use crate::rewind::Scope;
-use crate::store::CheckpointKind;
+use crate::timeline::{Row, Timeline};
 
 /// How an answer lists paths: this many, then how many more.
 const SHOWN: usize = 20;
@@ -78,27 +77,6 @@ struct Own {
     session: Option<String>,
     /// Why this session (said in answers when it is a guess).
     note: Option<String>,
-}
-
-/// One turn of the session, as every answer names it.
-struct Turn<'a> {
-    n: usize,
-    info: &'a CheckpointInfo,
-}
-
-impl Turn<'_> {
-    /// `#2 (14:03:11) "shout the notes"`.
-    fn label(&self) -> String {
-        let time = self
-            .info
-            .began_at
-            .get(11..19)
-            .unwrap_or(&self.info.began_at);
-        match &self.info.prompt {
-            Some(p) => format!("#{} ({time}) \"{p}\"", self.n),
-            None => format!("#{} ({time})", self.n),
-        }
-    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -150,57 +128,28 @@ impl Server {
         })
     }
 
-    /// The session's turns, oldest first.
-    fn turns(c: &mut Client, own: &Own) -> Result<Vec<CheckpointInfo>, String> {
-        let list = c
-            .call(&ListCheckpoints {
-                session_id: own.session.clone(),
-            })
-            .map_err(err)?;
-        Ok(list
-            .checkpoints
-            .into_iter()
-            .filter(|c| c.kind == CheckpointKind::Message && c.session_id == own.session)
-            .collect())
+    /// Every checkpoint, and who changed what in each (the user's changes too: they are
+    /// what a rewind would conflict with).
+    fn timeline(c: &mut Client) -> Result<Timeline, String> {
+        let list = c.call(&ListCheckpoints { session_id: None }).map_err(err)?;
+        let log = log_since(c, None)?;
+        Ok(Timeline::new(list.checkpoints, &log.entries))
     }
 
-    /// The turn `arg` names: a number from 1, or an id of the session's.
-    fn pick<'a>(turns: &'a [CheckpointInfo], arg: &str) -> Result<Turn<'a>, String> {
+    /// The turn `arg` names among the session's: a number from 1, or an id of the session's.
+    fn pick<'a>(t: &'a Timeline, own: &Own, arg: &str) -> Result<&'a Row, String> {
+        let turns: Vec<&Row> = t.turns_of(own.session.as_deref()).collect();
         let arg = arg.trim().trim_start_matches('#');
         let found = match arg.parse::<usize>() {
-            Ok(n) => n.checked_sub(1).and_then(|i| turns.get(i)).map(|t| (n, t)),
-            Err(_) => turns
-                .iter()
-                .enumerate()
-                .find(|(_, t)| t.uuid == arg)
-                .map(|(i, t)| (i + 1, t)),
+            Ok(n) => n.checked_sub(1).and_then(|i| turns.get(i)),
+            Err(_) => turns.iter().find(|t| t.info.uuid == arg),
         };
-        found.map(|(n, info)| Turn { n, info }).ok_or_else(|| {
+        found.copied().ok_or_else(|| {
             format!(
                 "no turn {arg} in this session (it has {} turn(s)); call `checkpoints` to see them",
                 turns.len()
             )
         })
-    }
-
-    /// Distinct paths changed in each checkpoint, by actor.
-    fn counts(
-        c: &mut Client,
-    ) -> Result<BTreeMap<String, BTreeMap<&'static str, BTreeSet<String>>>, String> {
-        // Every actor's changes in those checkpoints (the user's too: they are what a rewind
-        // would conflict with).
-        let log = log_since(c, None)?;
-        let mut out: BTreeMap<String, BTreeMap<&'static str, BTreeSet<String>>> = BTreeMap::new();
-        for e in log.entries {
-            if let Some(cp) = e.checkpoint {
-                out.entry(cp)
-                    .or_default()
-                    .entry(e.actor.as_str())
-                    .or_default()
-                    .insert(e.path);
-            }
-        }
-        Ok(out)
     }
 
     fn scope(s: Option<&str>) -> Result<Scope, String> {
@@ -217,8 +166,8 @@ impl Server {
         let mut c = self.client()?;
         let own = self.own(&mut c)?;
         let scope = Self::scope(a.scope.as_deref())?;
-        let turns = Self::turns(&mut c, &own)?;
-        let turn = Self::pick(&turns, &a.turn)?;
+        let timeline = Self::timeline(&mut c)?;
+        let turn = Self::pick(&timeline, &own, &a.turn)?;
         let request = |dry_run| RewindFiles {
             dry_run,
             session_id: own.session.clone(),
@@ -252,7 +201,7 @@ impl Server {
 /// command a person would type.
 fn describe_rewind(
     r: &RewindReply,
-    turn: &Turn,
+    turn: &Row,
     scope: Scope,
     dry_run: bool,
     ws: &Path,
@@ -342,23 +291,18 @@ impl Server {
     async fn checkpoints(&self) -> Result<String, String> {
         let mut c = self.client()?;
         let own = self.own(&mut c)?;
-        let turns = Self::turns(&mut c, &own)?;
+        let timeline = Self::timeline(&mut c)?;
+        let turns: Vec<&Row> = timeline.turns_of(own.session.as_deref()).collect();
         if turns.is_empty() {
             return Ok("This session has no turns yet: a turn begins when a prompt is submitted (the rewindfs hooks must be set up: `rewindfs setup <agent>`).".into());
         }
-        let counts = Self::counts(&mut c)?;
         let mut out = format!(
             "Session {} has {} turn(s):\n",
             own.session.as_deref().unwrap_or("-"),
             turns.len()
         );
-        for (i, info) in turns.iter().enumerate() {
-            let t = Turn { n: i + 1, info };
-            out.push_str(&format!(
-                "{}  {}\n",
-                t.label(),
-                who_line(counts.get(&info.uuid))
-            ));
+        for t in turns {
+            out.push_str(&format!("{}  {}\n", t.label(), t.who()));
         }
         if let Some(n) = &own.note {
             out.push_str(n);
@@ -374,8 +318,8 @@ impl Server {
     async fn changes(&self, Parameters(a): Parameters<ChangesArg>) -> Result<String, String> {
         let mut c = self.client()?;
         let own = self.own(&mut c)?;
-        let turns = Self::turns(&mut c, &own)?;
-        let turn = Self::pick(&turns, &a.turn)?;
+        let timeline = Self::timeline(&mut c)?;
+        let turn = Self::pick(&timeline, &own, &a.turn)?;
         let log = log_since(&mut c, Some(turn.info.uuid.clone()))?;
         let mut by: BTreeMap<String, BTreeSet<&'static str>> = BTreeMap::new();
         for e in log.entries {
@@ -488,18 +432,6 @@ fn log_since(c: &mut Client, since: Option<String>) -> Result<LogReply, String> 
         raw: false,
     })
     .map_err(err)
-}
-
-/// `tool 2, shell 1` for a turn's counts, or `no changes`.
-fn who_line(counts: Option<&BTreeMap<&'static str, BTreeSet<String>>>) -> String {
-    let Some(counts) = counts.filter(|c| !c.is_empty()) else {
-        return "no changes".into();
-    };
-    let parts: Vec<String> = counts
-        .iter()
-        .map(|(a, paths)| format!("{a} {}", paths.len()))
-        .collect();
-    format!("changed: {}", parts.join(", "))
 }
 
 #[tool_handler(router = self.tool_router)]

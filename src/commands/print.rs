@@ -3,11 +3,12 @@
 use std::path::Path;
 
 use rewindfs::control::cmd::{
-    CheckpointList, DiffReply, GcReply, LogReply, LsReply, NextStep, RewindAction, RewindInfo,
-    RewindReply, StatusReply, unprotected_warning,
+    CheckpointList, DiffReply, GcReply, LogReply, LsReply, RewindReply, StatusReply,
+    unprotected_warning,
 };
 use rewindfs::rewind::{AttrChange, Withheld};
-use rewindfs::store::{CheckpointKind, Kind, OriginKind, RewindState};
+use rewindfs::store::{Kind, OriginKind};
+use rewindfs::timeline::Timeline;
 
 pub(crate) fn print_checkpoints(r: &CheckpointList) {
     println!(
@@ -15,18 +16,15 @@ pub(crate) fn print_checkpoints(r: &CheckpointList) {
         "UUID", "KIND", "BEGAN", "PATHS", "BYTES", "SESSION"
     );
     // Each session's turns, numbered from 1 as `rewindfs rewind --turn N` takes them.
-    let mut turns: std::collections::HashMap<Option<&str>, usize> = Default::default();
-    for c in &r.checkpoints {
-        let turn = (c.kind == CheckpointKind::Message).then(|| {
-            let n = turns.entry(c.session_id.as_deref()).or_default();
-            *n += 1;
-            format!("#{n} ")
-        });
+    let timeline = Timeline::new(r.checkpoints.clone(), &[]);
+    for row in &timeline.rows {
+        let c = &row.info;
+        let turn = row.turn.map(|n| format!("#{n} "));
         let session = c.session_id.as_deref().unwrap_or("-");
         // A session id is a uuid: its first block tells sessions apart.
         let session = session.get(..12).unwrap_or(session);
         let prompt = match (&c.prompt, c.bound, &c.rewind) {
-            (_, _, Some(r)) => rewind_label(r),
+            (_, _, Some(r)) => rewindfs::timeline::rewind_label(r),
             (Some(p), true, _) => p.clone(),
             (Some(p), false, _) => {
                 format!("{p}  (message uuid not known yet; this is the prompt_id)")
@@ -94,26 +92,6 @@ pub(crate) fn print_stat(r: &DiffReply, root: &Path) {
         " {} file(s) changed, {ins} insertion(s)(+), {del} deletion(s)(-)",
         r.stats.len()
     );
-}
-
-/// What began a `rewind` checkpoint, for `list`: "rewind to X (scope all), undone; redo
-/// re-applies it next", "undo of rewind X".
-pub(crate) fn rewind_label(r: &RewindInfo) -> String {
-    let what = match (r.action, r.scope) {
-        (RewindAction::Rewind, Some(scope)) => {
-            format!("rewind to {} (scope {})", r.target, scope.as_str())
-        }
-        (action, _) => format!("{} of rewind {}", action.as_str(), r.target),
-    };
-    let state = match r.state {
-        RewindState::Done => String::new(),
-        s => format!(", {}", s.as_str()),
-    };
-    let next = match r.next.map(NextStep::command) {
-        Some(cmd) => format!("; `rewindfs {cmd}` {cmd}es it next"),
-        None => String::new(),
-    };
-    format!("{what}{state}{next}")
 }
 
 pub(crate) fn print_log(r: &LogReply) {

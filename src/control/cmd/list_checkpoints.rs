@@ -181,7 +181,10 @@ impl ListCheckpoints {
     pub(super) fn apply(self, d: &Daemon) -> Result<CheckpointList, ControlError> {
         // Prompts the transcript shows by now are listed under their message uuid.
         d.turns.bind_from_transcripts();
-        Ok(CheckpointList::read(d.turns.store(), self.session_id.as_deref())?)
+        Ok(CheckpointList::read(
+            d.turns.store(),
+            self.session_id.as_deref(),
+        )?)
     }
 }
 
