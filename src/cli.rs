@@ -74,6 +74,11 @@ pub enum Command {
     Checkpoint(CheckpointArgs),
     /// List checkpoints, oldest first.
     List(ListArgs),
+    /// A terminal timeline of what the agent did, turn by turn: each checkpoint's paths and
+    /// who changed them, their diffs, and a dry run, rewind, undo, redo or fork one key away.
+    /// Follows a live mount; over a store no daemon serves (`--store`, or an unmounted
+    /// workspace) it is read-only.
+    Ui(UiArgs),
     /// Show the change log (when, what, which checkpoint, which actor/process).
     Log(LogArgs),
     /// Show the daemon's state.
@@ -224,6 +229,19 @@ pub struct ListArgs {
     pub session: Option<String>,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+}
+
+/// `rewindfs ui`.
+#[derive(Debug, clap::Args)]
+pub struct UiArgs {
+    /// The workspace (default: the mount containing the current directory, else the current
+    /// directory's history when it is not mounted).
+    pub dir: Option<PathBuf>,
+    /// A store to look at (through its daemon when one serves it, else read-only).
+    #[arg(long, conflicts_with = "dir")]
+    pub store: Option<PathBuf>,
     #[command(flatten)]
     pub socket: SocketArgs,
 }

@@ -35,6 +35,7 @@ pub mod store;
 pub mod sys;
 pub mod timeline;
 pub mod turns;
+pub mod ui;
 pub mod units;
 pub mod wire_path;
 pub mod wspath;

@@ -40,6 +40,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Umount(a) => ok(workspace::umount(a)),
         Command::Checkpoint(a) => ok(history::checkpoint(a)),
         Command::List(a) => ok(history::list(a)),
+        Command::Ui(a) => ok(history::ui(a)),
         Command::Log(a) => ok(history::log(a)),
         Command::Status(a) => ok(history::status(a)),
         Command::Rewind(a) => history::rewind(a),

@@ -22,6 +22,8 @@ pub struct Row {
     pub turn: Option<usize>,
     /// The paths changed while it was current, each with who changed it.
     pub paths: BTreeMap<String, BTreeSet<ActorKey>>,
+    /// A rewind checkpoint's target, as its turn is numbered (`#2`), when it is a turn.
+    pub target: Option<String>,
 }
 
 /// An [`Actor`] ordered as [`ACTORS`] lists them.
@@ -63,7 +65,7 @@ impl Timeline {
             }
         }
         let mut turns: HashMap<Option<String>, usize> = HashMap::new();
-        let rows = checkpoints
+        let mut rows = checkpoints
             .into_iter()
             .map(|info| {
                 let turn = (info.kind == CheckpointKind::Message).then(|| {
@@ -75,9 +77,19 @@ impl Timeline {
                     paths: paths.remove(info.uuid.as_str()).unwrap_or_default(),
                     turn,
                     info,
+                    target: None,
                 }
             })
+            .collect::<Vec<Row>>();
+        let numbers: HashMap<String, usize> = rows
+            .iter()
+            .filter_map(|r| Some((r.info.uuid.clone(), r.turn?)))
             .collect();
+        for r in &mut rows {
+            if let Some(rw) = &r.info.rewind {
+                r.target = numbers.get(&rw.target).map(|n| format!("#{n}"));
+            }
+        }
         Timeline { rows }
     }
 
@@ -109,7 +121,13 @@ impl Row {
     pub fn label(&self) -> String {
         let time = clock(&self.info.began_at);
         match (self.turn, &self.info.prompt, &self.info.rewind) {
-            (_, _, Some(r)) => format!("({time}) {}", rewind_label(r)),
+            (_, _, Some(r)) => {
+                let mut r = r.clone();
+                if let Some(t) = &self.target {
+                    r.target = t.clone();
+                }
+                format!("({time}) {}", rewind_label(&r))
+            }
             (Some(n), Some(p), _) => format!("#{n} ({time}) \"{p}\""),
             (Some(n), None, _) => format!("#{n} ({time})"),
             (None, _, None) => format!("({time}) {}", self.info.kind.as_str()),

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use rewindfs::cli::{
-    AgentArgs, CheckpointArgs, ListArgs, LogArgs, RewindArgs, StackArgs, StatusArgs,
+    AgentArgs, CheckpointArgs, ListArgs, LogArgs, RewindArgs, StackArgs, StatusArgs, UiArgs,
 };
 use rewindfs::control::client::Client;
 use rewindfs::control::cmd::{
@@ -264,6 +264,34 @@ pub(crate) fn list(a: ListArgs) -> anyhow::Result<()> {
         session_id: a.session,
     })?;
     print_json_or(a.json, &r, super::print::print_checkpoints)
+}
+
+/// `rewindfs ui`: the mount's daemon (the socket given, the mount at DIR or containing the
+/// current directory), else the store given or the workspace's, read-only.
+pub(crate) fn ui(a: UiArgs) -> anyhow::Result<()> {
+    use rewindfs::ui::Source;
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "rewindfs ui needs a terminal; `rewindfs list`, `log` and `diff` answer in a pipe"
+        );
+    }
+    let source = match (a.store, a.dir, a.socket.socket) {
+        (Some(store), _, _) => Source::of_store(&store),
+        (None, _, Some(socket)) => Source::live(&socket)?,
+        (None, dir, None) => {
+            let dir = match dir {
+                Some(d) => d,
+                None => std::env::current_dir()?,
+            };
+            let dir = std::path::absolute(&dir)?;
+            match rewindfs::daemon::store_of(&dir) {
+                Some(store) => Source::of_store(&store),
+                None => Source::of_store(&rewindfs::daemon::store_of_workspace(&dir)?),
+            }
+        }
+    };
+    rewindfs::ui::run(source)
 }
 
 /// `rewindfs agent`: registers a process as the agent.
