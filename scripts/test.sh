@@ -81,6 +81,11 @@ Debian's udev rule makes it: chmod 0666 /dev/fuse"
     skip "the non-root test (nonroot::)" "$nonroot"
     test_args+=(--skip nonroot::)
   fi
+  # The ui test drives `rewindfs ui` in a real terminal, tmux's.
+  if ! have tmux; then
+    skip "the terminal ui tests (ui::)" "tmux is not installed: $(install_cmd tmux)"
+    test_args+=(--skip ui::)
+  fi
 fi
 
 # --- The Python SDK's tests run with pytest from a venv under target/ (the fixture itself

@@ -291,7 +291,8 @@ f              fork the tree at the selected checkpoint into a new directory
 s              show the selected file as it was (again: back to the diff)
 t              diff: what the turn changed / from now to the checkpoint (what a rewind does)
 g              read the history again now (it follows the mount by itself every second)
-q / Esc        quit";
+Esc            close a window
+q              quit";
 
 fn centered(r: Rect, w: u16, h: u16) -> Rect {
     let v = Layout::default()

@@ -111,7 +111,8 @@ fn key(app: &mut App, k: KeyEvent) {
 
 fn plain_key(app: &mut App, code: KeyCode) {
     match code {
-        KeyCode::Char('q') | KeyCode::Esc => app.quit = true,
+        // Esc only closes windows: pressed once too often, it must not end the session.
+        KeyCode::Char('q') => app.quit = true,
         KeyCode::Up | KeyCode::Char('k') => app.step(-1),
         KeyCode::Down | KeyCode::Char('j') => app.step(1),
         KeyCode::PageUp => app.step(-10),

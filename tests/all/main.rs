@@ -30,6 +30,7 @@ mod sessions;
 mod timeouts;
 mod transport;
 mod travel;
+mod ui;
 mod undo;
 mod unprotected;
 mod watchers;

@@ -1,0 +1,293 @@
+//! `rewindfs ui` in a real terminal: tmux runs it in a shell over a real mount with a scripted
+//! session of three prompts; the test sends keys and reads the screen as a person would.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rewindfs::control::cmd::{BeginPrompt, RegisterAgent};
+
+use crate::agent::{Agent, uuid};
+use crate::support::{BIN, require_command, require_fuse, tree, wait_until};
+
+/// A tmux server of its own, one window of `cols`×`rows` running a shell in `dir`.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(dir: &Path, cols: u16, rows: u16) -> Tmux {
+        let t = Tmux {
+            name: format!("rewindfs-ui-{}", uuid()),
+        };
+        let ok = t
+            .cmd()
+            .args(["new-session", "-d", "-s", "ui", "-x"])
+            .arg(cols.to_string())
+            .arg("-y")
+            .arg(rows.to_string())
+            .arg("-c")
+            .arg(dir)
+            .args(["env", "PS1=$ ", "TERM=xterm-256color", "sh"])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "tmux new-session");
+        t
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.name]);
+        c
+    }
+
+    /// Types `keys` (tmux key names: `Up`, `Enter`, or text).
+    fn keys(&self, keys: &[&str]) {
+        let ok = self
+            .cmd()
+            .args(["send-keys", "-t", "ui"])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    fn line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "ui"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen shows every one of `want`; panics with the screen if not.
+    fn expect(&self, want: &[&str]) -> String {
+        let mut last = String::new();
+        let seen = wait_until(15, || {
+            last = self.screen();
+            want.iter().all(|w| last.contains(w))
+        });
+        assert!(seen, "the screen never showed {want:?}:\n{last}");
+        last
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").status();
+    }
+}
+
+fn begin(a: &mut Agent, prompt: &str) -> String {
+    let id = uuid();
+    a.c.call(&BeginPrompt {
+        session_id: a.session.clone(),
+        prompt_id: id.clone(),
+        prompt: Some(prompt.into()),
+        transcript_path: None,
+    })
+    .unwrap();
+    id
+}
+
+/// The CLI's own dry run of a rewind to `uuid` in `scope`: the paths it would restore,
+/// relative to the workspace.
+fn cli_dry_run(socket: &Path, uuid: &str, scope: &str, ws: &Path) -> Vec<String> {
+    let out = Command::new(BIN)
+        .args([
+            "rewind",
+            uuid,
+            "--scope",
+            scope,
+            "--dry-run",
+            "--json",
+            "--socket",
+        ])
+        .arg(socket)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let mut paths: Vec<String> = v["filesChanged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            PathBuf::from(p.as_str().unwrap())
+                .strip_prefix(ws)
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// A person opens `rewindfs ui`, finds the turn where things went wrong, sees what it changed
+/// and by whom, dry-runs, rewinds it and undoes that, without typing a uuid; `q` gives the
+/// terminal back as it was.
+#[test]
+fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_terminal() {
+    require_fuse();
+    require_command("tmux", "tmux");
+    let mut a = Agent::new(|d| std::fs::write(d.join("keep.txt"), "kept\n").unwrap());
+    a.c.call(&RegisterAgent {
+        pid: std::process::id(),
+        session_id: Some(a.session.clone()),
+    })
+    .unwrap();
+    let _t1 = begin(&mut a, "make the notes");
+    a.tool_write("notes.txt", b"one\n");
+    a.bash("mkdir gen && echo built > gen/out.log");
+    let before_t2 = tree(&a.m.dir);
+    let t2 = begin(&mut a, "shout the notes");
+    a.tool_write("notes.txt", b"ONE\nTWO\n");
+    a.bash("rm keep.txt && echo again >> gen/out.log");
+    let _t3 = begin(&mut a, "tidy up");
+    a.tool_write("readme.md", b"# notes\n");
+    let end = tree(&a.m.dir);
+
+    let t = Tmux::start(&a.m.dir, 180, 45);
+    let scratch = tempfile::tempdir().unwrap();
+    let (stty_before, stty_after) = (scratch.path().join("before"), scratch.path().join("after"));
+    // What the terminal is like before: its settings, and a line on the screen.
+    t.line(&format!(
+        "stty -g > {}; echo BEFORE-THE-$((6*7))",
+        stty_before.display()
+    ));
+    t.expect(&["BEFORE-THE-42"]);
+    t.line(&format!(
+        "{BIN} ui --socket {}; stty -g > {}; echo UI-$((6*7))-EXITED",
+        a.m.socket().display(),
+        stty_after.display()
+    ));
+
+    // The timeline shows each prompt, numbered, with who changed how many paths; the newest
+    // is selected.
+    let s = t.expect(&[
+        "#1 (",
+        "\"make the notes\"",
+        "\"shout the notes\"",
+        "#3 (",
+        "\"tidy up\"",
+        "Changed in #3",
+    ]);
+    assert!(s.contains("tool 1  shell 2"), "turn 1's counts:\n{s}");
+
+    // Up selects turn 2: its paths with their actors, and the diff of the first one (what the
+    // turn changed in it, from its start to its end).
+    t.keys(&["Up"]);
+    let s = t.expect(&["Changed in #2", "changed: tool 1, shell 2"]);
+    assert!(s.contains("shell    keep.txt"), "{s}");
+    assert!(s.contains("tool     notes.txt"), "{s}");
+    // The paths pane lists gen/out.log before keep.txt: select notes.txt (the third).
+    t.keys(&["Tab", "Down", "Down"]);
+    let s = t.expect(&["notes.txt: what changed in #2", "+ONE", "+TWO", "-one"]);
+    assert!(!s.contains("+kept"), "{s}");
+    t.keys(&["BTab"]);
+
+    // The dry run says what the CLI's dry run says.
+    let cli = cli_dry_run(&a.m.socket(), &t2, "agent", &a.m.dir);
+    // Turn 3 is after turn 2: a rewind to turn 2's start takes it back too.
+    assert_eq!(cli, ["gen/out.log", "keep.txt", "notes.txt", "readme.md"]);
+    t.keys(&["d"]);
+    let s = t.expect(&[&format!("agent scope: would restore {} path(s)", cli.len())]);
+    for p in &cli {
+        assert!(s.contains(p.as_str()), "{p} in the dry run:\n{s}");
+    }
+    t.keys(&["Escape"]);
+
+    // Rewind: the scope is chosen, the confirmation names it and the count; the tree is as
+    // it was when turn 2 began.
+    t.keys(&["r"]);
+    t.expect(&["which scope?", "[a] agent scope: would restore 4 path(s)"]);
+    t.keys(&["a"]);
+    t.expect(&["Rewind 4 path(s) to the start of #2", "in agent scope?"]);
+    assert_eq!(
+        tree(&a.m.dir),
+        end,
+        "nothing happens before the confirmation"
+    );
+    t.keys(&["y"]);
+    t.expect(&["(agent scope): done"]);
+    assert_eq!(tree(&a.m.dir), before_t2);
+    t.keys(&["Escape"]);
+
+    // Undo gives back the end of the session exactly.
+    t.keys(&["u"]);
+    t.expect(&["Undo: done"]);
+    assert_eq!(tree(&a.m.dir), end);
+    t.keys(&["Escape"]);
+
+    // q leaves the terminal as it was: the shell's screen back, its settings unchanged.
+    t.keys(&["q"]);
+    let s = t.expect(&["UI-42-EXITED"]);
+    assert!(
+        s.contains("BEFORE-THE-42"),
+        "the screen before came back:\n{s}"
+    );
+    assert!(!s.contains("Timeline"), "{s}");
+    let before = std::fs::read_to_string(&stty_before).unwrap();
+    let after = std::fs::read_to_string(&stty_after).unwrap();
+    assert_eq!(before, after, "the terminal's settings");
+}
+
+/// Over a store no daemon serves, the window shows the same timeline read-only, says so, and
+/// refuses to change anything; once the workspace is mounted again it follows the daemon.
+#[test]
+fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
+    require_fuse();
+    require_command("tmux", "tmux");
+    let mut a = Agent::new(|d| std::fs::write(d.join("keep.txt"), "kept\n").unwrap());
+    let t1 = begin(&mut a, "make the notes");
+    a.tool_write("notes.txt", b"one\n");
+    let _t2 = begin(&mut a, "shout the notes");
+    a.bash("rm keep.txt");
+    let Agent { mut m, c, .. } = a;
+    drop(c);
+    m.umount();
+    let end = tree(&m.dir);
+
+    let t = Tmux::start(&m.dir, 160, 40);
+    // (Markers are printed by arithmetic, so the typed command line never matches them.)
+    // NO_COLOR: the window draws without colours (tmux's capture has none to show either;
+    // this runs the code path).
+    t.line(&format!(
+        "NO_COLOR=1 {BIN} ui --store {}; echo UI-$((6*7))-EXITED",
+        m.store.display()
+    ));
+    t.expect(&[
+        "(read-only: not mounted)",
+        "#1 (",
+        "\"make the notes\"",
+        "\"shout the notes\"",
+        "shell    keep.txt",
+    ]);
+    t.keys(&["r"]);
+    t.expect(&["read-only: no daemon serves this store"]);
+    t.keys(&["Escape"]);
+    t.expect(&["Timeline"]);
+    t.keys(&["u"]);
+    t.expect(&["Undo", "read-only: no daemon serves this store"]);
+    assert_eq!(tree(&m.dir), end, "nothing changed");
+    t.keys(&["Escape"]);
+
+    // Mounted again: the same window turns live and can rewind.
+    m.mount(&[]);
+    t.expect(&["(live)"]);
+    t.keys(&["Up", "d"]);
+    t.expect(&[
+        "Dry run: rewind to the start of #1",
+        "agent scope: would restore",
+    ]);
+    let _ = t1;
+    t.keys(&["Escape"]);
+    t.keys(&["q"]);
+    t.expect(&["UI-42-EXITED"]);
+}
