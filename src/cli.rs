@@ -318,6 +318,10 @@ pub struct RewindArgs {
     pub trust_imported: bool,
     #[arg(long)]
     pub json: bool,
+    /// Print every path changed (at a terminal a long list is summed up: counts, the first
+    /// paths, and the file holding the whole list; in a pipe every path is printed anyway).
+    #[arg(long)]
+    pub list: bool,
     /// Restrict to these paths or globs.
     pub paths: Vec<PathBuf>,
     #[command(flatten)]
@@ -650,6 +654,9 @@ pub struct StackArgs {
     pub session: Option<String>,
     #[arg(long)]
     pub json: bool,
+    /// Print every path changed (at a terminal a long list is summed up).
+    #[arg(long)]
+    pub list: bool,
     #[command(flatten)]
     pub socket: SocketArgs,
 }

@@ -13,7 +13,7 @@ use rewindfs::control::cmd::{
 };
 use rewindfs::store::CheckpointKind;
 
-use super::print::{print_log, print_rewind, print_stack, print_status};
+use super::print::{Listing, print_log, print_rewind, print_stack, print_status};
 use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
 
 /// `rewindfs log --json`: one change per line. The whole log (a limit at or above its size)
@@ -140,7 +140,9 @@ pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
     if !json {
         r.error = r.error.map(|e| explain_unknown(e, &uuid, false));
     }
-    print_json_or(json, &r, |r| print_rewind(r, a.dry_run, &ws))?;
+    print_json_or(json, &r, |r| {
+        print_rewind(r, a.dry_run, &ws, Listing::of(a.list))
+    })?;
     Ok(if r.can_rewind {
         ExitCode::SUCCESS
     } else {
@@ -224,6 +226,7 @@ pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
         force,
         session,
         json,
+        list,
         socket,
     } = a;
     let mut client = connect(&socket)?;
@@ -240,7 +243,9 @@ pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
         })?,
     };
     let ws = client.call(&Status {})?.workspace;
-    print_json_or(json, &r, |r| print_stack(r, dry_run, &ws))?;
+    print_json_or(json, &r, |r| {
+        print_stack(r, dry_run, &ws, Listing::of(list))
+    })?;
     Ok(if r.can_rewind {
         ExitCode::SUCCESS
     } else {

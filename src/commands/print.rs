@@ -207,7 +207,7 @@ pub(crate) fn print_gc(r: &GcReply) {
 
 /// An undo's or redo's reply, for people: which rewind, what changed (or would), what others
 /// changed since, and what undo and redo can do next.
-pub(crate) fn print_stack(r: &RewindReply, dry_run: bool, ws: &Path) {
+pub(crate) fn print_stack(r: &RewindReply, dry_run: bool, ws: &Path, list: Listing) {
     if let Some(e) = &r.error {
         eprintln!("rewindfs: {e}");
         if r.undone.is_none() && r.redone.is_none() {
@@ -228,7 +228,14 @@ pub(crate) fn print_stack(r: &RewindReply, dry_run: bool, ws: &Path) {
     };
     println!("{verb} rewind {rewind}{what}");
     let changes = if done { "changed" } else { "would change" };
-    print_changes(&r.files_changed, r.insertions, r.deletions, changes, ws);
+    print_changes(
+        &r.files_changed,
+        r.insertions,
+        r.deletions,
+        changes,
+        ws,
+        list,
+    );
     if !r.conflicts.is_empty() {
         let how = if done { "overwritten" } else { "in the way" };
         println!("changed since by someone other than rewindfs ({how}):");
@@ -289,7 +296,7 @@ pub(crate) fn shown<'a>(p: &'a str, ws: &Path) -> std::borrow::Cow<'a, str> {
     }
 }
 
-pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
+pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path, list: Listing) {
     if let Some(e) = &r.error {
         eprintln!("rewindfs: cannot rewind: {e}");
         if r.files_changed.is_empty() && r.conflicts.is_empty() {
@@ -302,7 +309,7 @@ pub(crate) fn print_rewind(r: &RewindReply, dry_run: bool, ws: &Path) {
     } else {
         "changed"
     };
-    print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws);
+    print_changes(&r.files_changed, r.insertions, r.deletions, verb, ws, list);
     if !r.conflicts.is_empty() {
         println!("conflicts (also changed by other actors or sessions):");
         for f in &r.conflicts {
@@ -408,12 +415,82 @@ pub(crate) fn print_changes(
     deletions: u64,
     verb: &str,
     ws: &Path,
+    list: Listing,
 ) {
     println!(
         "{verb} {} file(s), +{insertions} -{deletions} lines",
         files.len()
     );
+    if list == Listing::Every || files.len() <= SUMMED_UP_OVER {
+        for f in files {
+            println!("  {}", shown(f, ws));
+        }
+        return;
+    }
+    // At a terminal, a long list is summed up: what the paths are now, the first of them,
+    // and a file with every one.
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
     for f in files {
+        let kind = match std::fs::symlink_metadata(f) {
+            Ok(m) if m.is_dir() => "director(ies)",
+            Ok(m) if m.is_symlink() => "symlink(s)",
+            Ok(m) if m.is_file() => "file(s)",
+            Ok(_) => "other(s)",
+            Err(_) => "absent",
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!("  now: {}", kinds.join(", "));
+    for f in files.iter().take(SHOWN_FIRST) {
         println!("  {}", shown(f, ws));
     }
+    let rest = files.len() - SHOWN_FIRST;
+    match write_list(files, ws) {
+        Ok(p) => println!(
+            "  … and {rest} more: every path is in {} (--list prints them here)",
+            p.display()
+        ),
+        Err(e) => println!("  … and {rest} more (--list prints them; the list file: {e})"),
+    }
+}
+
+/// Whether a reply's paths are all printed, or summed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    Every,
+    /// More than [`SUMMED_UP_OVER`] paths: counts, the first few, and a file with them all.
+    Summary,
+}
+
+impl Listing {
+    /// Every path when asked (`--list`) or not at a terminal (scripts read them), else a
+    /// summary.
+    pub(crate) fn of(list: bool) -> Listing {
+        use std::io::IsTerminal;
+        if list || !std::io::stdout().is_terminal() {
+            Listing::Every
+        } else {
+            Listing::Summary
+        }
+    }
+}
+
+/// At a terminal, lists longer than this are summed up.
+const SUMMED_UP_OVER: usize = 20;
+/// The paths a summary shows.
+const SHOWN_FIRST: usize = 10;
+
+/// Every path, one per line, into a new private file in the temporary directory.
+fn write_list(files: &[String], ws: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    let mut f = tempfile::Builder::new()
+        .prefix("rewindfs-paths-")
+        .suffix(".txt")
+        .tempfile()?;
+    for p in files {
+        writeln!(f, "{}", shown(p, ws))?;
+    }
+    let (_, path) = f.keep().map_err(|e| e.error)?;
+    Ok(path)
 }
