@@ -97,6 +97,44 @@ pub(crate) fn log(a: LogArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a rewind, undo or redo with a meter at a terminal: the paths it changed so far, read
+/// from the change log (each change it applies is logged) over a second connection.
+fn applied<T>(
+    what: &str,
+    client: &mut Client,
+    quiet: bool,
+    work: impl FnOnce(&mut Client) -> Result<T, rewindfs::control::client::ClientError>,
+) -> Result<T, rewindfs::control::client::ClientError> {
+    use super::progress::{Unit, metered};
+    let count = |c: &mut Client| {
+        c.call(&Log {
+            path: None,
+            since: None,
+            session_id: None,
+            limit: 1,
+            after: None,
+            newest_first: false,
+            raw: true,
+        })
+        .ok()
+        .map(|r| r.total)
+    };
+    let mut second = (!quiet)
+        .then(|| Client::connect(client.path()).ok())
+        .flatten();
+    let base = second.as_mut().and_then(count);
+    metered(
+        what,
+        Unit::Items("paths"),
+        quiet || base.is_none(),
+        || {
+            let (c, base) = (second.as_mut()?, base?);
+            count(c).map(|n| ((n - base).max(0) as u64, None))
+        },
+        || work(client),
+    )
+}
+
 /// What `log` says when it shows only the newest of the entries.
 fn truncated_notice(shown: usize, total: i64) -> String {
     format!(
@@ -125,17 +163,19 @@ pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
         .map(|p| workspace_rel_glob(&mut client, p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let uuid = pick_turn(&mut client, a.uuid, a.turn, a.session.as_deref())?;
-    let mut r = client
-        .call(&RewindFiles {
-            user_message_id: uuid.clone(),
-            dry_run: a.dry_run,
-            scope: a.scope,
-            force: a.force,
-            paths,
-            session_id: a.session,
-            trust_imported: a.trust_imported,
-        })
-        .map_err(|e| anyhow::anyhow!(explain_unknown(e.to_string(), &uuid, json)))?;
+    let req = RewindFiles {
+        user_message_id: uuid.clone(),
+        dry_run: a.dry_run,
+        scope: a.scope,
+        force: a.force,
+        paths,
+        session_id: a.session,
+        trust_imported: a.trust_imported,
+    };
+    let mut r = applied("rewinding", &mut client, json || a.dry_run, |c| {
+        c.call(&req)
+    })
+    .map_err(|e| anyhow::anyhow!(explain_unknown(e.to_string(), &uuid, json)))?;
     let ws = client.call(&Status {})?.workspace;
     if !json {
         r.error = r.error.map(|e| explain_unknown(e, &uuid, false));
@@ -230,16 +270,21 @@ pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
         socket,
     } = a;
     let mut client = connect(&socket)?;
+    let quiet = json || dry_run;
     let r = match way {
-        Way::Undo => client.call(&UndoRewind {
-            dry_run,
-            force,
-            session_id: session,
+        Way::Undo => applied("undoing", &mut client, quiet, |c| {
+            c.call(&UndoRewind {
+                dry_run,
+                force,
+                session_id: session,
+            })
         })?,
-        Way::Redo => client.call(&RedoRewind {
-            dry_run,
-            force,
-            session_id: session,
+        Way::Redo => applied("redoing", &mut client, quiet, |c| {
+            c.call(&RedoRewind {
+                dry_run,
+                force,
+                session_id: session,
+            })
         })?,
     };
     let ws = client.call(&Status {})?.workspace;

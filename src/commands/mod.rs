@@ -6,6 +6,7 @@
 
 pub(crate) mod history;
 pub(crate) mod print;
+pub(crate) mod progress;
 pub(crate) mod travel;
 pub(crate) mod workspace;
 

@@ -436,7 +436,7 @@ pub(crate) fn print_changes(
             Ok(m) if m.is_symlink() => "symlink(s)",
             Ok(m) if m.is_file() => "file(s)",
             Ok(_) => "other(s)",
-            Err(_) => "absent",
+            Err(_) => "gone",
         };
         *kinds.entry(kind).or_default() += 1;
     }

@@ -18,25 +18,48 @@ use rewindfs::rewind::Scope;
 use rewindfs::store::{Kind, Origin, OriginKind};
 
 use super::print::{print_ls, print_stat};
+use super::progress::{Unit, file_size, metered, read_position, tree_bytes};
 use super::{connect, print_json_or, workspace_rel, workspace_rel_glob};
 
 /// Imports a bundle: into the daemon of `store` if one serves it, else directly into it; with
 /// no store, into the daemon of the current mount (or --socket).
+/// At a terminal (unless `quiet`), a meter shows how far the bundle has been read.
 pub(crate) fn import(
     file: &Path,
     store: Option<&Path>,
     socket: &SocketArgs,
+    quiet: bool,
 ) -> anyhow::Result<ImportReply> {
     let req = Import {
         path: file.to_string_lossy().into_owned(),
     };
-    Ok(match store {
-        Some(store) => match daemon::import_offline(store, file, &rewindfs::config::trust()?)? {
-            Some(report) => ImportReply::of(report),
-            None => Client::connect(&store.join(daemon::files::SOCKET))?.call(&req)?,
-        },
-        None => connect(socket)?.call(&req)?,
-    })
+    let through = |mut c: Client| -> anyhow::Result<ImportReply> {
+        let pid = c.call(&Status {})?.pid;
+        metered(
+            "importing",
+            Unit::Bytes,
+            quiet,
+            || read_position(pid, file),
+            || Ok(c.call(&req)?),
+        )
+    };
+    match store {
+        Some(store) => {
+            let me = std::process::id();
+            let offline = metered(
+                "importing",
+                Unit::Bytes,
+                quiet,
+                || read_position(me, file),
+                || daemon::import_offline(store, file, &rewindfs::config::trust()?),
+            )?;
+            match offline {
+                Some(report) => Ok(ImportReply::of(report)),
+                None => through(Client::connect(&store.join(daemon::files::SOCKET))?),
+            }
+        }
+        None => through(connect(socket)?),
+    }
 }
 
 /// `diff A [B] [PATH]`: of two words after A, the first is checkpoint B and the second a
@@ -142,11 +165,20 @@ pub(crate) fn fork(a: ForkArgs) -> anyhow::Result<()> {
     } = a;
     let (uuid, dir, socket) = (uuid.as_str(), dir.as_path(), &socket);
     let abs = std::path::absolute(dir)?;
-    let r = connect(socket)?.call(&Fork {
-        user_message_id: uuid.to_string(),
-        dir: abs.to_string_lossy().into_owned(),
-        trust_imported,
-    })?;
+    let mut client = connect(socket)?;
+    let r = metered(
+        "forking",
+        Unit::Bytes,
+        json,
+        || tree_bytes(&abs),
+        || {
+            client.call(&Fork {
+                user_message_id: uuid.to_string(),
+                dir: abs.to_string_lossy().into_owned(),
+                trust_imported,
+            })
+        },
+    )?;
     let cfg = MountRequest {
         store,
         ..MountRequest::new(r.dir.clone())
@@ -362,11 +394,21 @@ pub(crate) fn export(a: ExportArgs) -> anyhow::Result<()> {
     } = a;
     let (file, socket) = (file.as_path(), &socket);
     let key = signing_key(sign.sign)?;
-    let r = connect(socket)?.call(&Export {
-        path: std::path::absolute(file)?.to_string_lossy().into_owned(),
-        session_id: session,
-        since,
-    })?;
+    let abs = std::path::absolute(file)?;
+    let mut client = connect(socket)?;
+    let r = metered(
+        "exporting",
+        Unit::Bytes,
+        json,
+        || file_size(&abs),
+        || {
+            client.call(&Export {
+                path: abs.to_string_lossy().into_owned(),
+                session_id: session,
+                since,
+            })
+        },
+    )?;
     if let Some(k) = &key {
         rewindfs::store::bundle::sign_file(&r.path, k)?;
     }
@@ -392,7 +434,7 @@ pub(crate) fn import_cmd(a: ImportArgs) -> anyhow::Result<()> {
         socket,
     } = a;
     let (file, store, socket) = (file.as_path(), store.as_deref(), &socket);
-    let r = import(&std::path::absolute(file)?, store, socket)?;
+    let r = import(&std::path::absolute(file)?, store, socket, json)?;
     print_json_or(json, &r, |r| {
         if r.already_imported {
             println!(
@@ -444,15 +486,30 @@ pub(crate) fn push(a: PushArgs) -> anyhow::Result<()> {
     let mut client = connect(socket)?;
     let tmpdir = private_tmp("push", client.path())?;
     let tmp = tmpdir.path().join("history.rwb");
-    let e = client.call(&Export {
-        path: tmp.to_string_lossy().into_owned(),
-        session_id: session.clone(),
-        since,
-    })?;
+    let e = metered(
+        "exporting",
+        Unit::Bytes,
+        json,
+        || file_size(&tmp),
+        || {
+            client.call(&Export {
+                path: tmp.to_string_lossy().into_owned(),
+                session_id: session.clone(),
+                since,
+            })
+        },
+    )?;
     if let Some(k) = &key {
         rewindfs::store::bundle::sign_file(&tmp, k)?;
     }
-    let r = rewindfs::client::remote::Remote::open(remote)?.push(&tmp, session.as_deref())?;
+    let rm = rewindfs::client::remote::Remote::open(remote)?;
+    let r = metered(
+        &format!("uploading to {remote}"),
+        Unit::Time,
+        json,
+        || None,
+        || rm.push(&tmp, session.as_deref()),
+    )?;
     drop(tmpdir);
     print_json_or(json, &r, |r| {
         println!(
@@ -494,10 +551,15 @@ pub(crate) fn pull(a: PullArgs) -> anyhow::Result<()> {
     let mut refused = Vec::new();
     for key in rm.histories(session)? {
         let tmp = tmpdir.path().join("history.rwb");
-        let r = rm
-            .assemble(&key, &tmp)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| import(&tmp, store, socket));
+        let r = metered(
+            &format!("downloading {key}"),
+            Unit::Bytes,
+            json,
+            || file_size(&tmp),
+            || rm.assemble(&key, &tmp),
+        )
+        .map_err(anyhow::Error::from)
+        .and_then(|()| import(&tmp, store, socket, json));
         let _ = std::fs::remove_file(&tmp);
         match r {
             Ok(r) => out.push((key, r)),

@@ -181,7 +181,13 @@ pub(crate) fn mcp(a: McpArgs) -> anyhow::Result<()> {
 /// `rewindfs gc`: through the daemon when one serves the store, else on the store directly.
 pub(crate) fn gc(a: GcArgs) -> anyhow::Result<()> {
     let json = a.json;
-    let r = gc_reply(a)?;
+    let r = super::progress::metered(
+        "collecting garbage",
+        super::progress::Unit::Time,
+        json,
+        || None,
+        || gc_reply(a),
+    )?;
     print_json_or(json, &r, super::print::print_gc)
 }
 
@@ -229,7 +235,17 @@ pub(crate) fn fsck(a: FsckArgs) -> anyhow::Result<ExitCode> {
             daemon::store_of(&cwd).context("not inside a rewindfs mount; pass --store")?
         }
     };
-    let (problems, blobs) = rewindfs::store::fsck(&store)?;
+    let meter = super::progress::Meter::new(
+        "verifying",
+        super::progress::Unit::Items("blobs"),
+        None,
+        false,
+    );
+    let checked = rewindfs::store::fsck_with(&store, &mut |done, total| {
+        meter.set(done as u64, Some(total as u64))
+    });
+    meter.finish();
+    let (problems, blobs) = checked?;
     if problems.is_empty() {
         println!("{}: ok ({blobs} blobs verified)", store.display());
         return Ok(ExitCode::SUCCESS);

@@ -25,6 +25,18 @@ use super::{PreImage, Range, RangeContent, Result, StoreError};
 /// # Errors
 /// The database cannot be opened at all.
 pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
+    fsck_with(dir, &mut |_, _| {})
+}
+
+/// [`fsck`], telling `progress` how many of the database's blobs were verified, of how many,
+/// after each one.
+///
+/// # Errors
+/// As [`fsck`]'s.
+pub fn fsck_with(
+    dir: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<String>, usize)> {
     let db = dir.join(super::layout::DB);
     if !db.exists() {
         return Err(StoreError::Io(std::io::Error::new(
@@ -37,7 +49,7 @@ pub fn fsck(dir: &Path) -> Result<(Vec<String>, usize)> {
     let mut problems = Vec::new();
     check_database(&conn, &mut problems)?;
     let blobs = Blobs::at(&dir.join("blobs"));
-    let in_rows = check_row_blobs(&conn, &blobs, &mut problems)?;
+    let in_rows = check_row_blobs(&conn, &blobs, &mut problems, progress)?;
     let in_journal = check_journal_blobs(dir, &conn, &blobs, &mut problems)?;
     let unfinished: i64 = conn.query_row(
         "SELECT count(*) FROM rewinds WHERE state = 'applying'",
@@ -68,14 +80,20 @@ fn check_database(conn: &Connection, problems: &mut Vec<String>) -> Result<()> {
 }
 
 /// Every blob a capture or a capture range names; returns how many were checked.
-fn check_row_blobs(conn: &Connection, blobs: &Blobs, problems: &mut Vec<String>) -> Result<usize> {
+fn check_row_blobs(
+    conn: &Connection,
+    blobs: &Blobs,
+    problems: &mut Vec<String>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize> {
     let hashes: Vec<String> = {
         let mut st = conn.prepare("SELECT blob FROM captures WHERE blob IS NOT NULL UNION SELECT blob FROM capture_ranges WHERE blob IS NOT NULL")?;
         let rows = st.query_map([], |r| r.get(0))?;
         rows.collect::<rusqlite::Result<_>>()?
     };
-    for h in &hashes {
+    for (i, h) in hashes.iter().enumerate() {
         verify(blobs, h, &format!("blob {h}"), problems);
+        progress(i + 1, hashes.len());
     }
     Ok(hashes.len())
 }

@@ -68,7 +68,7 @@ use self::apply::Pending;
 pub use self::blobs::Blobs;
 pub use self::changes::LogQuery;
 pub use self::error::{Result, StoreError};
-pub use self::fsck::fsck;
+pub use self::fsck::{fsck, fsck_with};
 use self::migrate::migrate;
 pub use self::model::{
     Actor, Apply, BlobRef, Capture, Checkpoint, CheckpointKind, CheckpointSummary, Kind, LogEntry,

@@ -291,3 +291,72 @@ fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
     t.keys(&["q"]);
     t.expect(&["UI-42-EXITED"]);
 }
+
+/// A rewind of thousands of paths at a terminal shows a meter while it runs and then a summary
+/// (the first paths and a file holding all of them); in a pipe there is no meter and every
+/// path is printed.
+#[test]
+fn a_long_rewind_shows_progress_and_a_summary_at_a_terminal_and_every_path_in_a_pipe() {
+    require_fuse();
+    require_command("tmux", "tmux");
+    let mut a = Agent::new(|_| {});
+    let t1 = begin(&mut a, "generate");
+    a.bash("mkdir many && cd many && seq 1 3000 | xargs touch");
+    let end = tree(&a.m.dir);
+
+    let t = Tmux::start(&a.m.dir, 160, 40);
+    let scratch = tempfile::tempdir().unwrap();
+    let recorded = scratch.path().join("pane.log");
+    // Everything the terminal was sent, meters that were cleared included.
+    let ok = t
+        .cmd()
+        .args(["pipe-pane", "-o", "-t", "ui"])
+        .arg(format!("cat >> {}", recorded.display()))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    t.line(&format!(
+        "REWINDFS_PROGRESS_AFTER_MS=0 {BIN} rewind {t1} --scope all --socket {}; echo DONE-$((6*7))",
+        a.m.socket().display()
+    ));
+    let s = t.expect(&["DONE-42"]);
+    assert!(s.contains("changed 3001 file(s)"), "{s}");
+    assert!(s.contains("now: 3001 gone"), "{s}");
+    let listed = s
+        .lines()
+        .find_map(|l| l.split("every path is in ").nth(1))
+        .unwrap_or_else(|| panic!("no list file named:\n{s}"));
+    let listed = listed.split(" (--list").next().unwrap().trim();
+    let all = std::fs::read_to_string(listed).unwrap();
+    assert_eq!(all.lines().count(), 3001, "{listed}");
+    assert!(all.lines().any(|l| l == "many/2999"));
+    assert!(
+        s.lines().filter(|l| l.starts_with("  many/")).count() <= 10,
+        "{s}"
+    );
+    let sent = String::from_utf8_lossy(&std::fs::read(&recorded).unwrap()).into_owned();
+    assert!(
+        sent.contains("rewinding paths"),
+        "no meter was drawn: {sent}"
+    );
+    assert!(sent.contains("/s"), "the meter shows a rate: {sent}");
+    assert_eq!(tree(&a.m.dir).len(), 0, "rewound to an empty workspace");
+
+    // In a pipe: no meter, every path.
+    let out = Command::new(BIN)
+        .args(["undo", "--socket"])
+        .arg(a.m.socket())
+        .env("REWINDFS_PROGRESS_AFTER_MS", "0")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("  many/")).count(),
+        3000,
+        "{stdout}"
+    );
+    assert!(!stderr.contains("undoing"), "{stderr}");
+    assert_eq!(tree(&a.m.dir), end);
+}
