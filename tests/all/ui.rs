@@ -224,6 +224,53 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
     t.expect(&["Undo: done"]);
     assert_eq!(tree(&a.m.dir), end);
     t.keys(&["Escape"]);
+    // Redo applies the rewind again; undo once more.
+    t.keys(&["U"]);
+    t.expect(&["Redo: done"]);
+    assert_eq!(tree(&a.m.dir), before_t2);
+    t.keys(&["Escape"]);
+    t.keys(&["u"]);
+    t.expect(&["Undo: done"]);
+    assert_eq!(tree(&a.m.dir), end);
+    t.keys(&["Escape"]);
+
+    // The file as it was: turn 2 selected, notes.txt as it was when turn 2 began.
+    t.keys(&["Tab", "Home", "Down", "Down"]);
+    t.keys(&["s"]);
+    let s = t.expect(&["notes.txt as it was at the start of #2"]);
+    assert!(s.contains("│one "), "its content then:\n{s}");
+    t.keys(&["s", "BTab"]);
+
+    // Fork: the tree at the start of turn 2 written into a new directory.
+    let fork_dir = a.m.tmp.path().join("forked");
+    t.keys(&["f"]);
+    t.expect(&["Fork the tree at the start of #2"]);
+    // The suggested directory is edited: erased, then this one typed.
+    for _ in 0..400 {
+        t.keys(&["BSpace"]);
+    }
+    t.keys(&["-l", &fork_dir.display().to_string()]);
+    t.keys(&["Enter"]);
+    t.expect(&["Fork: done"]);
+    assert_eq!(tree(&fork_dir), before_t2, "the fork is the tree when turn 2 began");
+    t.keys(&["Escape"]);
+
+    // It follows the mount: a new prompt and its change appear without a restart.
+    let _t4 = begin(&mut a, "one more thing");
+    a.tool_write("late.txt", b"late\n");
+    t.expect(&["#4 (", "\"one more thing\"", "tool 1"]);
+    // Resizing: the window is drawn again at the new size.
+    let ok = t
+        .cmd()
+        .args(["resize-window", "-t", "ui", "-x", "100", "-y", "30"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let s = t.expect(&["Timeline"]);
+    assert!(
+        s.lines().all(|l| l.chars().count() <= 100),
+        "drawn for 100 columns:\n{s}"
+    );
 
     // q leaves the terminal as it was: the shell's screen back, its settings unchanged.
     t.keys(&["q"]);
