@@ -227,6 +227,10 @@ pub struct ListArgs {
     /// Only this session's.
     #[arg(long)]
     pub session: Option<String>,
+    /// Each session's turns as `rewindfs ui` shows them: `#N (time) "prompt"`, who changed how
+    /// many paths (tool, shell, external, rewind), and the id.
+    #[arg(long, conflicts_with = "json")]
+    pub turns: bool,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -310,7 +310,24 @@ pub(crate) fn checkpoint(a: CheckpointArgs) -> anyhow::Result<()> {
 
 /// `rewindfs list`: the checkpoints, oldest first.
 pub(crate) fn list(a: ListArgs) -> anyhow::Result<()> {
-    let r = connect(&a.socket)?.call(&ListCheckpoints {
+    let mut client = connect(&a.socket)?;
+    if a.turns {
+        // Every checkpoint, so turns are numbered as everywhere else; then one session's.
+        let r = client.call(&ListCheckpoints { session_id: None })?;
+        let log = client.call(&Log {
+            path: None,
+            since: None,
+            session_id: None,
+            limit: i64::MAX,
+            after: None,
+            newest_first: false,
+            raw: false,
+        })?;
+        let timeline = rewindfs::timeline::Timeline::new(r.checkpoints, &log.entries);
+        super::print::print_turns(&timeline, a.session.as_deref());
+        return Ok(());
+    }
+    let r = client.call(&ListCheckpoints {
         session_id: a.session,
     })?;
     print_json_or(a.json, &r, super::print::print_checkpoints)

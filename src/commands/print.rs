@@ -52,6 +52,34 @@ pub(crate) fn print_checkpoints(r: &CheckpointList) {
     }
 }
 
+/// `list --turns`: each session's checkpoints in the timeline's words, with their ids.
+pub(crate) fn print_turns(t: &Timeline, only: Option<&str>) {
+    let mut any = false;
+    for session in t.sessions() {
+        if only.is_some() && session != only {
+            continue;
+        }
+        let rows: Vec<_> = t
+            .rows
+            .iter()
+            .filter(|r| r.info.session_id.as_deref() == session)
+            .collect();
+        match session {
+            Some(s) => println!("Session {s}:"),
+            None => println!("No session (mounts, rewinds, checkpoints begun by hand):"),
+        }
+        for r in rows {
+            any = true;
+            println!("  {}  {}  id {}", r.label(), r.who(), r.info.uuid);
+        }
+    }
+    if !any {
+        println!(
+            "No checkpoints yet: each prompt begins one (`rewindfs setup <agent>` wires the hooks)."
+        );
+    }
+}
+
 pub(crate) fn print_ls(r: &LsReply) {
     for e in &r.entries {
         let target = e

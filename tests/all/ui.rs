@@ -252,7 +252,11 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
     t.keys(&["-l", &fork_dir.display().to_string()]);
     t.keys(&["Enter"]);
     t.expect(&["Fork: done"]);
-    assert_eq!(tree(&fork_dir), before_t2, "the fork is the tree when turn 2 began");
+    assert_eq!(
+        tree(&fork_dir),
+        before_t2,
+        "the fork is the tree when turn 2 began"
+    );
     t.keys(&["Escape"]);
 
     // It follows the mount: a new prompt and its change appear without a restart.

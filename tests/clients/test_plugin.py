@@ -173,10 +173,18 @@ def test_plugin_hooks_checkpoint_each_prompt_and_its_command_lists_dry_runs_and_
     assert all(e["toolUseId"] for e in log if e["actor"] == "tool"), log
 
     # The command, in the default permission mode (its allowed-tools let its own shell line run),
-    # without arguments: the checkpoints with their prompts.
+    # without arguments: the turns in the timeline's words (as `rewindfs ui` and the MCP server
+    # say them), with their ids.
     env.claude("--resume", sid, COMMAND, bypass=False)
-    seen = env.prompt_seen("$ rewindfs list")
-    assert turn_a in seen and turn_b in seen and "TURN-A: write a.txt" in seen, seen
+    seen = env.prompt_seen("$ rewindfs list --turns")
+    assert turn_a in seen and turn_b in seen, seen
+    assert '#1 (' in seen and '"TURN-A: write a.txt' in seen and '#2 (' in seen, seen
+    assert "changed: tool 1, shell 3" in seen, seen
+
+    # A turn named by its number, as the list shows it: a dry run of --turn N.
+    env.claude("--resume", sid, f"{COMMAND} 1 all", bypass=False)
+    seen = env.prompt_seen("$ rewindfs rewind --turn 1 --scope all --dry-run")
+    assert "would change 4 file(s)" in seen, seen
 
     # With a uuid and a scope: a dry run, which changes nothing.
     env.claude("--resume", sid, f"{COMMAND} {turn_a} all", bypass=False)
