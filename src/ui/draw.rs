@@ -89,7 +89,7 @@ pub fn draw(f: &mut Frame, app: &App, pal: Palette, areas: &mut Areas) {
     );
     let body = Layout::default()
         .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+        .constraints([Constraint::Percentage(50), Constraint::Percentage(50)])
         .split(outer[1]);
     let right = Layout::default()
         .direction(Direction::Vertical)
@@ -141,22 +141,32 @@ fn timeline(f: &mut Frame, app: &App, pal: Palette, area: Rect) -> usize {
             };
             let tag_style =
                 pal.fg([Color::Blue, Color::Cyan, Color::Yellow, Color::Magenta][s % 4]);
-            let mut spans = vec![Span::styled(tag, tag_style), Span::raw(r.label())];
-            for (a, n) in r.counts() {
-                spans.push(Span::raw("  "));
-                spans.push(Span::styled(format!("{} {n}", a.as_str()), pal.actor(a)));
+            // Two lines: the turn as everywhere (`#2 (14:03:11) "prompt"`), then who changed
+            // how many paths, so a narrow window cuts the prompt, never the counts.
+            let first = Line::from(vec![Span::styled(tag, tag_style), Span::raw(r.label())]);
+            let mut second = vec![Span::raw("         ")];
+            let counts = r.counts();
+            if counts.is_empty() {
+                second.push(Span::styled("no changes", pal.fg(Color::DarkGray)));
             }
-            ListItem::new(Line::from(spans))
+            for (i, (a, n)) in counts.into_iter().enumerate() {
+                if i > 0 {
+                    second.push(Span::raw("  "));
+                }
+                second.push(Span::styled(format!("{} {n}", a.as_str()), pal.actor(a)));
+            }
+            ListItem::new(Text::from(vec![first, Line::from(second)]))
         })
         .collect();
     let focused = app.focus == Pane::Timeline;
     let list = List::new(items)
         .block(block(
-            " Timeline (session, turn, time, prompt, who changed how many paths) ".into(),
+            " Timeline: session, turn, time, prompt; who changed how many paths ".into(),
             focused,
             pal,
         ))
-        .highlight_style(pal.selected(focused));
+        .highlight_style(pal.selected(focused))
+        .highlight_symbol("▶ ");
     let mut state = ListState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(list, area, &mut state);
     state.offset()
@@ -187,7 +197,8 @@ fn paths(f: &mut Frame, app: &App, pal: Palette, area: Rect) -> usize {
     let focused = app.focus == Pane::Paths;
     let list = List::new(items)
         .block(block(title, focused, pal))
-        .highlight_style(pal.selected(focused));
+        .highlight_style(pal.selected(focused))
+        .highlight_symbol("▶ ");
     let mut state = ListState::default().with_selected(Some(app.path));
     f.render_stateful_widget(list, area, &mut state);
     state.offset()

@@ -180,14 +180,14 @@ fn mouse(app: &mut App, m: MouseEvent, areas: &Areas) {
     match m.kind {
         MouseEventKind::Down(MouseButton::Left) => {
             app.focus = pane;
-            // Row `n` of a bordered list is at y + 1 + n.
-            let (r, offset, at) = match pane {
-                Pane::Timeline => (areas.timeline, areas.timeline_offset, app.selected),
-                Pane::Paths => (areas.paths, areas.paths_offset, app.path),
+            // Item `n` of a bordered list starts at y + 1 + n × its height.
+            let (r, offset, at, height) = match pane {
+                Pane::Timeline => (areas.timeline, areas.timeline_offset, app.selected, 2),
+                Pane::Paths => (areas.paths, areas.paths_offset, app.path, 1),
                 Pane::Detail => return,
             };
             if m.row > r.y {
-                let want = offset + usize::from(m.row - r.y - 1);
+                let want = offset + usize::from(m.row - r.y - 1) / height;
                 app.step(want as isize - at as isize);
             }
         }
