@@ -180,9 +180,14 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
     ]);
     assert!(s.contains("tool 1  shell 2"), "turn 1's counts:\n{s}");
 
-    // Up selects turn 2: its paths with their actors, and the diff of the first one (what the
-    // turn changed in it, from its start to its end).
-    t.keys(&["Up"]);
+    // A click selects: the timeline's items are two rows high under the header and the
+    // border, so turn 1 is on rows 5-6 (xterm's SGR mouse report, 1-based, as a terminal
+    // sends it).
+    t.keys(&["-l", "\x1b[<0;12;5M\x1b[<0;12;5m"]);
+    t.expect(&["Changed in #1", "changed: tool 1, shell 2"]);
+    // Down selects turn 2: its paths with their actors, and the diff of the first one (what
+    // the turn changed in it, from its start to its end).
+    t.keys(&["Down"]);
     let s = t.expect(&["Changed in #2", "changed: tool 1, shell 2"]);
     assert!(s.contains("shell    keep.txt"), "{s}");
     assert!(s.contains("tool     notes.txt"), "{s}");
