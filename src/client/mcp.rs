@@ -179,16 +179,16 @@ impl Server {
         if !dry_run {
             let dry = c.call(&request(true)).map_err(err)?;
             if !dry.conflicts.is_empty() {
-                return Ok(describe_rewind(&dry, &turn, scope, false, &ws, &own));
+                return Ok(describe_rewind(&dry, turn, scope, false, &ws, &own));
             }
         }
         match c.call(&request(dry_run)) {
-            Ok(r) => Ok(describe_rewind(&r, &turn, scope, dry_run, &ws, &own)),
+            Ok(r) => Ok(describe_rewind(&r, turn, scope, dry_run, &ws, &own)),
             // A refused rewind comes back as an error that tells a person to force it; the
             // dry run names what refused it, which is what the agent can act on.
             Err(e) if !dry_run => match c.call(&request(true)) {
                 Ok(dry) if !dry.conflicts.is_empty() => {
-                    Ok(describe_rewind(&dry, &turn, scope, false, &ws, &own))
+                    Ok(describe_rewind(&dry, turn, scope, false, &ws, &own))
                 }
                 _ => Err(err(e)),
             },
