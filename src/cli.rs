@@ -243,8 +243,9 @@ pub struct UiArgs {
     /// The workspace (default: the mount containing the current directory, else the current
     /// directory's history when it is not mounted).
     pub dir: Option<PathBuf>,
-    /// A store to look at (through its daemon when one serves it, else read-only).
-    #[arg(long, conflicts_with = "dir")]
+    /// A store to look at (through its daemon when one serves it, else read-only: with DIR,
+    /// its workspace, diffs and dry runs too).
+    #[arg(long)]
     pub store: Option<PathBuf>,
     #[command(flatten)]
     pub socket: SocketArgs,

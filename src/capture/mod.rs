@@ -132,9 +132,26 @@ impl Recorder {
     /// # Errors
     /// Store errors.
     pub fn new(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
-        let root = crate::sys::dup_cloexec(root)?;
         let uuid = uuid::Uuid::new_v4().to_string();
         let seq = store.begin_checkpoint(&uuid, None, crate::store::CheckpointKind::Mount)?;
+        Self::at(root, store, seq, uuid)
+    }
+
+    /// A recorder over a workspace nothing is mounted on, to look at its history (`rewindfs
+    /// ui` without a daemon): it begins no checkpoint (the last one stays current) and sees
+    /// no change, so it records none.
+    ///
+    /// # Errors
+    /// Store errors; a store without a checkpoint.
+    pub fn reading(root: BorrowedFd<'_>, store: Arc<Store>) -> io::Result<Recorder> {
+        let last = store.last_checkpoint()?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the store has no checkpoint yet")
+        })?;
+        Self::at(root, store, last.seq, last.uuid)
+    }
+
+    fn at(root: BorrowedFd<'_>, store: Arc<Store>, seq: i64, uuid: String) -> io::Result<Recorder> {
+        let root = crate::sys::dup_cloexec(root)?;
         Ok(Recorder {
             root,
             store,

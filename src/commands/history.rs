@@ -343,18 +343,21 @@ pub(crate) fn ui(a: UiArgs) -> anyhow::Result<()> {
             "rewindfs ui needs a terminal; `rewindfs list`, `log` and `diff` answer in a pipe"
         );
     }
-    let source = match (a.store, a.dir, a.socket.socket) {
-        (Some(store), _, _) => Source::of_store(&store),
+    let dir = a.dir.as_deref().map(std::path::absolute).transpose()?;
+    let source = match (a.store, dir, a.socket.socket) {
+        (Some(store), dir, _) => Source::of_store(&store, dir),
         (None, _, Some(socket)) => Source::live(&socket)?,
         (None, dir, None) => {
             let dir = match dir {
                 Some(d) => d,
                 None => std::env::current_dir()?,
             };
-            let dir = std::path::absolute(&dir)?;
             match rewindfs::daemon::store_of(&dir) {
-                Some(store) => Source::of_store(&store),
-                None => Source::of_store(&rewindfs::daemon::store_of_workspace(&dir)?),
+                Some(store) => Source::of_store(&store, None),
+                None => {
+                    let store = rewindfs::daemon::store_of_workspace(&dir)?;
+                    Source::of_store(&store, Some(dir))
+                }
             }
         }
     };

@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 pub use self::detach::{is_live, spawn_detached, store_of, umount};
 use self::kernel::FuseKernel;
 use self::lock::StoreLock;
-pub use self::offline::history_offline;
+pub use self::offline::{ask_offline, history_offline};
 pub use self::origin::{begin_fork_store, import_offline, store_of_workspace};
 pub use self::retention::gc_offline;
 use self::retention::{GC_EVERY, gc_pass};

@@ -8,14 +8,14 @@ use anyhow::{Context, anyhow};
 
 use crate::control::client::Client;
 use crate::control::cmd::{
-    Diff, DiffReply, Fork, ForkReply, ListCheckpoints, Log, LogReply, RedoRewind, RewindFiles,
-    RewindReply, Show, ShowReply, Status, UndoRewind,
+    Command, Diff, DiffReply, Fork, ForkReply, ListCheckpoints, Log, LogReply, RedoRewind,
+    RewindFiles, RewindReply, Show, ShowReply, Status, UndoRewind,
 };
 use crate::store::layout;
 use crate::timeline::Timeline;
 
 /// What a read-only window answers to a key that would change something.
-pub const READ_ONLY: &str = "read-only: no daemon serves this store. Mount the workspace (`rewindfs mount DIR`) to diff, rewind, undo or fork; this window follows it once it is mounted";
+pub const READ_ONLY: &str = "read-only: no daemon serves this store. Mount the workspace (`rewindfs mount DIR`) to rewind, undo, redo or fork; this window turns live once it is mounted";
 
 /// The history's source.
 pub enum Source {
@@ -27,8 +27,12 @@ pub enum Source {
         /// size or those changed (a prompt bound to its message uuid renames a checkpoint).
         log: Option<(LogReply, Vec<String>)>,
     },
-    /// A store no daemon serves, read directly.
-    Offline { store: PathBuf },
+    /// A store no daemon serves, read directly; with its workspace (as it is, not mounted),
+    /// diffs, files as they were and dry runs are answered too, by the daemon's own handlers.
+    Offline {
+        store: PathBuf,
+        workspace: Option<PathBuf>,
+    },
 }
 
 impl Source {
@@ -46,10 +50,12 @@ impl Source {
         })
     }
 
-    /// The store in `store`: through its daemon when one answers, else read-only.
-    pub fn of_store(store: &Path) -> Source {
+    /// The store in `store`: through its daemon when one answers, else read-only (over
+    /// `workspace` when it is known).
+    pub fn of_store(store: &Path, workspace: Option<PathBuf>) -> Source {
         Source::live(&store.join(layout::SOCKET)).unwrap_or_else(|_| Source::Offline {
             store: store.to_path_buf(),
+            workspace,
         })
     }
 
@@ -57,8 +63,11 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Live { workspace, .. } => format!("{} (live)", workspace.display()),
-            Source::Offline { store } => {
-                format!("{} (read-only: not mounted)", store.display())
+            Source::Offline {
+                workspace: Some(w), ..
+            } => format!("{} (read-only: not mounted)", w.display()),
+            Source::Offline { store, .. } => {
+                format!("store {} (read-only: not mounted)", store.display())
             }
         }
     }
@@ -68,11 +77,11 @@ impl Source {
         matches!(self, Source::Live { .. })
     }
 
-    /// The workspace's absolute path (live only).
+    /// The workspace's absolute path, when known.
     pub fn workspace(&self) -> Option<&Path> {
         match self {
             Source::Live { workspace, .. } => Some(workspace),
-            Source::Offline { .. } => None,
+            Source::Offline { workspace, .. } => workspace.as_deref(),
         }
     }
 
@@ -83,7 +92,7 @@ impl Source {
     /// # Errors
     /// The daemon or the store cannot be read.
     pub fn timeline(&mut self, force: bool) -> anyhow::Result<Option<Timeline>> {
-        if let Source::Offline { store } = self {
+        if let Source::Offline { store, .. } = self {
             if let Ok(live) = Source::live(&store.join(layout::SOCKET)) {
                 *self = live;
             }
@@ -103,7 +112,7 @@ impl Source {
                 let entries = log.as_ref().map_or(&[][..], |(l, _)| &l.entries[..]);
                 Ok(Some(Timeline::new(list.checkpoints, entries)))
             }
-            Source::Offline { store } => {
+            Source::Offline { store, .. } => {
                 if !force {
                     return Ok(None);
                 }
@@ -123,27 +132,48 @@ impl Source {
         }
     }
 
+    /// A request that changes nothing: to the daemon, or answered over the store directly.
+    fn look<C: Command>(&mut self, cmd: &C) -> anyhow::Result<C::Reply> {
+        match self {
+            Source::Live { client, .. } => Ok(client.call(cmd)?),
+            Source::Offline {
+                workspace: None, ..
+            } => Err(anyhow!(
+                "read-only over a store alone: name the workspace too (`rewindfs ui DIR --store STORE`) to see diffs, files as they were and dry runs"
+            )),
+            Source::Offline {
+                store,
+                workspace: Some(ws),
+            } => crate::daemon::ask_offline(store, ws, cmd)?.ok_or_else(|| {
+                anyhow!("a daemon serves this store now: the window turns live in a moment")
+            }),
+        }
+    }
+
     /// A diff (`rewindfs diff`).
     ///
     /// # Errors
-    /// Read-only, or the daemon's error.
+    /// The daemon's error, or the store's.
     pub fn diff(&mut self, req: &Diff) -> anyhow::Result<DiffReply> {
-        Ok(self.client()?.call(req)?)
+        self.look(req)
     }
 
     /// A path as it was (`rewindfs show`).
     ///
     /// # Errors
-    /// Read-only, or the daemon's error.
+    /// The daemon's error, or the store's.
     pub fn show(&mut self, req: &Show) -> anyhow::Result<ShowReply> {
-        Ok(self.client()?.call(req)?)
+        self.look(req)
     }
 
-    /// A rewind or its dry run.
+    /// A rewind or its dry run (a dry run is answered read-only too).
     ///
     /// # Errors
-    /// Read-only, or the daemon's error (a refused rewind among them).
+    /// Read-only for a rewind, or the daemon's error (a refused rewind among them).
     pub fn rewind(&mut self, req: &RewindFiles) -> anyhow::Result<RewindReply> {
+        if req.dry_run {
+            return self.look(req);
+        }
         Ok(self.client()?.call(req)?)
     }
 

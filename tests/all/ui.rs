@@ -294,14 +294,15 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
     assert_eq!(before, after, "the terminal's settings");
 }
 
-/// Over a store no daemon serves, the window shows the same timeline read-only, says so, and
-/// refuses to change anything; once the workspace is mounted again it follows the daemon.
+/// Over a workspace no daemon serves, the window shows the same timeline, paths, diffs and
+/// dry runs read-only, says so, and refuses to change anything; once the workspace is mounted
+/// again it follows the daemon.
 #[test]
-fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
+fn over_an_unmounted_workspace_the_timeline_is_read_only_and_follows_a_new_mount() {
     require_fuse();
     require_command("tmux", "tmux");
     let mut a = Agent::new(|d| std::fs::write(d.join("keep.txt"), "kept\n").unwrap());
-    let t1 = begin(&mut a, "make the notes");
+    let _t1 = begin(&mut a, "make the notes");
     a.tool_write("notes.txt", b"one\n");
     let _t2 = begin(&mut a, "shout the notes");
     a.bash("rm keep.txt");
@@ -312,10 +313,10 @@ fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
 
     let t = Tmux::start(&m.dir, 160, 40);
     // (Markers are printed by arithmetic, so the typed command line never matches them.)
-    // NO_COLOR: the window draws without colours (tmux's capture has none to show either;
-    // this runs the code path).
+    // NO_COLOR: the window draws without colours.
     t.line(&format!(
-        "NO_COLOR=1 {BIN} ui --store {}; echo UI-$((6*7))-EXITED",
+        "NO_COLOR=1 {BIN} ui {} --store {}; echo UI-$((6*7))-EXITED",
+        m.dir.display(),
         m.store.display()
     ));
     t.expect(&[
@@ -324,7 +325,18 @@ fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
         "\"make the notes\"",
         "\"shout the notes\"",
         "shell    keep.txt",
+        // The diff of keep.txt from now to the start of turn 2 (the newest), answered from
+        // the store and the directory.
+        "+kept",
+        "— 3 checkpoint(s)",
     ]);
+    // A dry run is read-only too.
+    t.keys(&["d"]);
+    t.expect(&[
+        "Dry run: rewind to the start of #2",
+        "agent scope: would restore 1 path(s)",
+    ]);
+    t.keys(&["Escape"]);
     t.keys(&["r"]);
     t.expect(&["read-only: no daemon serves this store"]);
     t.keys(&["Escape"]);
@@ -334,15 +346,15 @@ fn over_an_unmounted_store_the_timeline_is_read_only_and_follows_a_new_mount() {
     assert_eq!(tree(&m.dir), end, "nothing changed");
     t.keys(&["Escape"]);
 
-    // Mounted again: the same window turns live and can rewind.
+    // Mounted again: the same window turns live and can rewind. The look without a daemon
+    // began no checkpoint: the only new one is the mount's.
     m.mount(&[]);
-    t.expect(&["(live)"]);
+    t.expect(&["(live)", "— 4 checkpoint(s)"]);
     t.keys(&["Up", "d"]);
     t.expect(&[
         "Dry run: rewind to the start of #1",
-        "agent scope: would restore",
+        "agent scope: would restore 2 path(s)",
     ]);
-    let _ = t1;
     t.keys(&["Escape"]);
     t.keys(&["q"]);
     t.expect(&["UI-42-EXITED"]);
