@@ -65,6 +65,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The screen with its attributes as escape sequences (`capture-pane -e`).
+    fn styled_screen(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-e", "-t", "ui"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Waits until the screen shows every one of `want`; panics with the screen if not.
     fn expect(&self, want: &[&str]) -> String {
         let mut last = String::new();
@@ -81,6 +91,22 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").status();
     }
+}
+
+/// Whether a `capture-pane -e` screen sets a foreground or background colour anywhere.
+fn has_colour(styled: &str) -> bool {
+    styled.split('\x1b').any(|seq| {
+        seq.strip_prefix('[')
+            .and_then(|s| s.split_once('m'))
+            .is_some_and(|(params, _)| {
+                params.split(';').any(|p| {
+                    matches!(p.len(), 2 | 3)
+                        && (p.starts_with('3') || p.starts_with('4') || p.starts_with('9'))
+                        && p != "39"
+                        && p != "49"
+                })
+            })
+    })
 }
 
 fn begin(a: &mut Agent, prompt: &str) -> String {
@@ -179,6 +205,11 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
         "Changed in #3",
     ]);
     assert!(s.contains("tool 1  shell 2"), "turn 1's counts:\n{s}");
+    assert!(
+        has_colour(&t.styled_screen()),
+        "colours without NO_COLOR:\n{}",
+        t.styled_screen()
+    );
 
     // A click selects: the timeline's items are two rows high under the header and the
     // border, so turn 1 is on rows 5-6 (xterm's SGR mouse report, 1-based, as a terminal
@@ -330,6 +361,9 @@ fn over_an_unmounted_workspace_the_timeline_is_read_only_and_follows_a_new_mount
         "+kept",
         "— 3 checkpoint(s)",
     ]);
+    let styled = t.styled_screen();
+    assert!(!has_colour(&styled), "NO_COLOR: no colours:\n{styled:?}");
+    assert!(styled.contains("\x1b[7m"), "the selection stays marked (reversed)");
     // A dry run is read-only too.
     t.keys(&["d"]);
     t.expect(&[
