@@ -8,8 +8,8 @@ use anyhow::{Context, anyhow};
 
 use crate::control::client::Client;
 use crate::control::cmd::{
-    Command, Diff, DiffReply, Fork, ForkReply, ListCheckpoints, Log, LogReply, RedoRewind,
-    RewindFiles, RewindReply, Show, ShowReply, Status, UndoRewind,
+    CheckpointInfo, Command, Diff, DiffReply, Fork, ForkReply, ListCheckpoints, Log, LogReply,
+    RedoRewind, RewindFiles, RewindReply, Show, ShowReply, Status, UndoRewind,
 };
 use crate::store::layout;
 use crate::timeline::Timeline;
@@ -23,9 +23,9 @@ pub enum Source {
     Live {
         client: Client,
         workspace: PathBuf,
-        /// The log as read last, and the checkpoints' uuids then: read again only when its
-        /// size or those changed (a prompt bound to its message uuid renames a checkpoint).
-        log: Option<(LogReply, Vec<String>)>,
+        /// The log and the checkpoint list as read last: the log is read again only when its
+        /// size or the list changed (a prompt bound to its message uuid renames a checkpoint).
+        log: Option<(LogReply, Vec<CheckpointInfo>)>,
     },
     /// A store no daemon serves, read directly; with its workspace (as it is, not mounted),
     /// diffs, files as they were and dry runs are answered too, by the daemon's own handlers.
@@ -85,8 +85,8 @@ impl Source {
         }
     }
 
-    /// The timeline, read again when the history changed since `force` was false and the log
-    /// kept its size; `Ok(None)`: nothing new. A read-only source turns live when a daemon
+    /// The timeline, when `force`d or when the history changed since it was read last (a
+    /// checkpoint began or changed, the log grew); `Ok(None)`: nothing new. A read-only source turns live when a daemon
     /// answers on its store's socket.
     ///
     /// # Errors
@@ -100,17 +100,20 @@ impl Source {
         match self {
             Source::Live { client, log, .. } => {
                 // The list may change alone (a new turn, a uuid bound), so it is read each time.
-                let list = client.call(&ListCheckpoints { session_id: None })?;
+                let list = client
+                    .call(&ListCheckpoints { session_id: None })?
+                    .checkpoints;
                 let total = client.call(&log_request(1))?.total;
-                let uuids: Vec<String> = list.checkpoints.iter().map(|c| c.uuid.clone()).collect();
-                let stale = log
+                let same = log
                     .as_ref()
-                    .is_none_or(|(l, seen)| l.total != total || *seen != uuids);
-                if force || stale {
-                    *log = Some((client.call(&log_request(i64::MAX))?, uuids));
+                    .is_some_and(|(l, seen)| l.total == total && *seen == list);
+                if same && !force {
+                    return Ok(None);
                 }
-                let entries = log.as_ref().map_or(&[][..], |(l, _)| &l.entries[..]);
-                Ok(Some(Timeline::new(list.checkpoints, entries)))
+                let entries = client.call(&log_request(i64::MAX))?;
+                let t = Timeline::new(list.clone(), &entries.entries);
+                *log = Some((entries, list));
+                Ok(Some(t))
             }
             Source::Offline { store, .. } => {
                 if !force {

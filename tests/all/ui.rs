@@ -363,7 +363,10 @@ fn over_an_unmounted_workspace_the_timeline_is_read_only_and_follows_a_new_mount
     ]);
     let styled = t.styled_screen();
     assert!(!has_colour(&styled), "NO_COLOR: no colours:\n{styled:?}");
-    assert!(styled.contains("\x1b[7m"), "the selection stays marked (reversed)");
+    assert!(
+        styled.contains("\x1b[7m"),
+        "the selection stays marked (reversed)"
+    );
     // A dry run is read-only too.
     t.keys(&["d"]);
     t.expect(&[
