@@ -93,6 +93,19 @@ impl Timeline {
         Timeline { rows }
     }
 
+    /// The timeline as the daemon at the other end of `c` answers it.
+    ///
+    /// # Errors
+    /// The daemon's.
+    pub fn fetch(
+        c: &mut crate::control::client::Client,
+    ) -> Result<Timeline, crate::control::client::ClientError> {
+        use crate::control::cmd::{ListCheckpoints, Log};
+        let list = c.call(&ListCheckpoints { session_id: None })?;
+        let log = c.call(&Log::whole())?;
+        Ok(Timeline::new(list.checkpoints, &log.entries))
+    }
+
     /// The sessions, in the order their first checkpoint began (`None`: checkpoints of no
     /// session, such as each mount's).
     pub fn sessions(&self) -> Vec<Option<&str>> {

@@ -25,9 +25,7 @@ use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
 use crate::control::client::{Client, find_socket};
-use crate::control::cmd::{
-    Diff, ListCheckpoints, Log, LogReply, RewindFiles, RewindReply, Status, UndoRewind,
-};
+use crate::control::cmd::{Diff, Log, LogReply, RewindFiles, RewindReply, Status, UndoRewind};
 use crate::rewind::Scope;
 use crate::timeline::{Row, Timeline};
 
@@ -131,9 +129,7 @@ impl Server {
     /// Every checkpoint, and who changed what in each (the user's changes too: they are
     /// what a rewind would conflict with).
     fn timeline(c: &mut Client) -> Result<Timeline, String> {
-        let list = c.call(&ListCheckpoints { session_id: None }).map_err(err)?;
-        let log = log_since(c, None)?;
-        Ok(Timeline::new(list.checkpoints, &log.entries))
+        Timeline::fetch(c).map_err(err)
     }
 
     /// The turn `arg` names among the session's: a number from 1, or an id of the session's.
@@ -423,13 +419,9 @@ impl Server {
 /// write-then-rename is one change to its target).
 fn log_since(c: &mut Client, since: Option<String>) -> Result<LogReply, String> {
     c.call(&Log {
-        path: None,
         since,
-        session_id: None,
         limit: 100_000,
-        after: None,
-        newest_first: false,
-        raw: false,
+        ..Log::whole()
     })
     .map_err(err)
 }

@@ -108,13 +108,9 @@ fn applied<T>(
     use super::progress::{Unit, metered};
     let count = |c: &mut Client| {
         c.call(&Log {
-            path: None,
-            since: None,
-            session_id: None,
             limit: 1,
-            after: None,
-            newest_first: false,
             raw: true,
+            ..Log::whole()
         })
         .ok()
         .map(|r| r.total)
@@ -313,17 +309,7 @@ pub(crate) fn list(a: ListArgs) -> anyhow::Result<()> {
     let mut client = connect(&a.socket)?;
     if a.turns {
         // Every checkpoint, so turns are numbered as everywhere else; then one session's.
-        let r = client.call(&ListCheckpoints { session_id: None })?;
-        let log = client.call(&Log {
-            path: None,
-            since: None,
-            session_id: None,
-            limit: i64::MAX,
-            after: None,
-            newest_first: false,
-            raw: false,
-        })?;
-        let timeline = rewindfs::timeline::Timeline::new(r.checkpoints, &log.entries);
+        let timeline = rewindfs::timeline::Timeline::fetch(&mut client)?;
         super::print::print_turns(&timeline, a.session.as_deref());
         return Ok(());
     }

@@ -33,15 +33,7 @@ pub fn history_offline(store_dir: &Path) -> anyhow::Result<Option<(CheckpointLis
     let store = Store::open(store_dir, false)?;
     let list = CheckpointList::read(&store, None)?;
     let all = store.checkpoints(None)?;
-    let req = Log {
-        path: None,
-        since: None,
-        session_id: None,
-        limit: i64::MAX,
-        after: None,
-        newest_first: false,
-        raw: false,
-    };
+    let req = Log::whole();
     let (entries, total) = store.log(&LogQuery {
         path: None,
         since_checkpoint: None,

@@ -218,16 +218,10 @@ impl Source {
     }
 }
 
-/// The whole log as people read it (a write-then-rename is one change), or with `limit` 1
-/// only its size.
+/// The whole log as people read it, or with `limit` 1 only its size.
 fn log_request(limit: i64) -> Log {
     Log {
-        path: None,
-        since: None,
-        session_id: None,
         limit,
-        after: None,
-        newest_first: false,
-        raw: false,
+        ..Log::whole()
     }
 }

@@ -250,25 +250,19 @@ fn a_person_finds_a_turn_sees_its_changes_rewinds_and_undoes_it_in_a_real_termin
         end,
         "nothing happens before the confirmation"
     );
-    t.keys(&["y"]);
-    t.expect(&["(agent scope): done"]);
-    assert_eq!(tree(&a.m.dir), before_t2);
-    t.keys(&["Escape"]);
-
-    // Undo gives back the end of the session exactly.
-    t.keys(&["u"]);
-    t.expect(&["Undo: done"]);
-    assert_eq!(tree(&a.m.dir), end);
-    t.keys(&["Escape"]);
-    // Redo applies the rewind again; undo once more.
-    t.keys(&["U"]);
-    t.expect(&["Redo: done"]);
-    assert_eq!(tree(&a.m.dir), before_t2);
-    t.keys(&["Escape"]);
-    t.keys(&["u"]);
-    t.expect(&["Undo: done"]);
-    assert_eq!(tree(&a.m.dir), end);
-    t.keys(&["Escape"]);
+    // A key, the window saying it is done, and the tree then.
+    let step = |key: &str, done: &str, want: &[String]| {
+        t.keys(&[key]);
+        t.expect(&[done]);
+        assert_eq!(tree(&a.m.dir), want, "after {key}");
+        t.keys(&["Escape"]);
+    };
+    step("y", "(agent scope): done", &before_t2);
+    // Undo gives back the end of the session exactly; redo applies the rewind again; undo
+    // once more.
+    step("u", "Undo: done", &end);
+    step("U", "Redo: done", &before_t2);
+    step("u", "Undo: done", &end);
 
     // The file as it was: turn 2 selected, notes.txt as it was when turn 2 began.
     t.keys(&["Tab", "Home", "Down", "Down"]);

@@ -99,6 +99,19 @@ impl Command for Log {
 }
 
 impl Log {
+    /// The whole log, oldest first, as people read it (a write-then-rename is one change).
+    pub fn whole() -> Log {
+        Log {
+            path: None,
+            since: None,
+            session_id: None,
+            limit: i64::MAX,
+            after: None,
+            newest_first: false,
+            raw: false,
+        }
+    }
+
     pub(super) fn apply(self, d: &Daemon) -> Result<LogReply, ControlError> {
         let e = &d.turns;
         let rel = match &self.path {
