@@ -287,7 +287,8 @@ def test_the_agent_lists_and_takes_back_its_own_turn_through_rewindfs_mcp(cli: s
             run_gemini(ws, home, "TURN-2: take turn 1 back", models, session_id=session, resume=True)
         answers = mcp_texts(models.requests())
         assert "has 2 turn(s)" in answers and "TURN-1: make a file and build" in answers, answers
-        assert "changed: shell 1, tool 1" in answers, answers
+        # (the timeline's order: tool, shell, external, rewind, as `rewindfs ui` shows them)
+        assert "changed: tool 1, shell 1" in answers, answers
         assert "would restore 2 path(s)" in answers and "restored 2 path(s)" in answers, answers
         assert "A person would type: rewindfs rewind" in answers, answers
         assert not tree_diff(before, snapshot(str(ws), SKIP), "before turn 1", "after the agent's rewind")
