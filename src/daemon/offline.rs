@@ -55,7 +55,7 @@ impl crate::turns::KernelCache for NoKernel {
 /// store and the directory as it is: only requests that change nothing (the checkpoints, the
 /// log, `show`, `ls`, `diff`, a rewind's dry run). `Ok(None)` when a daemon holds the store.
 ///
-/// A recorder that begins no checkpoint ([`Recorder::reading`](crate::capture::Recorder::reading)) stands where the mount's
+/// A recorder that begins no checkpoint (`Recorder::reading`) stands where the mount's
 /// would; the store is held under its lock for this one request.
 ///
 /// # Errors
