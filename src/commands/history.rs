@@ -177,7 +177,7 @@ pub(crate) fn rewind(a: RewindArgs) -> anyhow::Result<ExitCode> {
         r.error = r.error.map(|e| explain_unknown(e, &uuid, false));
     }
     print_json_or(json, &r, |r| {
-        print_rewind(r, a.dry_run, &ws, Listing::of(a.list))
+        print_rewind(r, a.dry_run, &ws, Listing::of(a.list, Some(a.scope)))
     })?;
     Ok(if r.can_rewind {
         ExitCode::SUCCESS
@@ -285,7 +285,7 @@ pub(crate) fn undo_or_redo(way: Way, a: StackArgs) -> anyhow::Result<ExitCode> {
     };
     let ws = client.call(&Status {})?.workspace;
     print_json_or(json, &r, |r| {
-        print_stack(r, dry_run, &ws, Listing::of(list))
+        print_stack(r, dry_run, &ws, Listing::of(list, r.scope))
     })?;
     Ok(if r.can_rewind {
         ExitCode::SUCCESS

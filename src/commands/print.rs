@@ -449,12 +449,15 @@ pub(crate) fn print_changes(
         "{verb} {} file(s), +{insertions} -{deletions} lines",
         files.len()
     );
-    if list == Listing::Every || files.len() <= SUMMED_UP_OVER {
-        for f in files {
-            println!("  {}", shown(f, ws));
+    let scope = match list {
+        Listing::Summary(scope) if files.len() > SUMMED_UP_OVER => scope,
+        _ => {
+            for f in files {
+                println!("  {}", shown(f, ws));
+            }
+            return;
         }
-        return;
-    }
+    };
     // At a terminal, a long list is summed up: what the paths are now, the first of them,
     // and a file with every one.
     let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -469,7 +472,8 @@ pub(crate) fn print_changes(
         *kinds.entry(kind).or_default() += 1;
     }
     let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-    println!("  now: {}", kinds.join(", "));
+    let scope = scope.map_or(String::new(), |s| format!("scope {}; ", s.as_str()));
+    println!("  {scope}now: {}", kinds.join(", "));
     for f in files.iter().take(SHOWN_FIRST) {
         println!("  {}", shown(f, ws));
     }
@@ -487,19 +491,20 @@ pub(crate) fn print_changes(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Listing {
     Every,
-    /// More than [`SUMMED_UP_OVER`] paths: counts, the first few, and a file with them all.
-    Summary,
+    /// More than [`SUMMED_UP_OVER`] paths: the rewind's scope, what the paths are now, the
+    /// first few, and a file with them all.
+    Summary(Option<rewindfs::store::Scope>),
 }
 
 impl Listing {
     /// Every path when asked (`--list`) or not at a terminal (scripts read them), else a
-    /// summary.
-    pub(crate) fn of(list: bool) -> Listing {
+    /// summary naming `scope`.
+    pub(crate) fn of(list: bool, scope: Option<rewindfs::store::Scope>) -> Listing {
         use std::io::IsTerminal;
         if list || !std::io::stdout().is_terminal() {
             Listing::Every
         } else {
-            Listing::Summary
+            Listing::Summary(scope)
         }
     }
 }

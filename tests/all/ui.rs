@@ -420,7 +420,7 @@ fn a_long_rewind_shows_progress_and_a_summary_at_a_terminal_and_every_path_in_a_
     ));
     let s = t.expect(&["DONE-42"]);
     assert!(s.contains("changed 3001 file(s)"), "{s}");
-    assert!(s.contains("now: 3001 gone"), "{s}");
+    assert!(s.contains("scope all; now: 3001 gone"), "{s}");
     let listed = s
         .lines()
         .find_map(|l| l.split("every path is in ").nth(1))
