@@ -123,15 +123,25 @@ impl Turns {
         if self.store.checkpoint_began(uuid)? {
             return Err(BeginError::AlreadyBegan(uuid.to_string()));
         }
+        let t = std::time::Instant::now();
         self.recorder.close_spans(Some(session_id));
+        let closed = t.elapsed();
         // Data the kernel still holds (mmap pages) belongs to the previous checkpoint.
         self.kernel.flush();
-        self.recorder
+        let flushed = t.elapsed();
+        let seq = self
+            .recorder
             .begin(uuid, Some(session_id), CheckpointKind::Message)
             .map_err(|source| BeginError::Record {
                 uuid: uuid.to_string(),
                 source,
-            })
+            })?;
+        tracing::debug!(
+            "begin_message {uuid}: spans {closed:?}, flush {:?}, checkpoint {:?}",
+            flushed - closed,
+            t.elapsed() - flushed
+        );
+        Ok(seq)
     }
 
     /// A typed prompt of the plain CLI begins (its UserPromptSubmit hook: nothing of the turn

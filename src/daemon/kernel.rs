@@ -36,6 +36,8 @@ pub(super) struct FuseKernel {
     pub(super) core: Arc<Core>,
     /// The mount point.
     pub(super) dir: PathBuf,
+    /// Finds the files mapped for writing (each process's maps kept open between boundaries).
+    pub(super) mappings: sys::MappingScanner,
 }
 
 impl KernelCache for FuseKernel {
@@ -55,7 +57,7 @@ impl KernelCache for FuseKernel {
         let files: Vec<PathBuf> = self
             .dev
             .get()
-            .map(|dev| sys::shared_writable_mappings(*dev))
+            .map(|dev| self.mappings.shared_writable(*dev))
             .unwrap_or_default()
             .into_iter()
             .map(|(node, mapping)| match self.core.inodes.path(node) {

@@ -206,6 +206,7 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
         dev: std::sync::OnceLock::new(),
         core: core.clone(),
         dir: cfg.dir.clone(),
+        mappings: crate::sys::MappingScanner::default(),
     });
     let turns = Arc::new(Turns::new(recorder.clone(), store.clone(), kernel.clone()));
     let rewinder = Arc::new(Rewinder::new(

@@ -118,56 +118,107 @@ pub fn default_sigpipe() {
     }
 }
 
-/// The files on device `dev` that some process has mapped shared and writable: each file's
-/// inode number, and one such mapping, `/proc/PID/map_files/START-END` (opening that needs
-/// root). Asked of every process that can be asked; processes that go away meanwhile are
-/// skipped.
+/// Finds the files some process has mapped shared and writable (what a message boundary must
+/// write back first), keeping each process's `/proc/PID/maps` open from one scan to the next.
 ///
-/// Each process is asked with the `PROCMAP_QUERY` ioctl on its `/proc/PID/maps` (Linux >= 6.11),
-/// which filters the mappings in the kernel and formats no path: a process with no shared
-/// writable file mapping costs an open, one ioctl and a close. Reading the maps as text formats
-/// every mapping's path and was most of a message boundary's cost (2.6 ms of a `begin_message`
-/// with 70 processes, release build: `scripts/bench-begin.sh`). Older kernels read the text.
-pub fn shared_writable_mappings(dev: u64) -> Vec<(u64, PathBuf)> {
-    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    let mut query_works = true;
-    for e in procs.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
+/// Each process is asked with the `PROCMAP_QUERY` ioctl on its maps (Linux >= 6.11), which
+/// filters the mappings in the kernel and formats no path: a process with no shared writable
+/// file mapping costs one ioctl. Reading the maps as text formats every mapping's path, and
+/// opening them costs a procfs lookup: the two were most of a message boundary's cost (2.6 ms
+/// of a `begin_message` with 70 processes, release build: `scripts/bench-begin.sh`). Older
+/// kernels read the text.
+///
+/// Each kept file is keyed by the pid and the inode number `/proc` lists for it, which a new
+/// process under a reused pid does not share: a pid whose inode changed is opened afresh, and
+/// a kept file whose process has exited or exec'd fails the ioctl (ESRCH) and is opened afresh
+/// too, so a process is never answered for by another. A process with no memory to map
+/// (a kernel thread, a zombie), or whose maps cannot be read, is remembered as such under its
+/// inode and skipped: most of the pids of a machine are kernel threads.
+#[derive(Default)]
+pub struct MappingScanner {
+    /// By pid, for the processes of the last scan (at most [`MAPS_KEPT`]): their `/proc` inode
+    /// and their open maps (`None`: no memory map, or not readable).
+    kept: std::sync::Mutex<std::collections::HashMap<u32, (u64, Option<std::fs::File>)>>,
+}
+
+/// How many processes a [`MappingScanner`] remembers (the open-file limit is shared with the
+/// inode table: docs/design.md §6).
+const MAPS_KEPT: usize = 512;
+
+impl MappingScanner {
+    /// The files on device `dev` that some process has mapped shared and writable: each file's
+    /// inode number, and one such mapping, `/proc/PID/map_files/START-END` (opening that needs
+    /// root). Processes that cannot be asked, or go away meanwhile, are skipped.
+    pub fn shared_writable(&self, dev: u64) -> Vec<(u64, PathBuf)> {
+        use std::os::unix::fs::DirEntryExt;
+        let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return out;
         };
-        let found = if query_works {
-            match procmap_query_shared_writable(pid, major, minor) {
-                Ok(found) => found,
-                Err(e) if e.raw_os_error() == Some(libc::ENOTTY) => {
-                    query_works = false;
-                    maps_shared_writable(pid, major, minor)
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let mut alive = std::collections::HashMap::with_capacity(kept.len());
+        let mut query_works = true;
+        for e in procs.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let ino = e.ino();
+            let found = if query_works {
+                let mut asked = match kept.remove(&pid) {
+                    Some((i, None)) if i == ino => None,
+                    Some((i, Some(maps))) if i == ino => Some(maps),
+                    _ => Self::open(pid),
                 }
-                // Gone, or not ours to ask.
-                Err(_) => continue,
-            }
-        } else {
-            maps_shared_writable(pid, major, minor)
-        };
-        for (ino, start, end) in found {
-            if seen.insert(ino) {
-                // map_files names mappings by their unpadded addresses.
-                out.push((
-                    ino,
-                    PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")),
-                ));
+                .map(|maps| (procmap_query_shared_writable(&maps, major, minor), maps));
+                if matches!(&asked, Some((Err(e), _)) if e.raw_os_error() == Some(libc::ESRCH)) {
+                    // Kept for a process that exited or exec'd since, or a fresh open of a
+                    // process with no memory map: asked once more through a fresh open.
+                    asked = Self::open(pid)
+                        .map(|maps| (procmap_query_shared_writable(&maps, major, minor), maps));
+                }
+                match asked {
+                    Some((Ok(found), maps)) => {
+                        if alive.len() < MAPS_KEPT {
+                            alive.insert(pid, (ino, Some(maps)));
+                        }
+                        found
+                    }
+                    Some((Err(e), _)) if e.raw_os_error() == Some(libc::ENOTTY) => {
+                        query_works = false;
+                        maps_shared_writable(pid, major, minor)
+                    }
+                    // No memory map (ESRCH), or not ours to read: skipped while it lives.
+                    _ => {
+                        if alive.len() < MAPS_KEPT {
+                            alive.insert(pid, (ino, None));
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                maps_shared_writable(pid, major, minor)
+            };
+            for (ino, start, end) in found {
+                if seen.insert(ino) {
+                    // map_files names mappings by their unpadded addresses.
+                    out.push((
+                        ino,
+                        PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")),
+                    ));
+                }
             }
         }
+        // Processes no longer listed are closed with the old map.
+        *kept = alive;
+        out
     }
-    out
+
+    /// Process `pid`'s maps, if they can be opened.
+    fn open(pid: u32) -> Option<std::fs::File> {
+        std::fs::File::open(format!("/proc/{pid}/maps")).ok()
+    }
 }
 
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
@@ -201,19 +252,19 @@ const PROCMAP_QUERY_VMA_SHARED: u64 = 0x08;
 const PROCMAP_QUERY_COVERING_OR_NEXT_VMA: u64 = 0x10;
 const PROCMAP_QUERY_FILE_BACKED_VMA: u64 = 0x20;
 
-/// Process `pid`'s shared writable file mappings of device `major:minor`, as (inode, start,
-/// end), asked with `PROCMAP_QUERY`: the kernel skips every other mapping itself.
+/// The shared writable file mappings of device `major:minor` of the process whose open
+/// `/proc/PID/maps` is `maps`, as (inode, start, end), asked with `PROCMAP_QUERY`: the kernel
+/// skips every other mapping itself.
 ///
 /// # Errors
-/// `ENOTTY` when the kernel has no `PROCMAP_QUERY`; any error opening the maps (the process
-/// went away, or is not ours to read).
+/// `ENOTTY` when the kernel has no `PROCMAP_QUERY`; `ESRCH` when the process has exited or
+/// exec'd since `maps` was opened.
 #[allow(unsafe_code)]
 fn procmap_query_shared_writable(
-    pid: &str,
+    maps: &std::fs::File,
     major: u32,
     minor: u32,
 ) -> io::Result<Vec<(u64, u64, u64)>> {
-    let maps = std::fs::File::open(format!("/proc/{pid}/maps"))?;
     let mut found = Vec::new();
     let mut addr = 0u64;
     loop {
@@ -249,7 +300,7 @@ fn procmap_query_shared_writable(
 }
 
 /// [`procmap_query_shared_writable`] from the text of `/proc/PID/maps` (kernels before 6.11).
-fn maps_shared_writable(pid: &str, major: u32, minor: u32) -> Vec<(u64, u64, u64)> {
+fn maps_shared_writable(pid: u32, major: u32, minor: u32) -> Vec<(u64, u64, u64)> {
     let want = format!("{major:02x}:{minor:02x}");
     let mut found = Vec::new();
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
@@ -494,6 +545,14 @@ mod tests {
                 .unwrap(),
         );
         let meta = fs.metadata().unwrap();
+        // A scan before the mapping exists keeps this process's maps open; the scans after it
+        // ask through them.
+        let scanner = MappingScanner::default();
+        let before = scanner.shared_writable(meta.dev());
+        assert!(
+            !before.iter().any(|(ino, _)| *ino == meta.ino()),
+            "{before:?}"
+        );
         let map = |f: &std::fs::File, flags| {
             // SAFETY: a fresh mapping of 4096 bytes of an open file, unmapped below before
             // the file is closed; nothing reads or writes through it.
@@ -511,15 +570,14 @@ mod tests {
             p
         };
         let (ps, pp) = (map(&fs, libc::MAP_SHARED), map(&fp, libc::MAP_PRIVATE));
-        let found = shared_writable_mappings(meta.dev());
-        let pid = std::process::id().to_string();
-        let text = maps_shared_writable(
-            &pid,
-            rustix::fs::major(meta.dev()),
-            rustix::fs::minor(meta.dev()),
-        );
+        let first = scanner.shared_writable(meta.dev());
+        let found = scanner.shared_writable(meta.dev());
+        assert_eq!(first, found);
+        let pid = std::process::id();
         let (major, minor) = (rustix::fs::major(meta.dev()), rustix::fs::minor(meta.dev()));
-        let asked = procmap_query_shared_writable(&pid, major, minor);
+        let text = maps_shared_writable(pid, major, minor);
+        let maps = std::fs::File::open(format!("/proc/{pid}/maps")).unwrap();
+        let asked = procmap_query_shared_writable(&maps, major, minor);
         // SAFETY: the two mappings made above, each 4096 bytes, not used after this.
         unsafe {
             libc::munmap(ps, 4096);
@@ -543,5 +601,89 @@ mod tests {
             Ok(asked) => assert_eq!(asked, text),
             Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOTTY), "{e}"),
         }
+    }
+
+    /// Maps kept open for a process that has exited answer nothing: the scanner then opens the
+    /// pid's maps afresh, so a reused pid is never answered for by the old process.
+    #[test]
+    fn kept_maps_of_an_exited_process_answer_with_an_error() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let maps = std::fs::File::open(format!("/proc/{}/maps", child.id())).unwrap();
+        let alive = procmap_query_shared_writable(&maps, 0, 0);
+        if alive
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::ENOTTY))
+        {
+            eprintln!("skipped: no PROCMAP_QUERY on this kernel");
+            child.kill().unwrap();
+            return;
+        }
+        assert!(alive.is_ok(), "{alive:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone = procmap_query_shared_writable(&maps, 0, 0);
+        assert!(gone.is_err(), "{gone:?}");
+    }
+
+    /// A pid the scanner remembered as having no memory map (a zombie) and that a new process
+    /// takes, mapping a file for writing, is asked afresh: its mapping is found.
+    #[test]
+    fn a_reused_pid_is_asked_afresh() {
+        use std::io::BufRead;
+        if !rustix::process::geteuid().is_root() {
+            assert!(std::env::var_os("CI").is_none(), "needs root under CI");
+            eprintln!("skipped: needs root (ns_last_pid)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mapped");
+        std::fs::write(&file, [0u8; 4096]).unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        let scanner = MappingScanner::default();
+        // Other processes may take the pid first: a few tries.
+        for _ in 0..20 {
+            // A zombie: exited, not yet waited for.
+            let mut zombie = std::process::Command::new("true").spawn().unwrap();
+            let pid = zombie.id();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let before = scanner.shared_writable(meta.dev());
+            assert!(
+                !before.iter().any(|(ino, _)| *ino == meta.ino()),
+                "{before:?}"
+            );
+            assert!(
+                matches!(scanner.kept.lock().unwrap().get(&pid), Some((_, None))),
+                "the zombie is remembered as having no map"
+            );
+            zombie.wait().unwrap();
+            std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+            let mut child = std::process::Command::new("python3")
+                .args([
+                    "-c",
+                    "import mmap,sys,time; f=open(sys.argv[1],'r+b'); m=mmap.mmap(f.fileno(),4096); \
+                     print('mapped',flush=True); time.sleep(30)",
+                ])
+                .arg(&file)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let reused = child.id() == pid;
+            let found = scanner.shared_writable(meta.dev());
+            child.kill().unwrap();
+            child.wait().unwrap();
+            if !reused {
+                continue;
+            }
+            assert!(found.iter().any(|(ino, _)| *ino == meta.ino()), "{found:?}");
+            return;
+        }
+        panic!("no pid was reused in 20 tries");
     }
 }
