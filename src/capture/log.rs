@@ -45,6 +45,9 @@ const REWIND_FLUSH_INLINE_AT: usize = 8 * 1024;
 /// not: the journal's hard bound (while a rewind plans, nothing else flushes inline).
 const LOG_FLUSH_HARD_AT: usize = 4 * LOG_FLUSH_INLINE_AT;
 
+/// How often the flusher checkpoints the store's WAL ([`crate::store::Store::checkpoint_wal_aside`]).
+const WAL_CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
 /// Whether a change that leaves `pending` journal records applies them itself: `rewinder`,
 /// it is a rewind's own; `watching`, a rewind runs (plans or applies).
 fn flush_inline(pending: usize, rewinder: bool, watching: bool) -> bool {
@@ -78,6 +81,7 @@ impl Recorder {
     /// changes ask for it, until `stop` is set (checked at each wake-up). Runs on its own
     /// thread, so SQLite stays off the FUSE request path.
     pub fn run_flusher(&self, every: Duration, stop: &AtomicBool) {
+        let mut checkpointed = Instant::now();
         loop {
             {
                 let wanted = self.log.flush_wanted.locked();
@@ -89,6 +93,18 @@ impl Recorder {
                 *wanted = false;
             }
             self.flush_log();
+            // The WAL is checkpointed here, aside, rather than by whichever commit fills it: a
+            // message boundary's commit used to pay for the checkpoint's fsync now and then.
+            if checkpointed.elapsed() >= WAL_CHECKPOINT_EVERY {
+                checkpointed = Instant::now();
+                match self.store.checkpoint_wal_aside() {
+                    Ok((pages, done)) => tracing::trace!(
+                        "WAL checkpointed: {done} of {pages} pages in {:?}",
+                        checkpointed.elapsed()
+                    ),
+                    Err(e) => tracing::warn!("checkpointing the store's WAL: {e}"),
+                }
+            }
             if self.log.trim_wanted.swap(false, Ordering::Relaxed) {
                 let t = Instant::now();
                 sys::trim_heap();

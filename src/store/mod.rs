@@ -58,10 +58,12 @@ mod rewinds;
 mod sql;
 mod time;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rusqlite::Connection;
+
+use crate::locks::Locked;
 
 pub use self::adoption::Adoptions;
 use self::apply::Pending;
@@ -94,7 +96,17 @@ pub struct Store {
     pending: Mutex<Pending>,
     /// The blob directory, `<store>/blobs`.
     pub blobs: Blobs,
+    /// The database file, and a second connection to it that only checkpoints the WAL, from
+    /// the daemon's flusher ([`Store::checkpoint_wal_aside`]); opened at the first call.
+    db: PathBuf,
+    checkpointer: Mutex<Option<Connection>>,
 }
+
+/// The WAL size, in pages, at which a commit on the main connection checkpoints it itself once
+/// the flusher checkpoints aside ([`Store::checkpoint_wal_aside`]): a safety net against a WAL
+/// that grows without bound, never reached while the flusher runs (SQLite's default, 1,000
+/// pages, made one `begin_message` in about 80 wait for a checkpoint's fsync: 16-20 ms).
+const WAL_AUTOCHECKPOINT_FALLBACK: i64 = 16_000;
 
 impl Store {
     /// Opens (creating) the store in `dir`, applying migrations.
@@ -133,6 +145,33 @@ impl Store {
             applying: Mutex::new(()),
             pending: Mutex::new(pending),
             blobs,
+            db,
+            checkpointer: Mutex::new(None),
         })
+    }
+
+    /// Copies what the WAL holds into the database from a connection of its own (a passive
+    /// checkpoint: it waits for no reader or writer, and none waits for it), so the commits
+    /// of message boundaries and captures never pay for one. The first call lets the main
+    /// connection checkpoint only past [`WAL_AUTOCHECKPOINT_FALLBACK`] pages. Returns the
+    /// WAL's pages and how many of them are now in the database.
+    ///
+    /// # Errors
+    /// SQLite errors (the main connection then keeps checkpointing by itself).
+    pub fn checkpoint_wal_aside(&self) -> Result<(i64, i64)> {
+        let mut aside = self.checkpointer.locked();
+        if aside.is_none() {
+            let c = Connection::open(&self.db)?;
+            self.conn_only(|main| {
+                main.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_FALLBACK)
+            })?;
+            *aside = Some(c);
+        }
+        let Some(c) = aside.as_ref() else {
+            unreachable!("opened above")
+        };
+        Ok(c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })?)
     }
 }

@@ -619,7 +619,10 @@ mod tests {
         {
             child.kill().unwrap();
             child.wait().unwrap();
-            assert!(std::env::var_os("CI").is_none(), "needs PROCMAP_QUERY under CI");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs PROCMAP_QUERY under CI"
+            );
             eprintln!("skipped: no PROCMAP_QUERY on this kernel");
             return;
         }
