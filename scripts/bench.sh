@@ -58,6 +58,8 @@
 #   stat-100k     find -printf of 100k empty files in 100 dirs, dentries and inodes dropped
 #                 first (each stat'ed; the daemon then holds 100k inodes: its RSS after it is
 #                 reported; quick: 10k)
+#   rewind-300    the same for 300 files in 3 dirs, the size of an agent's bad turn (issue 33:
+#                 at most 100 ms end to end, the CLI's process included)
 #   rewind-10k    restoring 10k files changed since a checkpoint: rewindfs rewind --scope all,
 #                 against native `rm -rf` + `cp -a` of a backup copy (quick: 1k)
 # A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
@@ -93,7 +95,7 @@
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
-  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-10k)
+  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-300 rewind-10k)
 DROP_BEFORE=" seq-read rand-read "
 DROP_DENTRIES_BEFORE=" stat-100k "
 PEERS=(bindfs fuse-overlayfs)
@@ -709,28 +711,34 @@ wl_stat-100k() {
 }
 
 # Native: the nearest equivalent of a rewind, restoring the files from a backup copy.
-prep_rewind-10k() {
-  rm -rf rw
-  python3 "$RUN/bio.py" many rw "$N_REWIND" 100 "version one of file {i}\n"
+# rewind_prep NAME COUNT DIRS; rewind_run NAME.
+rewind_prep() {
+  local d=$1 n=$2 dirs=$3
+  rm -rf "$d"
+  python3 "$RUN/bio.py" many "$d" "$n" "$dirs" "version one of file {i}\n"
   if [ "$PWD" = "$(workdir rewindfs)" ]; then
-    uuid >"$RUN/rw.uuid"
-    "$BIN" checkpoint "$(cat "$RUN/rw.uuid")" --session bench-rewind --socket "$SOCK" >/dev/null
+    uuid >"$RUN/$d.uuid"
+    "$BIN" checkpoint "$(cat "$RUN/$d.uuid")" --session "bench-$d" --socket "$SOCK" >/dev/null
   else
-    rm -rf "$DATA/rw.$(basename "$(dirname "$PWD")")"
-    cp -a rw "$DATA/rw.$(basename "$(dirname "$PWD")")"
+    rm -rf "$DATA/$d.$(basename "$(dirname "$PWD")")"
+    cp -a "$d" "$DATA/$d.$(basename "$(dirname "$PWD")")"
   fi
-  python3 "$RUN/bio.py" many rw "$N_REWIND" 100 "version two of file {i}, a little longer\n"
+  python3 "$RUN/bio.py" many "$d" "$n" "$dirs" "version two of file {i}, a little longer\n"
 }
-wl_rewind-10k() {
-  local t; t=$EPOCHREALTIME
+rewind_run() {
+  local d=$1 t; t=$EPOCHREALTIME
   if [ "$PWD" = "$(workdir rewindfs)" ]; then
-    "$BIN" rewind "$(cat "$RUN/rw.uuid")" --scope all --socket "$SOCK" >/dev/null
+    "$BIN" rewind "$(cat "$RUN/$d.uuid")" --scope all --socket "$SOCK" >/dev/null
   else
-    rm -rf rw && cp -a "$DATA/rw.$(basename "$(dirname "$PWD")")" rw
+    rm -rf "$d" && cp -a "$DATA/$d.$(basename "$(dirname "$PWD")")" "$d"
   fi
   since "$t"
-  grep -q "version one of file 0" rw/d000/f000000
+  grep -q "version one of file 0" "$d"/d000/f000000
 }
+prep_rewind-10k() { rewind_prep rw "$N_REWIND" 100; }
+wl_rewind-10k() { rewind_run rw; }
+prep_rewind-300() { rewind_prep rw300 300 3; }
+wl_rewind-300() { rewind_run rw300; }
 
 # The last selected workload using a big file frees it afterwards (untimed): the image has
 # to hold every target's copy.
