@@ -105,7 +105,7 @@ fn applied<T>(
     quiet: bool,
     work: impl FnOnce(&mut Client) -> Result<T, rewindfs::control::client::ClientError>,
 ) -> Result<T, rewindfs::control::client::ClientError> {
-    use super::progress::{Unit, metered};
+    use super::progress::{Unit, can_show, metered};
     let count = |c: &mut Client| {
         c.call(&Log {
             limit: 1,
@@ -115,7 +115,9 @@ fn applied<T>(
         .ok()
         .map(|r| r.total)
     };
-    let mut second = (!quiet)
+    // Only where the meter can show: counting the log is not free (it used to hold up every
+    // rewind, even in a pipe, by the time the daemon took to count a large log).
+    let mut second = can_show(quiet)
         .then(|| Client::connect(client.path()).ok())
         .flatten();
     let base = second.as_mut().and_then(count);

@@ -50,7 +50,7 @@ pub(crate) struct Meter {
 impl Meter {
     /// A meter for `what` (e.g. "exporting"), unless `quiet` or stderr is not a terminal.
     pub(crate) fn new(what: &str, unit: Unit, total: Option<u64>, quiet: bool) -> Meter {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = can_show(quiet).then(|| {
             let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden());
             let template = match (unit, total) {
                 (Unit::Bytes, Some(_)) => {
@@ -114,6 +114,12 @@ impl Meter {
             bar.finish_and_clear();
         }
     }
+}
+
+/// Whether a meter can show: not `quiet`, and stderr is a terminal. Work that costs something
+/// only to feed a meter (a second connection, a count of the change log) asks this first.
+pub(crate) fn can_show(quiet: bool) -> bool {
+    !quiet && std::io::stderr().is_terminal()
 }
 
 /// A reading of the work's progress: how much is done, and the total when it is known.

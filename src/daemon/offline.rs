@@ -32,7 +32,7 @@ pub fn history_offline(store_dir: &Path) -> anyhow::Result<Option<(CheckpointLis
     };
     let store = Store::open(store_dir, false)?;
     let list = CheckpointList::read(&store, None)?;
-    let all = store.checkpoints(None)?;
+    let all = store.checkpoint_rows()?;
     let req = Log::whole();
     let (entries, total) = store.log(&LogQuery {
         path: None,

@@ -48,24 +48,42 @@ impl Store {
     /// The change-log entries `q` selects, oldest first, and how many match its filter in
     /// all (without its limit and cursor).
     pub fn log(&self, q: &LogQuery<'_>) -> Result<(Vec<LogEntry>, i64)> {
-        const FILTER: &str = "(?1 IS NULL OR path = ?1 OR path2 = ?1
+        // Without `--since`, the checkpoint term is written `+checkpoint` so that SQLite cannot
+        // choose its index: it would then sort the whole log to return the newest entry (50 ms
+        // for 62k entries, at every reading of a rewind's meter) where walking the table from
+        // its end stops at the first.
+        let filter = format!(
+            "(?1 IS NULL OR path = ?1 OR path2 = ?1
                 OR substr(path, 1, length(?1) + 1) = CAST(?1 AS BLOB) || X'2F')
-             AND checkpoint >= ?2 AND (?5 IS NULL OR session = ?5)";
+             AND {}checkpoint >= ?2 AND (?5 IS NULL OR session = ?5)",
+            if q.since_checkpoint.is_some() {
+                ""
+            } else {
+                "+"
+            }
+        );
+        let filter = filter.as_str();
         let since = q.since_checkpoint.unwrap_or(i64::MIN);
         self.with(|c| {
-            let total: i64 = c.query_row(
-                &format!("SELECT count(*) FROM changes WHERE {FILTER}"),
-                params![q.path, since, None::<i64>, None::<i64>, q.session],
-                |r| r.get(0),
-            )?;
+            // Unfiltered, SQLite counts the table's b-tree without reading its rows (the filter
+            // would be evaluated row by row: 125 ms for 62k entries, asked by every meter).
+            let total: i64 = if q.path.is_none() && q.since_checkpoint.is_none() && q.session.is_none() {
+                c.query_row("SELECT count(*) FROM changes", [], |r| r.get(0))?
+            } else {
+                c.query_row(
+                    &format!("SELECT count(*) FROM changes WHERE {filter}"),
+                    params![q.path, since, None::<i64>, None::<i64>, q.session],
+                    |r| r.get(0),
+                )?
+            };
             let sql = match q.after {
                 // The oldest `limit` after the cursor.
                 Some(_) => format!(
-                    "SELECT {LOG_COLS} FROM changes WHERE {FILTER} AND seq > ?3 ORDER BY seq LIMIT ?4"
+                    "SELECT {LOG_COLS} FROM changes WHERE {filter} AND seq > ?3 ORDER BY seq LIMIT ?4"
                 ),
                 // The newest `limit`, oldest first.
                 None => format!(
-                    "SELECT {LOG_COLS} FROM (SELECT * FROM changes WHERE {FILTER} AND ?3 IS NULL
+                    "SELECT {LOG_COLS} FROM (SELECT * FROM changes WHERE {filter} AND ?3 IS NULL
                      ORDER BY seq DESC LIMIT ?4) ORDER BY seq"
                 ),
             };

@@ -120,6 +120,19 @@ impl Store {
     }
 
     /// The checkpoints (of one session, or all), oldest first, with their counts.
+    /// Every checkpoint not dropped, oldest first, without what each captured (what the log
+    /// needs to name an entry's checkpoint: counting captures for each was most of the time
+    /// of a `log --limit 1`).
+    pub fn checkpoint_rows(&self) -> Result<Vec<Checkpoint>> {
+        self.with(|c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE dropped_at IS NULL ORDER BY seq"
+            ))?;
+            let rows = st.query_map([], row_checkpoint)?;
+            rows.collect()
+        })
+    }
+
     pub fn checkpoints(&self, session: Option<&str>) -> Result<Vec<CheckpointSummary>> {
         self.with(|c| {
             let mut st = c.prepare(

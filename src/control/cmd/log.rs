@@ -143,7 +143,7 @@ impl Log {
                 session: self.session_id.as_deref(),
             },
         )?;
-        let all = e.checkpoints(None)?;
+        let all = e.store().checkpoint_rows()?;
         Ok(LogReply::of(entries, total, &all, &self))
     }
 }
@@ -155,7 +155,7 @@ impl LogReply {
     pub fn of(
         entries: Vec<crate::store::LogEntry>,
         total: i64,
-        all: &[crate::store::CheckpointSummary],
+        all: &[crate::store::Checkpoint],
         req: &Log,
     ) -> LogReply {
         let returned = entries.len() as i64;
@@ -164,16 +164,13 @@ impl LogReply {
             None => returned < total,
             Some(_) => returned == req.limit && last_seq.is_some(),
         };
-        let cps: HashMap<i64, String> = all
-            .iter()
-            .map(|c| (c.checkpoint.seq, c.checkpoint.uuid.clone()))
-            .collect();
+        let cps: HashMap<i64, String> = all.iter().map(|c| (c.seq, c.uuid.clone())).collect();
         // An entry of a session shows under that session's checkpoint at the time (captures go
         // to the checkpoint that began last, which may be another session's).
         let mut by_session: HashMap<&str, Vec<i64>> = HashMap::new();
         for c in all {
-            if let Some(s) = c.checkpoint.session_id.as_deref() {
-                by_session.entry(s).or_default().push(c.checkpoint.seq);
+            if let Some(s) = c.session_id.as_deref() {
+                by_session.entry(s).or_default().push(c.seq);
             }
         }
         let shown_checkpoint = |seq: i64, session: Option<&str>| {
