@@ -153,7 +153,7 @@ impl Store {
     /// Copies what the WAL holds into the database from a connection of its own (a passive
     /// checkpoint: it waits for no reader or writer, and none waits for it), so the commits
     /// of message boundaries and captures never pay for one. The first call lets the main
-    /// connection checkpoint only past [`WAL_AUTOCHECKPOINT_FALLBACK`] pages. Returns the
+    /// connection checkpoint only past `WAL_AUTOCHECKPOINT_FALLBACK` pages. Returns the
     /// WAL's pages and how many of them are now in the database.
     ///
     /// # Errors
