@@ -97,7 +97,8 @@ pub struct Store {
     /// The blob directory, `<store>/blobs`.
     pub blobs: Blobs,
     /// The database file, and a second connection to it that only checkpoints the WAL, from
-    /// the daemon's flusher ([`Store::checkpoint_wal_aside`]); opened at the first call.
+    /// the daemon's flusher ([`Store::checkpoint_wal_aside`]); opened at the first call. Lock
+    /// order: `checkpointer` → `conn`.
     db: PathBuf,
     checkpointer: Mutex<Option<Connection>>,
 }
