@@ -182,6 +182,12 @@ pub struct MountArgs {
     /// Register this pid as the agent (its writes are `tool`, its children's `shell`).
     #[arg(long)]
     pub agent_pid: Option<u32>,
+    /// Let the kernel read files straight from the backing filesystem (FUSE passthrough,
+    /// Linux >= 6.9, as root). Cold and random reads of large files get as fast as native;
+    /// every open then costs a round trip to the daemon, so a warm `grep -r` over many small
+    /// files gets slower. Writes always go through the daemon, which saves pre-images.
+    #[arg(long, env = "REWINDFS_PASSTHROUGH")]
+    pub passthrough: bool,
     /// fsync every pre-image before the change it protects (survives power loss, slower).
     #[arg(long)]
     pub sync: bool,
@@ -602,6 +608,7 @@ impl MountArgs {
             ttl: self.ttl,
             io_uring: self.io_uring.into(),
             agent_pid: self.agent_pid,
+            passthrough: self.passthrough,
             sync: self.sync,
             retention: Retention::parse(&self.max_store_bytes, &self.max_age)?,
             range_capture_min: parse_size(&self.range_capture_min)?.unwrap_or(u64::MAX),

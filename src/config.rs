@@ -41,6 +41,8 @@ pub struct MountConfig {
     pub ttl: Duration,
     pub io_uring: IoUring,
     pub agent_pid: Option<u32>,
+    /// Pass reads through to the backing files (`fs/opens.rs`).
+    pub passthrough: bool,
     pub sync: bool,
     pub retention: crate::retention::Retention,
     /// Files larger than this get range pre-images (`u64::MAX`: none do).
@@ -118,6 +120,8 @@ pub struct MountRequest {
     pub ttl: f64,
     pub io_uring: IoUring,
     pub agent_pid: Option<u32>,
+    /// Pass reads through to the backing files (`fs/opens.rs`).
+    pub passthrough: bool,
     pub sync: bool,
     pub retention: crate::retention::Retention,
     /// Files larger than this get range pre-images (`u64::MAX`: none do).
@@ -136,6 +140,7 @@ impl MountRequest {
             ttl: 60.0,
             io_uring: IoUring::Auto,
             agent_pid: None,
+            passthrough: false,
             sync: false,
             retention: crate::retention::Retention::default(),
             range_capture_min: crate::capture::DEFAULT_RANGE_CAPTURE_MIN,
@@ -158,6 +163,7 @@ impl MountRequest {
             ttl,
             io_uring,
             agent_pid,
+            passthrough,
             sync,
             retention,
             range_capture_min,
@@ -231,6 +237,7 @@ impl MountRequest {
             ttl: Duration::from_secs_f64(ttl),
             io_uring,
             agent_pid,
+            passthrough,
             sync,
             retention,
             range_capture_min,

@@ -88,6 +88,9 @@ pub struct Counts {
 pub trait KernelCache: Send + Sync {
     /// Writes back dirty data (mmap pages) so it reaches the daemon now.
     fn flush(&self);
+    /// After a message's checkpoint began, before the boundary answers: saves what writes the
+    /// daemon will not see may change (files open for writing through passthrough).
+    fn after_boundary(&self) {}
 }
 
 /// The session and turn bookkeeping of one mount.
@@ -136,6 +139,7 @@ impl Turns {
                 uuid: uuid.to_string(),
                 source,
             })?;
+        self.kernel.after_boundary();
         tracing::debug!(
             "begin_message {uuid}: spans {closed:?}, flush {:?}, checkpoint {:?}",
             flushed - closed,
@@ -170,7 +174,8 @@ impl Turns {
         }
         self.recorder.close_spans(Some(session_id));
         self.kernel.flush();
-        self.recorder
+        let seq = self
+            .recorder
             .begin_for(
                 &prompt.prompt_id,
                 Some(session_id),
@@ -180,7 +185,9 @@ impl Turns {
             .map_err(|source| BeginError::Record {
                 uuid: prompt.prompt_id.clone(),
                 source,
-            })
+            })?;
+        self.kernel.after_boundary();
+        Ok(seq)
     }
 
     /// The seq of `uuid` if it is the current checkpoint of the mount or of `session_id`.

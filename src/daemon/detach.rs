@@ -45,6 +45,9 @@ pub fn spawn_detached(cfg: &MountConfig) -> anyhow::Result<()> {
     if cfg.sync {
         cmd.arg("--sync");
     }
+    if cfg.passthrough {
+        cmd.arg("--passthrough");
+    }
     cmd.arg("--range-capture-min")
         .arg(if cfg.range_capture_min == u64::MAX {
             "0".to_string()

@@ -41,6 +41,10 @@ pub(super) struct FuseKernel {
 }
 
 impl KernelCache for FuseKernel {
+    fn after_boundary(&self) {
+        self.core.capture_open_writers();
+    }
+
     fn flush(&self) {
         if !self.mounted.load(std::sync::atomic::Ordering::Acquire) {
             return;

@@ -80,7 +80,13 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
     let parts = open(&cfg)?;
     let policy = cfg.retention;
     gc_pass(&parts.rewinder, &policy, true);
-    let fs = RewindFs::new(parts.core.clone(), CacheConfig { ttl: cfg.ttl });
+    let fs = RewindFs::new(
+        parts.core.clone(),
+        CacheConfig {
+            ttl: cfg.ttl,
+            passthrough: cfg.passthrough,
+        },
+    );
 
     // SIGTERM and SIGINT are taken over before the socket and the mount appear: a signal sent
     // as soon as they are seen unmounts cleanly instead of killing the process (which left

@@ -103,6 +103,8 @@ pub struct Core {
     /// table: no write that found the file by its name lands after the store took the inode
     /// (the removal protocol: `remove.rs`).
     pub(super) removing: RwLock<()>,
+    /// Opens answered under `--passthrough` and their modes (`opens.rs`; empty without it).
+    pub opens: super::Opens,
     /// Fault injection for tests only ([`crate::faults::hold_named_write`]; `None` in a
     /// build without the `fault-injection` feature).
     pub(super) hold_named_write: Option<std::time::Duration>,
@@ -126,6 +128,7 @@ impl Core {
             files: NodeFiles::default(),
             nameless: Mutex::new(()),
             removing: RwLock::new(()),
+            opens: super::Opens::default(),
             hold_named_write: crate::faults::hold_named_write(),
         })
     }
@@ -235,6 +238,46 @@ impl Core {
             // The node is gone, and its fd with it.
             self.drop_file(ino);
         }
+    }
+
+    /// Saves node `ino`'s whole pre-image in the current checkpoint, as before a change of all
+    /// of it, and logs a write by `ctx`: for an open the kernel serves without the daemon
+    /// (`opens.rs`). A file with no name left is refused (ETXTBSY): its inode may be the
+    /// store's pre-image, which a write the daemon does not see would change.
+    pub fn capture_whole(&self, ctx: &Ctx, ino: u64) -> io::Result<()> {
+        let t = self.for_change(ino)?;
+        let Some(p) = &t.path else {
+            tracing::warn!(
+                "node {ino}: a file with no name left cannot be opened for writing while \
+                 another process reads it (--passthrough); refused with ETXTBSY"
+            );
+            return Err(err(libc::ETXTBSY));
+        };
+        let permit = self.before_node(ctx, Op::Write, ino, p, None, Some(t.file.fd.as_fd()))?;
+        drop(permit);
+        self.after(ctx, Op::Write, p, None);
+        Ok(())
+    }
+
+    /// At a message boundary, after the new checkpoint began: saves the whole pre-image of
+    /// every file open for writing through passthrough (`opens.rs`: the daemon sees none of
+    /// their writes, so each must be saved before it could need it). A failure is logged: the
+    /// boundary goes on, and the file's writes in this checkpoint lack a pre-image.
+    pub fn capture_open_writers(&self) {
+        for (ino, ctx) in self.opens.writers() {
+            if let Err(e) = self.capture_whole(&ctx, ino) {
+                tracing::error!(
+                    "node {ino}: could not save the pre-image of a file open for writing \
+                     through passthrough at a message boundary ({e}); a rewind to this message \
+                     cannot restore it"
+                );
+            }
+        }
+    }
+
+    /// Whether node `ino` is known (looked up and not forgotten).
+    pub fn knows(&self, ino: u64) -> bool {
+        self.inodes.key(ino).is_some()
     }
 
     pub fn getattr(&self, ino: u64) -> io::Result<Stat> {

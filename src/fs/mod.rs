@@ -9,24 +9,29 @@ mod files;
 pub mod inodes;
 mod node_file;
 mod node_files;
+mod opens;
 mod remove;
 mod xattr;
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use rustix::fs::Stat;
 
 pub use self::core::{Core, Ctx, SetAttr};
+use self::opens::Grant;
+pub use self::opens::Opens;
 
 /// The one place an `io::Error` becomes an errno: the real errno passes through unchanged, and
 /// only an error without one becomes `EIO`.
@@ -45,17 +50,28 @@ const READDIRPLUS_BATCH: usize = 256;
 pub struct CacheConfig {
     /// How long the kernel may trust attributes and entries.
     pub ttl: Duration,
+    /// Answer OPEN and pass reads through to the backing file (`--passthrough`, see
+    /// `opens.rs`); otherwise OPEN is declined.
+    pub passthrough: bool,
 }
 
 /// The mounted filesystem.
 pub struct RewindFs {
     pub core: Arc<Core>,
     cache: CacheConfig,
+    /// Whether OPEN is answered (`--passthrough` on a kernel that offers it; the open-mode
+    /// table is `Core::opens`).
+    passthrough: bool,
 }
 
 impl RewindFs {
     pub fn new(core: Arc<Core>, cache: CacheConfig) -> Self {
-        RewindFs { core, cache }
+        let passthrough = cache.passthrough;
+        RewindFs {
+            core,
+            cache,
+            passthrough,
+        }
     }
 }
 
@@ -141,6 +157,31 @@ fn negative_attr() -> FileAttr {
     }
 }
 
+/// Asks the kernel for passthrough (Linux >= 6.9; registering a backing file needs
+/// CAP_SYS_ADMIN, so as root only). False where it cannot be had: OPEN is then declined, as
+/// without `--passthrough`, and the mount works as it always did.
+fn passthrough_init(config: &mut KernelConfig) -> bool {
+    if crate::sys::geteuid() != 0 {
+        tracing::warn!(
+            "--passthrough: not root (registering a backing file needs CAP_SYS_ADMIN); every \
+             read goes through the daemon"
+        );
+        return false;
+    }
+    if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+        tracing::warn!(
+            "--passthrough: this kernel does not offer FUSE passthrough (Linux >= 6.9; missing \
+             {missing:?}); every read goes through the daemon"
+        );
+        return false;
+    }
+    // 1: backing files on a filesystem that is not stacked itself (ext4, xfs, btrfs, tmpfs).
+    // One on overlayfs is refused when registered, and that file is then read through the
+    // daemon (`Opens::open`); the mount itself can still be stacked under an overlayfs.
+    let _ = config.set_max_stack_depth(1);
+    true
+}
+
 fn set_time(t: Option<TimeOrNow>) -> crate::sys::SetTime {
     t.map(|t| match t {
         TimeOrNow::Now => None,
@@ -180,6 +221,9 @@ impl Filesystem for RewindFs {
         ] {
             let _ = config.add_capabilities(flag);
         }
+        if self.passthrough {
+            self.passthrough = passthrough_init(config);
+        }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
@@ -203,6 +247,9 @@ impl Filesystem for RewindFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.core.forget(ino.0, nlookup);
+        if !self.core.knows(ino.0) {
+            self.core.opens.forget(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -359,14 +406,67 @@ impl Filesystem for RewindFs {
         }
     }
 
-    /// Declined, as OPENDIR is: the kernel then opens files itself (every later open too),
-    /// sending neither OPEN nor RELEASE, and keeps their cached pages across opens. A warm
-    /// `grep -r` then sends nothing at all, where it sent two round trips per file. Reads and
-    /// writes come by node, with no handle (see `Core::node_file`); a truncating open comes as
-    /// a truncate (hence no `FUSE_ATOMIC_O_TRUNC`, which would leave the truncate to an OPEN
-    /// that is never sent).
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(Errno::from_i32(libc::ENOSYS));
+    /// Declined, as OPENDIR is (unless `--passthrough`): the kernel then opens files itself
+    /// (every later open too), sending neither OPEN nor RELEASE, and keeps their cached pages
+    /// across opens. A warm `grep -r` then sends nothing at all, where it sent two round trips
+    /// per file. Reads and writes come by node, with no handle (see `Core::node_file`); a
+    /// truncating open comes as a truncate (hence no `FUSE_ATOMIC_O_TRUNC`, which would leave
+    /// the truncate to an OPEN that is never sent; with `--passthrough` the kernel still sends
+    /// the truncate after the OPEN).
+    ///
+    /// With `--passthrough`, answered by the open-mode table (`opens.rs`): a reader is served
+    /// by the kernel from the backing file, a writer comes here as before. The handle only
+    /// carries the mode to the RELEASE.
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if !self.passthrough {
+            return reply.error(Errno::from_i32(libc::ENOSYS));
+        }
+        let opens = &self.core.opens;
+        let send = |reply: ReplyOpen, grant: Grant<'_>| {
+            let fh = FileHandle(grant.mode().fh());
+            match grant {
+                Grant::Passthrough(_, b) => reply.opened_passthrough(fh, FopenFlags::empty(), b),
+                Grant::Cached { keep_cache } => {
+                    let flags = if keep_cache {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    } else {
+                        FopenFlags::empty()
+                    };
+                    reply.opened(fh, flags)
+                }
+            }
+        };
+        if flags.0 & libc::O_ACCMODE == libc::O_RDONLY {
+            let backing = |reply: &ReplyOpen| {
+                let f = self.core.node_file(ino.0, false)?;
+                reply.open_backing(f.fd.as_fd())
+            };
+            return opens.open_reader(ino.0, reply, backing, send);
+        }
+        let ctx = ctx(req);
+        if let Some(grant) = opens.open_writer(ino.0, ctx) {
+            return send(reply, grant);
+        }
+        let captured = self.core.capture_whole(&ctx, ino.0);
+        opens.writer_captured(ino.0, captured, reply, |reply, g| match g {
+            Ok(g) => send(reply, g),
+            Err(e) => reply.error(errno_of(&e)),
+        })
+    }
+
+    /// Sent only for an open answered by `open` (`--passthrough`).
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.core.opens.release(ino.0, fh.0);
+        reply.ok();
     }
 
     fn read(

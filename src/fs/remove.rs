@@ -53,6 +53,17 @@ impl Core {
         st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1
     }
 
+    /// Whether the file of `st` is open for writing through passthrough (`opens.rs`), or about
+    /// to be: its inode must not become the store's pre-image, as that writer would change it
+    /// without the daemon seeing. Asked holding `removing` exclusive, so no writer can begin
+    /// after the answer (its pre-image is saved under `removing` shared, and one that finds the
+    /// file nameless is refused).
+    fn written_past_daemon(&self, st: &Stat) -> bool {
+        self.inodes
+            .ino_of(st)
+            .is_some_and(|ino| self.opens.has_writers(ino))
+    }
+
     /// The node of `st`, a file about to lose a name, if the kernel holds one and the file may
     /// be left with no name it knows: a regular file with one name, or whose other names were
     /// never looked up. Its fd is pinned before the name goes (see [`Core::pin`]), as the
@@ -114,19 +125,20 @@ impl Core {
             return Err(err(libc::EISDIR));
         }
         let op = if is_dir { Op::Rmdir } else { Op::Unlink };
+        let single = !is_dir && Self::is_last_name(&st);
+        // Until the name is gone from the table (see `Core::removing`).
+        let _exclusive = single.then(|| self.removing.exclusive());
         let change = Change {
             op,
             path: &p,
             path2: None,
             aliases: &[],
-            last_name: !is_dir && Self::is_last_name(&st),
+            last_name: single && !self.written_past_daemon(&st),
             range: None,
             file: None,
             gone: Some(&st),
         };
         let victim = self.victim(&st);
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
             sys::unlinkat(self.root(), p.as_path(), is_dir)
         })?;
@@ -158,12 +170,15 @@ impl Core {
         let same_file = dst
             .as_ref()
             .is_some_and(|d| (d.st_dev, d.st_ino) == (src.st_dev, src.st_ino));
+        let single = !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name);
+        // Until the name is gone from the table (see `Core::removing`).
+        let _exclusive = single.then(|| self.removing.exclusive());
         let change = Change {
             op,
             path: &from,
             path2: Some(&to),
             aliases: &[],
-            last_name: !exchange && !same_file && dst.as_ref().is_some_and(Self::is_last_name),
+            last_name: single && !dst.as_ref().is_some_and(|d| self.written_past_daemon(d)),
             range: None,
             file: None,
             gone: dst.as_ref(),
@@ -172,8 +187,6 @@ impl Core {
             .as_ref()
             .filter(|_| !exchange && !same_file)
             .and_then(|d| self.victim(d));
-        // Until the name is gone from the table (see `Core::removing`).
-        let _exclusive = change.last_name.then(|| self.removing.exclusive());
         self.removal(ctx, change, victim, || {
             sys::renameat2(self.root(), from.as_path(), to.as_path(), flags)
         })?;

@@ -18,6 +18,7 @@ mod mcp;
 mod messages;
 mod model;
 mod nonroot;
+mod passthrough;
 mod posix;
 mod privacy;
 mod protocol;

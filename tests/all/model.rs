@@ -158,8 +158,19 @@ impl Run {
     /// A mount of the workspace `setup` prepares, a first turn, then `steps`. A small
     /// range-capture threshold, so files the steps grow get range pre-images.
     pub(crate) fn play(setup: impl FnOnce(&std::path::Path), steps: &[Step]) -> Run {
+        Self::play_with(setup, steps, &[])
+    }
+
+    /// [`play`](Self::play) on a mount made with `extra` arguments too.
+    pub(crate) fn play_with(
+        setup: impl FnOnce(&std::path::Path),
+        steps: &[Step],
+        extra: &[&str],
+    ) -> Run {
+        let mut args = vec!["--range-capture-min", "4096"];
+        args.extend_from_slice(extra);
         let mut run = Run {
-            a: Agent::with_args(setup, &["--range-capture-min", "4096"]),
+            a: Agent::with_args(setup, &args),
             turns: Vec::new(),
             began_by: Vec::new(),
             snapshots: Vec::new(),
@@ -379,7 +390,17 @@ fn files_in_order(a: &Agent, v: &RewindReply) -> Vec<String> {
 }
 
 fn check(steps: Vec<Step>, pick: usize, scope: &'static str) -> Result<(), TestCaseError> {
-    let mut run = Run::play(|_| {}, &steps);
+    check_on(steps, pick, scope, &[])
+}
+
+/// [`check`] on a mount made with `extra` arguments.
+fn check_on(
+    steps: Vec<Step>,
+    pick: usize,
+    scope: &'static str,
+    extra: &[&str],
+) -> Result<(), TestCaseError> {
+    let mut run = Run::play_with(|_| {}, &steps, extra);
     let t = pick % run.turns.len();
     let now = tree_map(&run.a);
     let tool = match scope {
@@ -515,6 +536,14 @@ proptest! {
     fn rewinding_with_the_all_scope_gives_the_tree_at_the_checkpoint(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
         require_fuse();
         check(steps, pick, "all")?;
+    }
+
+    /// The same with `--passthrough`: the steps' reads are served by the kernel from the
+    /// backing files, their writes still come to the daemon.
+    #[test]
+    fn rewinding_with_the_all_scope_gives_the_tree_at_the_checkpoint_with_passthrough(steps in prop::collection::vec(step(), 1..30), pick in any::<usize>()) {
+        require_fuse();
+        check_on(steps, pick, "all", &["--passthrough"])?;
     }
 
     #[test]

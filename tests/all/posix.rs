@@ -604,6 +604,14 @@ fn every_operation_behaves_as_on_the_native_filesystem_over_dev_fuse() {
     differential(&["--io-uring", "off"]);
 }
 
+/// With `--passthrough` the kernel answers reads from the backing files, and every open is
+/// answered by the daemon: the same script, the same results.
+#[test]
+fn every_operation_behaves_as_on_the_native_filesystem_with_passthrough() {
+    require_fuse();
+    differential(&["--passthrough"]);
+}
+
 /// Runs the script natively and through a mount made with `mount_args`; every step must give
 /// the same result.
 fn differential(mount_args: &[&str]) {

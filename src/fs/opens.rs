@@ -1,0 +1,316 @@
+//! Opens under `--passthrough`: which of a node's opens the kernel serves straight from the
+//! backing file (FUSE passthrough, Linux >= 6.9), and which come to the daemon as today.
+//!
+//! Without `--passthrough` the daemon declines OPEN (see `RewindFs::open`) and none of this
+//! runs. With it, every open is answered here, in one of two modes:
+//!
+//! - **cached**: the kernel's page cache in front of the daemon, as every open is without
+//!   `--passthrough` (`FOPEN_KEEP_CACHE`); every write comes to the daemon, which saves the
+//!   pre-image its first change of the file in a checkpoint needs, as always.
+//! - **passthrough**: the kernel reads (and writes) the backing file itself.
+//!
+//! The kernel refuses with EIO an open whose mode conflicts with the node's other opens
+//! (fs/fuse/iomode.c): a passthrough open while a cached one is open, and any open that is not
+//! passthrough while a passthrough one is. Hence:
+//!
+//! - a reader passes through, unless the node has cached opens (it is cached then);
+//! - a writer is cached, unless the node has passthrough opens: then it must pass through too,
+//!   and the daemon never sees its writes. So before granting it, the daemon saves the file's
+//!   whole pre-image in the current checkpoint (`Core::capture_whole`), and it does so again at
+//!   every message boundary for each such writer still open (`Core::capture_open_writers`),
+//!   before `begin_message` answers. This is the invariant: **a file open for writing through
+//!   passthrough has its whole pre-image saved in the current message's checkpoint**, so a
+//!   write the daemon does not see never needs one. Such a writer is rare (it needs a reader
+//!   open at the moment it opens) and costs a copy of the file per boundary it stays open
+//!   across; a capture taken while it writes may include part of a write in progress, as a
+//!   boundary flushing a shared mapping may.
+//!
+//! A file held open only for reading can change nothing, so no pre-image is ever owed for it:
+//! nothing needs revoking at a boundary, a rewind or an undo.
+//!
+//! The counts here never fall below the kernel's: the kernel drops an open from the node's
+//! mode before it sends the RELEASE that decrements it here. So a mode granted here never
+//! conflicts; at worst a reader is cached, or a writer passes through, for a moment longer
+//! than needed.
+//!
+//! Coherence: a passthrough writer changes the file behind the node's page cache. The first
+//! cached open after one is sent without `FOPEN_KEEP_CACHE`, so the kernel drops the node's
+//! cached pages then (no cached open can exist while a passthrough one does).
+//!
+//! All opens of a node share one backing id (the kernel refuses a second), held from its first
+//! passthrough open to its last release.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Mutex;
+
+use fuser::BackingId;
+
+use super::Ctx;
+
+/// How the kernel serves one open; its file handle says which, for the RELEASE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Cached,
+    /// Passthrough, for reading only.
+    Reader,
+    /// Passthrough, with write access.
+    Writer,
+}
+
+impl Mode {
+    /// The file handle that carries the mode to the open's RELEASE.
+    pub fn fh(self) -> u64 {
+        match self {
+            Mode::Cached => 1,
+            Mode::Reader => 2,
+            Mode::Writer => 3,
+        }
+    }
+
+    fn of_fh(fh: u64) -> Option<Mode> {
+        match fh {
+            1 => Some(Mode::Cached),
+            2 => Some(Mode::Reader),
+            3 => Some(Mode::Writer),
+            _ => None,
+        }
+    }
+}
+
+/// What an OPEN is answered with.
+pub enum Grant<'a> {
+    /// Cached; `keep_cache` false when a passthrough writer may have left the node's pages
+    /// stale.
+    Cached { keep_cache: bool },
+    /// Passthrough (`Mode::Reader` or `Mode::Writer`) with the node's backing id.
+    Passthrough(Mode, &'a BackingId),
+}
+
+impl Grant<'_> {
+    pub fn mode(&self) -> Mode {
+        match self {
+            Grant::Cached { .. } => Mode::Cached,
+            Grant::Passthrough(m, _) => *m,
+        }
+    }
+}
+
+/// One node's open files, as granted and not yet released.
+#[derive(Default)]
+struct Node {
+    cached: u32,
+    readers: u32,
+    /// Passthrough writers, with the caller of the latest (whose actor the boundary's capture
+    /// is taken for).
+    writers: u32,
+    writer_ctx: Option<Ctx>,
+    /// Shared by the node's passthrough opens; dropped (closed) with the last.
+    backing: Option<BackingId>,
+    /// A passthrough writer was granted since the last cached open: the pages may be stale.
+    stale_pages: bool,
+}
+
+impl Node {
+    fn passthrough(&self) -> u32 {
+        self.readers + self.writers
+    }
+
+    fn idle(&self) -> bool {
+        self.cached == 0 && self.passthrough() == 0 && !self.stale_pages
+    }
+}
+
+/// The open-mode table (see the module doc).
+#[derive(Default)]
+pub struct Opens {
+    nodes: Mutex<HashMap<u64, Node>>,
+}
+
+impl Opens {
+    /// A reader of node `ino`: counts it, and calls `answer` with `reply` and the grant while
+    /// the table is locked, so a concurrent RELEASE cannot close the backing id before the
+    /// reply carrying it is sent. `backing` registers the node's backing file; if it fails (no
+    /// CAP_SYS_ADMIN, a backing filesystem stacked too deep), the reader is cached instead.
+    pub fn open_reader<C, R>(
+        &self,
+        ino: u64,
+        reply: C,
+        backing: impl FnOnce(&C) -> io::Result<BackingId>,
+        answer: impl FnOnce(C, Grant<'_>) -> R,
+    ) -> R {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let n = nodes.entry(ino).or_default();
+        if n.cached > 0 {
+            return answer(reply, Self::cached(n));
+        }
+        if n.backing.is_none() {
+            match backing(&reply) {
+                Ok(b) => n.backing = Some(b),
+                Err(e) => {
+                    tracing::debug!("node {ino}: no passthrough ({e}); read through the daemon");
+                    return answer(reply, Self::cached(n));
+                }
+            }
+        }
+        n.readers += 1;
+        let Some(b) = n.backing.as_ref() else {
+            unreachable!("set above")
+        };
+        answer(reply, Grant::Passthrough(Mode::Reader, b))
+    }
+
+    /// A writer of node `ino`, by `ctx`: cached (counted, the grant returned) unless the node
+    /// has passthrough opens. Otherwise it must pass through: it is counted now, as a writer
+    /// whose pre-image is being saved (so a removal does not adopt the file meanwhile, and the
+    /// backing id stays), and `None` is returned; the caller saves the whole pre-image, without
+    /// this table locked, then answers with [`Opens::writer_captured`].
+    pub fn open_writer(&self, ino: u64, ctx: Ctx) -> Option<Grant<'static>> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let n = nodes.entry(ino).or_default();
+        if n.passthrough() == 0 {
+            return Some(Self::cached(n));
+        }
+        n.writers += 1;
+        n.writer_ctx = Some(ctx);
+        n.stale_pages = true;
+        None
+    }
+
+    /// The pre-image of a writer [`Opens::open_writer`] counted was saved (`Ok`), or could
+    /// not be (the open fails, and is no longer counted). Calls `answer` with `reply` and the
+    /// outcome while the table is locked.
+    pub fn writer_captured<C, R>(
+        &self,
+        ino: u64,
+        captured: io::Result<()>,
+        reply: C,
+        answer: impl FnOnce(C, io::Result<Grant<'_>>) -> R,
+    ) -> R {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = captured {
+            drop(nodes);
+            self.release(ino, Mode::Writer.fh());
+            return answer(reply, Err(e));
+        }
+        match nodes.get(&ino).and_then(|n| n.backing.as_ref()) {
+            Some(b) => answer(reply, Ok(Grant::Passthrough(Mode::Writer, b))),
+            None => unreachable!("a counted passthrough writer keeps the node's backing id"),
+        }
+    }
+
+    /// Whether node `ino` is open for writing through passthrough (or about to be): a removal
+    /// must then copy its pre-image rather than adopt the inode, which the writer still writes.
+    pub fn has_writers(&self, ino: u64) -> bool {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes.get(&ino).is_some_and(|n| n.writers > 0)
+    }
+
+    fn cached(n: &mut Node) -> Grant<'static> {
+        n.cached += 1;
+        let keep_cache = !std::mem::take(&mut n.stale_pages);
+        Grant::Cached { keep_cache }
+    }
+
+    /// An open of node `ino` whose handle was `fh` was released.
+    pub fn release(&self, ino: u64, fh: u64) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(n) = nodes.get_mut(&ino) else {
+            return;
+        };
+        match Mode::of_fh(fh) {
+            Some(Mode::Cached) => n.cached = n.cached.saturating_sub(1),
+            Some(Mode::Reader) => n.readers = n.readers.saturating_sub(1),
+            Some(Mode::Writer) => {
+                n.writers = n.writers.saturating_sub(1);
+                if n.writers == 0 {
+                    n.writer_ctx = None;
+                }
+            }
+            None => tracing::warn!("node {ino}: released an unknown handle {fh}"),
+        }
+        if n.passthrough() == 0 {
+            n.backing = None;
+        }
+        if n.idle() {
+            nodes.remove(&ino);
+        }
+    }
+
+    /// The nodes open for writing through passthrough, each with the caller of its latest such
+    /// open: what a boundary captures.
+    pub fn writers(&self) -> Vec<(u64, Ctx)> {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes
+            .iter()
+            .filter_map(|(ino, n)| n.writer_ctx.map(|c| (*ino, c)))
+            .collect()
+    }
+
+    /// The kernel forgot node `ino` (its inode, and so its pages and opens, are gone).
+    pub fn forget(&self, ino: u64) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes.remove(&ino);
+    }
+
+    /// Nodes with an entry (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.nodes.lock().unwrap().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_backing() -> io::Result<BackingId> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+
+    /// Opens `ino` and returns the mode and whether its pages are kept.
+    fn open(o: &Opens, ino: u64, write: bool) -> (Mode, bool) {
+        o.open(
+            ino,
+            write,
+            (),
+            |_| no_backing(),
+            |_, g| {
+                let keep = matches!(g, Grant::Cached { keep_cache: true });
+                (g.mode(), keep)
+            },
+        )
+    }
+
+    #[test]
+    fn without_a_backing_file_everything_is_cached_and_the_table_empties() {
+        let o = Opens::default();
+        assert_eq!(open(&o, 5, false), (Mode::Cached, true));
+        assert_eq!(open(&o, 5, true), (Mode::Cached, true));
+        o.release(5, Mode::Cached.fh());
+        o.release(5, Mode::Cached.fh());
+        assert_eq!(o.len(), 0);
+    }
+
+    #[test]
+    fn a_writer_of_a_cached_node_is_cached_and_a_reader_then_too() {
+        let o = Opens::default();
+        assert_eq!(open(&o, 7, true), (Mode::Cached, true));
+        // The reader must not pass through: the kernel would refuse it (EIO).
+        assert_eq!(open(&o, 7, false), (Mode::Cached, true));
+        o.release(7, Mode::Cached.fh());
+        o.release(7, Mode::Cached.fh());
+        assert_eq!(o.len(), 0);
+    }
+
+    #[test]
+    fn an_unknown_handle_or_node_changes_nothing() {
+        let o = Opens::default();
+        o.release(9, Mode::Reader.fh());
+        assert_eq!(open(&o, 9, true), (Mode::Cached, true));
+        o.release(9, 77);
+        assert_eq!(o.len(), 1);
+        o.forget(9);
+        assert_eq!(o.len(), 0);
+    }
+}
