@@ -78,16 +78,16 @@ impl Mode {
     }
 }
 
-/// What an OPEN is answered with.
-pub enum Grant<'a> {
+/// What an OPEN is answered with (`B`: the backing id; a stand-in in the unit tests).
+pub enum Grant<'a, B = BackingId> {
     /// Cached; `keep_cache` false when a passthrough writer may have left the node's pages
     /// stale.
     Cached { keep_cache: bool },
     /// Passthrough (`Mode::Reader` or `Mode::Writer`) with the node's backing id.
-    Passthrough(Mode, &'a BackingId),
+    Passthrough(Mode, &'a B),
 }
 
-impl Grant<'_> {
+impl<B> Grant<'_, B> {
     pub fn mode(&self) -> Mode {
         match self {
             Grant::Cached { .. } => Mode::Cached,
@@ -97,8 +97,7 @@ impl Grant<'_> {
 }
 
 /// One node's open files, as granted and not yet released.
-#[derive(Default)]
-struct Node {
+struct Node<B> {
     cached: u32,
     readers: u32,
     /// Passthrough writers, with the caller of the latest (whose actor the boundary's capture
@@ -106,12 +105,25 @@ struct Node {
     writers: u32,
     writer_ctx: Option<Ctx>,
     /// Shared by the node's passthrough opens; dropped (closed) with the last.
-    backing: Option<BackingId>,
+    backing: Option<B>,
     /// A passthrough writer was granted since the last cached open: the pages may be stale.
     stale_pages: bool,
 }
 
-impl Node {
+impl<B> Default for Node<B> {
+    fn default() -> Self {
+        Node {
+            cached: 0,
+            readers: 0,
+            writers: 0,
+            writer_ctx: None,
+            backing: None,
+            stale_pages: false,
+        }
+    }
+}
+
+impl<B> Node<B> {
     fn passthrough(&self) -> u32 {
         self.readers + self.writers
     }
@@ -121,13 +133,21 @@ impl Node {
     }
 }
 
-/// The open-mode table (see the module doc).
-#[derive(Default)]
-pub struct Opens {
-    nodes: Mutex<HashMap<u64, Node>>,
+/// The open-mode table (see the module doc). `B`: the backing id (a stand-in in the unit
+/// tests).
+pub struct Opens<B = BackingId> {
+    nodes: Mutex<HashMap<u64, Node<B>>>,
 }
 
-impl Opens {
+impl<B> Default for Opens<B> {
+    fn default() -> Self {
+        Opens {
+            nodes: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<B> Opens<B> {
     /// A reader of node `ino`: counts it, and calls `answer` with `reply` and the grant while
     /// the table is locked, so a concurrent RELEASE cannot close the backing id before the
     /// reply carrying it is sent. `backing` registers the node's backing file; if it fails (no
@@ -136,8 +156,8 @@ impl Opens {
         &self,
         ino: u64,
         reply: C,
-        backing: impl FnOnce(&C) -> io::Result<BackingId>,
-        answer: impl FnOnce(C, Grant<'_>) -> R,
+        backing: impl FnOnce(&C) -> io::Result<B>,
+        answer: impl FnOnce(C, Grant<'_, B>) -> R,
     ) -> R {
         let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         let n = nodes.entry(ino).or_default();
@@ -165,7 +185,7 @@ impl Opens {
     /// whose pre-image is being saved (so a removal does not adopt the file meanwhile, and the
     /// backing id stays), and `None` is returned; the caller saves the whole pre-image, without
     /// this table locked, then answers with [`Opens::writer_captured`].
-    pub fn open_writer(&self, ino: u64, ctx: Ctx) -> Option<Grant<'static>> {
+    pub fn open_writer<'a>(&self, ino: u64, ctx: Ctx) -> Option<Grant<'a, B>> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         let n = nodes.entry(ino).or_default();
         if n.passthrough() == 0 {
@@ -185,7 +205,7 @@ impl Opens {
         ino: u64,
         captured: io::Result<()>,
         reply: C,
-        answer: impl FnOnce(C, io::Result<Grant<'_>>) -> R,
+        answer: impl FnOnce(C, io::Result<Grant<'_, B>>) -> R,
     ) -> R {
         let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = captured {
@@ -206,7 +226,7 @@ impl Opens {
         nodes.get(&ino).is_some_and(|n| n.writers > 0)
     }
 
-    fn cached(n: &mut Node) -> Grant<'static> {
+    fn cached<'a>(n: &mut Node<B>) -> Grant<'a, B> {
         n.cached += 1;
         let keep_cache = !std::mem::take(&mut n.stale_pages);
         Grant::Cached { keep_cache }
@@ -264,50 +284,123 @@ impl Opens {
 mod tests {
     use super::*;
 
-    fn no_backing() -> io::Result<BackingId> {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
+    /// A backing id stand-in: which registration it was.
+    type Backing = u32;
+
+    const CTX: Ctx = Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+
+    /// How an open was granted: its mode, whether its pages are kept, its backing.
+    type Got = (Mode, bool, Option<Backing>);
+
+    fn got(g: Grant<'_, Backing>) -> Got {
+        match g {
+            Grant::Cached { keep_cache } => (Mode::Cached, keep_cache, None),
+            Grant::Passthrough(m, b) => (m, false, Some(*b)),
+        }
     }
 
-    /// Opens `ino` and returns the mode and whether its pages are kept.
-    fn open(o: &Opens, ino: u64, write: bool) -> (Mode, bool) {
-        o.open(
-            ino,
-            write,
-            (),
-            |_| no_backing(),
-            |_, g| {
-                let keep = matches!(g, Grant::Cached { keep_cache: true });
-                (g.mode(), keep)
-            },
-        )
+    /// Opens `ino` for reading; `backing` is what registering its backing file gives.
+    fn read(o: &Opens<Backing>, ino: u64, backing: io::Result<Backing>) -> Got {
+        o.open_reader(ino, (), |_| backing, |_, g| got(g))
+    }
+
+    /// Opens `ino` for writing; a passthrough writer's capture gives `captured`.
+    fn write(o: &Opens<Backing>, ino: u64, captured: io::Result<()>) -> io::Result<Got> {
+        match o.open_writer(ino, CTX) {
+            Some(g) => Ok(got(g)),
+            None => o.writer_captured(ino, captured, (), |_, g| g.map(got)),
+        }
+    }
+
+    fn eperm() -> io::Error {
+        io::Error::from_raw_os_error(libc::EPERM)
     }
 
     #[test]
     fn without_a_backing_file_everything_is_cached_and_the_table_empties() {
         let o = Opens::default();
-        assert_eq!(open(&o, 5, false), (Mode::Cached, true));
-        assert_eq!(open(&o, 5, true), (Mode::Cached, true));
+        assert_eq!(read(&o, 5, Err(eperm())), (Mode::Cached, true, None));
+        assert_eq!(write(&o, 5, Ok(())).unwrap(), (Mode::Cached, true, None));
         o.release(5, Mode::Cached.fh());
         o.release(5, Mode::Cached.fh());
         assert_eq!(o.len(), 0);
     }
 
     #[test]
-    fn a_writer_of_a_cached_node_is_cached_and_a_reader_then_too() {
+    fn a_reader_of_a_node_open_cached_is_cached_else_it_passes_through() {
         let o = Opens::default();
-        assert_eq!(open(&o, 7, true), (Mode::Cached, true));
-        // The reader must not pass through: the kernel would refuse it (EIO).
-        assert_eq!(open(&o, 7, false), (Mode::Cached, true));
+        assert_eq!(write(&o, 7, Ok(())).unwrap(), (Mode::Cached, true, None));
+        // Passing through now would be refused by the kernel (EIO).
+        assert_eq!(read(&o, 7, Ok(1)), (Mode::Cached, true, None));
         o.release(7, Mode::Cached.fh());
         o.release(7, Mode::Cached.fh());
-        assert_eq!(o.len(), 0);
+        assert_eq!(read(&o, 7, Ok(2)), (Mode::Reader, false, Some(2)));
+    }
+
+    #[test]
+    fn readers_share_one_backing_id_until_the_last_is_released() {
+        let o = Opens::default();
+        assert_eq!(read(&o, 3, Ok(1)), (Mode::Reader, false, Some(1)));
+        assert_eq!(read(&o, 3, Ok(9)), (Mode::Reader, false, Some(1)));
+        o.release(3, Mode::Reader.fh());
+        assert_eq!(read(&o, 3, Ok(9)), (Mode::Reader, false, Some(1)));
+        o.release(3, Mode::Reader.fh());
+        o.release(3, Mode::Reader.fh());
+        assert_eq!(o.len(), 0, "the backing id is dropped with the last reader");
+        assert_eq!(read(&o, 3, Ok(4)), (Mode::Reader, false, Some(4)));
+    }
+
+    #[test]
+    fn a_writer_beside_a_reader_passes_through_once_captured_and_a_boundary_sees_it() {
+        let o = Opens::default();
+        read(&o, 8, Ok(1));
+        assert_eq!(
+            write(&o, 8, Ok(())).unwrap(),
+            (Mode::Writer, false, Some(1))
+        );
+        assert!(o.has_writers(8));
+        assert_eq!(o.writers().iter().map(|w| w.0).collect::<Vec<_>>(), [8]);
+        // The reader goes; the writer still holds the backing id.
+        o.release(8, Mode::Reader.fh());
+        assert_eq!(read(&o, 8, Ok(5)), (Mode::Reader, false, Some(1)));
+        o.release(8, Mode::Reader.fh());
+        o.release(8, Mode::Writer.fh());
+        assert!(!o.has_writers(8) && o.writers().is_empty());
+        // Its writes passed the node's page cache: the next cached open drops the pages.
+        assert_eq!(write(&o, 8, Ok(())).unwrap(), (Mode::Cached, false, None));
+        assert_eq!(write(&o, 8, Ok(())).unwrap(), (Mode::Cached, true, None));
+    }
+
+    #[test]
+    fn a_writer_whose_capture_fails_is_refused_and_not_counted() {
+        let o = Opens::default();
+        read(&o, 2, Ok(1));
+        let e = write(&o, 2, Err(io::Error::from_raw_os_error(libc::ENOSPC))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert!(!o.has_writers(2) && o.writers().is_empty());
+        o.release(2, Mode::Reader.fh());
+        assert_eq!(o.len(), 1, "the stale-pages mark stays until a cached open");
+        assert_eq!(write(&o, 2, Ok(())).unwrap(), (Mode::Cached, false, None));
+    }
+
+    #[test]
+    fn while_a_writer_is_being_captured_a_removal_sees_it() {
+        let o = Opens::default();
+        read(&o, 6, Ok(1));
+        assert!(o.open_writer(6, CTX).is_none(), "must pass through");
+        assert!(o.has_writers(6), "counted before its capture runs");
+        o.writer_captured(6, Ok(()), (), |_, g| assert!(g.is_ok()));
     }
 
     #[test]
     fn an_unknown_handle_or_node_changes_nothing() {
         let o = Opens::default();
         o.release(9, Mode::Reader.fh());
-        assert_eq!(open(&o, 9, true), (Mode::Cached, true));
+        assert_eq!(write(&o, 9, Ok(())).unwrap().0, Mode::Cached);
         o.release(9, 77);
         assert_eq!(o.len(), 1);
         o.forget(9);
