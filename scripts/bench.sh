@@ -62,14 +62,36 @@
 #                 at most 100 ms end to end, the CLI's process included)
 #   rewind-10k    restoring 10k files changed since a checkpoint: rewindfs rewind --scope all,
 #                 against native `rm -rf` + `cp -a` of a backup copy (quick: 1k)
+#   npm-install   npm ci --offline of a real project (scripts/bench-npm: eslint 8.57.1, express
+#                 4.21.2, jest 29.7.0, webpack 5.97.1, webpack-cli 5.1.4, locked: 480 packages in
+#                 node_modules on Linux, 8.9k files), node_modules removed first (untimed); its
+#                 npm cache (in $DATA) is filled from the registry once per run, untimed, so no
+#                 network time is measured (quick: the same)
+#   pytest        python -m pytest -q --hypothesis-seed=0 of attrs 25.3.0's own suite (1.3k tests,
+#                 ~30 s; its sdist, copied into the measured directory untimed, imported from
+#                 there with PYTHONPATH=src, bytecode written; pytest 8.3.5 and the test
+#                 dependencies pinned in scripts/bench-pytest/requirements.txt, in a virtualenv in
+#                 $DATA made once per run). Exit status 1 (some tests failed: one does on
+#                 CPython 3.11 natively too) does not fail the workload; each target's summary
+#                 line is reported, and a difference from native is flagged (quick: the same)
+#   nm-clone      git clone --no-local of a repository holding that node_modules (480 packages,
+#                 committed once per run from the primed tree, untimed, in $DATA; --no-local
+#                 as a clone from a remote, where a local clone would hard-link natively)
+#   nm-status     git status ×10 in the clone (the clone's first status among them)
+#   nm-grep       grep -rnF of a fixed string over the clone's node_modules, output piped to
+#                 wc -l (to /dev/null GNU grep stops reading each file at its first match)
+#   node-modules  (for --only) nm-clone, nm-status and nm-grep
+# npm-install and nm-* are skipped, with a note, if npm is missing or the registry cannot be
+# reached; pytest likewise if the virtualenv or the sdist cannot be had.
 # A workload whose input is missing (e.g. --only grep) prepares it first, untimed.
 #
 # Layout: everything lives on one fresh ext4 loop filesystem $MNT (docs/design.md §6: the root
 # filesystem here has no journal and ages badly): $MNT/native/work (plain directory),
 # $MNT/mounted/work (rewindfs mounted in place over it, store in $MNT/store-rewindfs),
 # $MNT/bindfs/{src,work}, $MNT/fuse-overlayfs/{lower,upper,workdir,work}, $MNT/data (the
-# tarball and generated inputs, read by every target). A trap unmounts everything and
-# removes the image on exit.
+# tarball and generated inputs, read by every target; also the npm cache, the node_modules
+# repository, the virtualenv and attrs' source). A trap unmounts everything and removes the
+# image on exit.
 #
 # Checkpoint boundaries: issue 6 asks for "a checkpoint boundary every 1,000 operations".
 # Operations cannot be counted from outside the daemon, so this approximates it. In every
@@ -95,7 +117,9 @@
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
-  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-300 rewind-10k)
+  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-300 rewind-10k
+  npm-install pytest nm-clone nm-status nm-grep)
+NM_WORKLOADS="nm-clone,nm-status,nm-grep"  # --only node-modules
 DROP_BEFORE=" seq-read rand-read "
 DROP_DENTRIES_BEFORE=" stat-100k "
 PEERS=(bindfs fuse-overlayfs)
@@ -150,9 +174,10 @@ fi
 
 WORKLOADS=()
 if [ -n "$ONLY" ]; then
+  ONLY=",$ONLY,"; ONLY=${ONLY//,node-modules,/,$NM_WORKLOADS,}; ONLY=${ONLY#,}; ONLY=${ONLY%,}
   IFS=, read -r -a wanted <<<"$ONLY"
   for w in "${wanted[@]}"; do
-    [[ " ${ALL_WORKLOADS[*]} " == *" $w "* ]] || die "unknown workload '$w' (known: ${ALL_WORKLOADS[*]})"
+    [[ " ${ALL_WORKLOADS[*]} " == *" $w "* ]] || die "unknown workload '$w' (known: ${ALL_WORKLOADS[*]} node-modules)"
   done
   for w in "${ALL_WORKLOADS[@]}"; do  # keep the canonical order
     [[ ",$ONLY," == *",$w,"* ]] && WORKLOADS+=("$w")
@@ -532,6 +557,73 @@ EOF
   fi
 fi
 
+# npm-install and nm-*: a real project's locked dependency tree (scripts/bench-npm). The npm
+# cache is filled once, from the registry, with a plain npm ci of the project in $DATA/npm-tree
+# (untimed); that tree, committed, is the repository nm-clone clones.
+declare -A SKIP=()  # workload -> 1: skipped (its note says why)
+selected() { local w; for w in "$@"; do [[ " ${WORKLOADS[*]} " == *" $w "* ]] && return 0; done; return 1; }
+skip_workloads() { # reason workloads...: skip those of them that are selected, with a note
+  local reason=$1 w ws=(); shift
+  for w in "$@"; do selected "$w" && { SKIP[$w]=1; ws+=("$w"); }; done
+  [ ${#ws[@]} -eq 0 ] && return 0
+  NOTES+=("${ws[*]}: skipped — $reason")
+  warn "skipping ${ws[*]}: $reason"
+}
+NPM_WLS=(npm-install nm-clone nm-status nm-grep)
+NPM_PROJECT="$REPO/scripts/bench-npm"
+NPM_CACHE="$DATA/npm-cache" NM_SRC="$DATA/npm-tree"
+NPM_FLAGS=(--no-audit --no-fund --no-update-notifier --loglevel=warn --cache "$NPM_CACHE")
+NM_PATTERN='process.env.NODE_ENV'
+NPM_PKGS=""
+if selected "${NPM_WLS[@]}"; then
+  if ! command -v npm >/dev/null; then
+    skip_workloads "npm not found" "${NPM_WLS[@]}"
+  else
+    log "filling an npm cache from the registry for $NPM_PROJECT (untimed)"
+    mkdir -p "$NM_SRC"
+    cp "$NPM_PROJECT/package.json" "$NPM_PROJECT/package-lock.json" "$NM_SRC/"
+    if (cd "$NM_SRC" && timeout 900 npm ci "${NPM_FLAGS[@]}" --fetch-retries=1 --fetch-timeout=60000) \
+      >"$RUN/logs/npm-prime.log" 2>&1; then
+      NPM_PKGS=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["packages"]))' \
+        "$NM_SRC/node_modules/.package-lock.json")
+      log "npm: $NPM_PKGS packages, $(find "$NM_SRC/node_modules" -type f | wc -l) files, $(du -sh "$NM_SRC/node_modules" | cut -f1)"
+      if selected nm-clone nm-status nm-grep; then
+        git -C "$NM_SRC" init -q -b main
+        git -C "$NM_SRC" add -A
+        git -C "$NM_SRC" commit -q -m "bench: a project with its node_modules"
+        git -C "$NM_SRC" repack -adq  # one pack: clone serves it as it is
+      fi
+    else
+      skip_workloads "npm ci from the registry failed (unreachable?): $(grep -m1 -i 'err' "$RUN/logs/npm-prime.log" || tail -n 1 "$RUN/logs/npm-prime.log")" "${NPM_WLS[@]}"
+    fi
+  fi
+fi
+
+# pytest: attrs' sdist (tests included) and a virtualenv with its test dependencies, in $DATA.
+ATTRS_VERSION=25.3.0
+ATTRS_URL="https://files.pythonhosted.org/packages/5a/b0/1367933a8532ee6ff8d63537de4f1177af4bff9f3e829baf7331f595bb24/attrs-$ATTRS_VERSION.tar.gz"
+ATTRS_SHA256=75d7cefc7fb576747b2c81b4442d4d4a1ce0900973527c011d1030fd3bf4af1b
+PYVENV="$DATA/pyvenv" PYSRC="$DATA/pysrc/attrs-$ATTRS_VERSION"
+if selected pytest; then
+  log "making a virtualenv with pytest and attrs $ATTRS_VERSION's test dependencies, fetching its sdist (untimed)"
+  if {
+    python3 -m venv "$PYVENV" &&
+      "$PYVENV/bin/pip" install -q --retries 1 --timeout 30 -r "$REPO/scripts/bench-pytest/requirements.txt" &&
+      python3 -c '
+import hashlib, sys, urllib.request
+url, sha, out = sys.argv[1:]
+data = urllib.request.urlopen(url, timeout=60).read()
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit(f"{url}: sha256 mismatch")
+open(out, "wb").write(data)' "$ATTRS_URL" "$ATTRS_SHA256" "$DATA/attrs.tar.gz" &&
+      mkdir -p "$DATA/pysrc" && tar -C "$DATA/pysrc" -xzf "$DATA/attrs.tar.gz" && [ -d "$PYSRC/tests" ]
+  } >"$RUN/logs/pytest-prime.log" 2>&1; then
+    log "pytest: $("$PYVENV/bin/python" -m pytest --version 2>&1), attrs $ATTRS_VERSION: $(find "$PYSRC" -name '*.py' | wc -l) .py files"
+  else
+    skip_workloads "could not make the virtualenv or fetch attrs' sdist: $(tail -n 1 "$RUN/logs/pytest-prime.log")" pytest
+  fi
+fi
+
 # ---------------------------------------------------------------- target mounts
 workdir() { if [ "$1" = rewindfs ]; then echo "$MNT/mounted/work"; else echo "$MNT/$1/work"; fi; }
 
@@ -543,8 +635,8 @@ mount_target() {
       mkdir -p "$w" ;;
     rewindfs)
       mkdir -p "$w" "$STORE"
-      # shellcheck disable=SC2086  # MOUNT_ARGS is split on purpose
       MOUNTS+=("rewindfs:$w")
+      # shellcheck disable=SC2086  # MOUNT_ARGS is split on purpose
       "$BIN" mount "$w" --store "$STORE" $MOUNT_ARGS || die "rewindfs mount $w failed"
       is_mounted "$w" || die "rewindfs mount returned but $w is not a mount point"
       if [ "$BOUNDARIES" != off ] && ! send_boundary_checked; then
@@ -740,6 +832,41 @@ wl_rewind-10k() { rewind_run rw; }
 prep_rewind-300() { rewind_prep rw300 300 3; }
 wl_rewind-300() { rewind_run rw300; }
 
+# The target a workload runs for, from its directory (for per-target output files).
+target_here() { if [ "$PWD" = "$(workdir rewindfs)" ]; then echo rewindfs; else basename "$(dirname "$PWD")"; fi; }
+
+prep_npm-install() { rm -rf npm; mkdir npm; cp "$NPM_PROJECT/package.json" "$NPM_PROJECT/package-lock.json" npm/; }
+wl_npm-install() {
+  local t; t=$EPOCHREALTIME
+  (cd npm && npm ci --offline "${NPM_FLAGS[@]}")
+  since "$t"
+}
+
+prep_pytest() { rm -rf attrs; cp -r "$PYSRC" attrs; }
+wl_pytest() {
+  local t st=0 out; out="$RUN/pytest.$(target_here).out"
+  t=$EPOCHREALTIME
+  (cd attrs && env -u PYTHONDONTWRITEBYTECODE PYTHONPATH=src \
+    "$PYVENV/bin/python" -m pytest -q --hypothesis-seed=0 >"$out" 2>&1) || st=$?
+  since "$t"
+  tail -n 1 "$out"
+  [ "$st" -le 1 ]  # 1: some tests failed (reported); more: pytest did not run the suite
+}
+
+nm_clone() { git clone -q --no-local "$NM_SRC" nm; }
+prep_nm-clone() { rm -rf nm; }
+wl_nm-clone() { local t; t=$EPOCHREALTIME; nm_clone; since "$t"; }
+
+prep_nm-status() { [ -d nm/.git ] || nm_clone; }
+wl_nm-status() {
+  local t i; t=$EPOCHREALTIME
+  for ((i = 0; i < N_STATUS; i++)); do git -C nm status >/dev/null; done
+  since "$t"
+}
+
+prep_nm-grep() { [ -d nm/.git ] || nm_clone; }
+wl_nm-grep() { local t; t=$EPOCHREALTIME; grep -rnF -- "$NM_PATTERN" nm/node_modules | wc -l; since "$t"; }
+
 # The last selected workload using a big file frees it afterwards (untimed): the image has
 # to hold every target's copy.
 last_of() { local w r=""; for w in "${WORKLOADS[@]}"; do [[ " $* " == *" $w "* ]] && r=$w; done; echo "$r"; }
@@ -771,6 +898,7 @@ run_one() { # workload target repetition
   w=$(workdir "$t")
   lf="$RUN/logs/$wl.$t.$r.log"
   if [ "$wl" = cargo-build ] && [ "$HAVE_CARGO" = 0 ]; then SAMPLES[$wl/$t]=skipped; return; fi
+  if [ -n "${SKIP[$wl]:-}" ]; then SAMPLES[$wl/$t]=skipped; return; fi
   [ "${SAMPLES[$wl/$t]:-}" = error ] && return  # failed before: do not retry
   in_dir "$w" "prep_$wl" >"$lf" 2>&1
   if [ "$ST" -ne 0 ]; then
@@ -879,6 +1007,21 @@ pad() { # align the cells of a markdown table (still valid markdown)
         print line } }'
 }
 SETTINGS="$N_FILES files / $N_DIRS dirs, $N_EDITS edits over $N_EDIT_FILES files, $SEQ_MB MiB sequential, $N_RAND x 4 KiB random in $RAND_MB MiB"
+[ -n "$NPM_PKGS" ] && SETTINGS+=", npm: $NPM_PKGS packages (scripts/bench-npm)"
+if selected pytest && [ -z "${SKIP[pytest]:-}" ]; then
+  SETTINGS+=", pytest: attrs $ATTRS_VERSION's suite"
+  pt_ref="" pt_sum="" pt_same="" pt_diff=""  # each target's summary line, against the first's
+  for t in "${TARGETS[@]}"; do
+    [ -s "$RUN/pytest.$t.out" ] || continue
+    sum=$(tail -n 1 "$RUN/pytest.$t.out" | sed -E 's/=+//g; s/ in [0-9.]+s.*$//; s/^ +| +$//g')
+    if [ -z "$pt_ref" ]; then pt_ref=$t pt_sum=$sum
+    elif [ "$sum" = "$pt_sum" ]; then pt_same+=" $t"
+    else pt_diff+="; DIFFERENT on $t: $sum"; fi
+  done
+  if [ -n "$pt_ref" ]; then
+    NOTES+=("pytest (attrs $ATTRS_VERSION): $pt_ref: $pt_sum${pt_same:+; the same on$pt_same}$pt_diff")
+  fi
+fi
 case "$BOUNDARIES" in
   loop) BOUNDARY_DESC="one before each workload + every ${BOUNDARY_MS} ms during it" ;;
   phase) BOUNDARY_DESC="one before each workload" ;;
