@@ -4,10 +4,11 @@
 //! and at every message boundary while it stays open. No open is refused for its mode.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use crate::agent::Agent;
 use crate::support::{Mounted, require_fuse};
@@ -140,4 +141,73 @@ fn after_a_passthrough_writer_a_cached_open_sees_its_bytes() {
         .open(m.p("f"))
         .unwrap();
     assert_eq!(read_all(&mut rw), "bbbb");
+}
+
+/// The same for writes through a shared mapping of a passthrough writer: the pages are the
+/// backing file's, so the daemon sees none of them; the pre-image saved at the boundary holds
+/// what was written before it, and a rewind gives it back.
+#[test]
+fn mmap_writes_of_a_passthrough_writer_are_captured_at_the_boundary() {
+    require_fuse();
+    let mut a = Agent::with_args(
+        |d| fs::write(d.join("m.bin"), vec![b'.'; 8192]).unwrap(),
+        &["--passthrough"],
+    );
+    a.turn();
+    let r = File::open(a.m.p("m.bin")).unwrap();
+    let mut py = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import mmap,sys\n\
+             f=open('m.bin','r+b')\n\
+             m=mmap.mmap(f.fileno(),0)\n\
+             m[0:6]=b'FIRST!'\n\
+             print('written', flush=True)\n\
+             sys.stdin.readline()\n\
+             m[0:6]=b'SECOND'\n\
+             m.flush()\n\
+             print('again', flush=True)\n\
+             sys.stdin.readline()\n",
+        )
+        .current_dir(&a.m.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(py.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "written\n");
+    let t2 = a.turn();
+    let mut stdin = py.stdin.take().unwrap();
+    writeln!(stdin).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "again\n");
+    assert!(r.read_at_vec(0, 6).starts_with(b"SECOND"));
+    drop(stdin);
+    py.wait().unwrap();
+    drop(r);
+    a.rewind(&t2, "all", false).unwrap();
+    let now = fs::read(a.m.p("m.bin")).unwrap();
+    assert_eq!(
+        &now[..6],
+        b"FIRST!",
+        "the state when the second message began"
+    );
+    assert_eq!(now.len(), 8192);
+}
+
+/// Reads `n` bytes at `off`.
+trait ReadAtVec {
+    fn read_at_vec(&self, off: u64, n: usize) -> Vec<u8>;
+}
+
+impl ReadAtVec for File {
+    fn read_at_vec(&self, off: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0; n];
+        let got = self.read_at(&mut buf, off).unwrap();
+        buf.truncate(got);
+        buf
+    }
 }
