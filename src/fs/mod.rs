@@ -177,7 +177,7 @@ fn passthrough_init(config: &mut KernelConfig) -> bool {
     }
     // 1: backing files on a filesystem that is not stacked itself (ext4, xfs, btrfs, tmpfs).
     // One on overlayfs is refused when registered, and that file is then read through the
-    // daemon (`Opens::open`); the mount itself can still be stacked under an overlayfs.
+    // daemon (`Opens::open_reader`); the mount itself can still be stacked under an overlayfs.
     let _ = config.set_max_stack_depth(1);
     true
 }
@@ -415,8 +415,9 @@ impl Filesystem for RewindFs {
     /// the truncate after the OPEN).
     ///
     /// With `--passthrough`, answered by the open-mode table (`opens.rs`): a reader is served
-    /// by the kernel from the backing file, a writer comes here as before. The handle only
-    /// carries the mode to the RELEASE.
+    /// by the kernel from the backing file, a writer comes here as before, unless a reader
+    /// passes through already (then it passes through too, its file's whole pre-image saved
+    /// first). The handle only carries the mode to the RELEASE.
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if !self.passthrough {
             return reply.error(Errno::from_i32(libc::ENOSYS));
