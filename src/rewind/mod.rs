@@ -81,6 +81,7 @@ mod live;
 mod omitted;
 mod one;
 mod outside;
+mod parallel;
 mod passes;
 mod past;
 mod patched;

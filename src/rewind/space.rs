@@ -46,18 +46,25 @@ impl Rewinder {
         let free = free_blocks(&vfs).saturating_mul(block);
         let mut needed = SLACK;
         let mut files = 0u64;
-        for t in targets {
-            let rel = t.path.as_path();
-            let Ok(Some(st)) = sys::lstat_beneath_opt(self.g.root(), rel) else {
+        // Stat'ed on a few threads: a rewind of 10k paths took 70 ms here on one.
+        let targets: Vec<&Target> = targets.into_iter().collect();
+        let present = super::parallel::map(&targets, |t| {
+            sys::lstat_beneath_opt(self.g.root(), t.path.as_path())
+                .ok()
+                .flatten()
+                .map(|st| (st.st_mode, st.st_size))
+        });
+        for (t, now) in targets.iter().zip(present) {
+            let Some((mode, size)) = now else {
                 continue;
             };
             needed += PER_PATH;
             // A file that stays a file with the same content is not rewritten.
-            let replaced = st.st_mode & libc::S_IFMT == libc::S_IFREG
-                && !(t.kind == Kind::File && t.blob.is_none() && st.st_size == 0);
+            let replaced = mode & libc::S_IFMT == libc::S_IFREG
+                && !(t.kind == Kind::File && t.blob.is_none() && size == 0);
             if replaced {
                 files += 1;
-                needed += (st.st_size as u64).div_ceil(block) * block;
+                needed += (size as u64).div_ceil(block) * block;
             }
         }
         if needed <= free {
