@@ -16,7 +16,8 @@
 //!   what fills the journal then, and a writer must not wait for a transaction of its records —
 //!   unless the journal reaches [`LOG_FLUSH_HARD_AT`] (the flusher stuck while a rewind plans,
 //!   when it makes no changes of its own): then any change applies it;
-//! - consecutive writes by one process to one file in one checkpoint are one entry.
+//! - consecutive writes by one process to one file in one checkpoint are one entry, and so is
+//!   what a process does to a file right after it made it, with the create (`store/changes.rs`).
 //!
 //! `flush_wanted` is taken alone.
 //!
@@ -153,7 +154,8 @@ impl Recorder {
             session: who.session,
         };
         // Journalled, as pre-images are: a crash of the daemon loses no entry of a change that
-        // was done (consecutive writes to one file by one process are one entry).
+        // was done (consecutive changes that one entry stands for are not logged again: see
+        // `Store::log_change`).
         let n = match self.store.log_change(e) {
             Ok(n) => n,
             Err(err) => {

@@ -46,9 +46,9 @@ pub(super) struct Pending {
     pub(super) next_move: i64,
     /// Next `changes.seq`.
     pub(super) next_change: i64,
-    /// The last change-log entry journalled, if a write: the next write by the same process to
-    /// the same file in the same checkpoint is that entry (see `Store::log_change`).
-    pub(super) last_write: Option<super::LogEntry>,
+    /// The last change-log entry journalled, if it can stand for the next changes by the same
+    /// process to the same file in the same checkpoint (see `Store::log_change`).
+    pub(super) last: Option<super::LogEntry>,
 }
 
 impl Pending {
@@ -86,7 +86,7 @@ impl Pending {
             next_capture: next("captures", "id")?,
             next_move: next("moves", "seq")?,
             next_change: next("changes", "seq")?,
-            last_write: None,
+            last: None,
         };
         Ok((pending, conn))
     }

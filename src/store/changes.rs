@@ -8,7 +8,10 @@
 //!   fsync even with `--sync`), and reaches SQLite with the journal's next batch, in the same
 //!   transaction as the captures around it; the journal left by a crash is applied at open;
 //! - `seq` orders entries, and is handed out with the record (so replaying it is idempotent);
-//!   consecutive writes to one file by one process in one checkpoint are one entry;
+//!   consecutive writes to one file by one process in one checkpoint are one entry, and so is
+//!   what a process does to a file right after it made it (its content, mode, owner and
+//!   times: what `tar` or `npm` sets on every file it extracts) with the create ([`folds_into`];
+//!   same tool call and session too);
 //! - a path filter matches the path, a rename's other name, and every path beneath it.
 //!
 //! Methods of `Store` (the store; its state and lock are in `mod.rs`).
@@ -24,24 +27,33 @@ pub type SessionsByPath =
     std::collections::HashMap<Vec<u8>, std::collections::HashSet<Option<String>>>;
 
 impl Store {
-    /// Journals a change-log entry (its `seq` is given here), unless it is a write that the
-    /// last entry journalled already stands for (same process, file and checkpoint). Returns
+    /// Journals a change-log entry (its `seq` is given here), unless the last entry journalled
+    /// already stands for it (same process, file, checkpoint, tool call and session; see
+    /// [`folds_into`]). Returns
     /// the number of journal records waiting for the database, for the caller's flush policy.
     ///
     /// # Errors
     /// The journal could not be written (e.g. `ENOSPC`); the entry is lost, not the change.
     pub fn log_change(&self, mut e: LogEntry) -> Result<usize> {
         let mut p = self.pending.locked();
-        let same =
-            |l: &LogEntry| l.path == e.path && l.pid == e.pid && l.checkpoint == e.checkpoint;
-        if e.op == super::Op::Write && p.last_write.as_ref().is_some_and(same) {
+        let same = |l: &LogEntry| {
+            l.path == e.path
+                && l.pid == e.pid
+                && l.checkpoint == e.checkpoint
+                && l.tool_use_id == e.tool_use_id
+                && l.session == e.session
+        };
+        if p.last
+            .as_ref()
+            .is_some_and(|l| same(l) && folds_into(l.op, e.op))
+        {
             return Ok(p.journal.pending.len());
         }
         e.seq = p.next_change;
-        let write = (e.op == super::Op::Write).then(|| e.clone());
+        let last = absorbs(e.op).then(|| e.clone());
         p.journal.append_unsynced(Record::Log(e))?;
         p.next_change += 1;
-        p.last_write = write;
+        p.last = last;
         Ok(p.journal.pending.len())
     }
 
@@ -174,6 +186,33 @@ fn row_entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<LogEntry> {
     })
 }
 
+/// Whether an entry of `op` can stand for later changes by the same process to the same path
+/// in the same checkpoint (see [`folds_into`]).
+fn absorbs(op: Op) -> bool {
+    matches!(op, Op::Write | Op::Create | Op::Mkdir | Op::Symlink)
+}
+
+/// Whether a change `next`, right after an entry `prev` by the same process to the same path
+/// in the same checkpoint, is that entry: a write after a write, and what a process does to a
+/// file it has just made (its content, mode, owner, times: what `tar` or `npm` sets on every
+/// file it extracts) after the create.
+fn folds_into(prev: Op, next: Op) -> bool {
+    match prev {
+        Op::Write => next == Op::Write,
+        Op::Create | Op::Mkdir | Op::Symlink => matches!(
+            next,
+            Op::Write
+                | Op::Truncate
+                | Op::Fallocate
+                | Op::Chmod
+                | Op::Chown
+                | Op::Utimes
+                | Op::Setxattr
+        ),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,10 +267,9 @@ mod tests {
         s.log_change(entry("create", "a", 7, k)).unwrap();
         s.flush_journal().unwrap();
         for e in [
-            entry("write", "a", 7, k),
-            entry("write", "a", 7, k), // the same entry
+            entry("write", "a", 7, k), // what the creator does next is its create
             entry("write", "a", 8, k), // another process
-            entry("write", "a", 8, k),
+            entry("write", "a", 8, k), // the same entry
             entry("unlink", "b", 7, k),
             entry("write", "a", 8, k), // not consecutive any more
         ] {
@@ -242,9 +280,8 @@ mod tests {
         let want = [
             (1, "create", "a"),
             (2, "write", "a"),
-            (3, "write", "a"),
-            (4, "unlink", "b"),
-            (5, "write", "a"),
+            (3, "unlink", "b"),
+            (4, "write", "a"),
         ];
         let want: Vec<(i64, String, String)> = want
             .iter()
@@ -255,8 +292,54 @@ mod tests {
         let all = ops(&s);
         assert_eq!(
             all.last().unwrap(),
-            &(6, "mkdir".to_string(), "d".to_string())
+            &(5, "mkdir".to_string(), "d".to_string())
         );
-        assert_eq!(all.len(), 6);
+        assert_eq!(all.len(), 5);
+    }
+
+    /// What a process does to a file right after it made it is the create's entry, as long as
+    /// nothing else is logged between; another checkpoint, tool call, or a truncate after a
+    /// write are entries of their own. Without the folding, the first assertion fails; without
+    /// the tool call in the comparison, the second.
+    #[test]
+    fn what_a_creator_does_next_is_its_create() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let cp = |u: &str| {
+            s.begin_checkpoint(u, None, crate::store::CheckpointKind::Message)
+                .unwrap()
+        };
+        let k = cp("55555555-5555-4555-8555-555555555555");
+        for op in [
+            "create", "write", "write", "chown", "chmod", "utimes", "setxattr",
+        ] {
+            s.log_change(entry(op, "t/f", 7, k)).unwrap();
+        }
+        assert_eq!(ops(&s).len(), 1, "{:?}", ops(&s));
+        let spanned = |op: &str, span: &str| LogEntry {
+            tool_use_id: Some(span.into()),
+            ..entry(op, "g", 7, k)
+        };
+        s.log_change(spanned("create", "toolu_1")).unwrap();
+        s.log_change(spanned("write", "toolu_2")).unwrap();
+        s.log_change(entry("write", "h", 7, k)).unwrap();
+        s.log_change(entry("truncate", "h", 7, k)).unwrap();
+        s.log_change(entry("mkdir", "d", 7, k)).unwrap();
+        let k2 = cp("66666666-6666-4666-8666-666666666666");
+        s.log_change(entry("chmod", "d", 7, k2)).unwrap();
+        let got: Vec<(String, String)> = ops(&s).into_iter().map(|(_, o, p)| (o, p)).collect();
+        let want = [
+            ("create", "t/f"),
+            ("create", "g"),
+            ("write", "g"),
+            ("write", "h"),
+            ("truncate", "h"),
+            ("mkdir", "d"),
+            ("chmod", "d"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(o, p)| (o.to_string(), p.to_string())).to_vec()
+        );
     }
 }
