@@ -161,19 +161,35 @@ fn user_xattr(p: &Path) -> String {
 /// going through the mount (it used to write behind it), the watcher saw none of these.
 #[test]
 fn a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
+    every_kind_of_change_a_rewind_makes_is_seen(&[]);
+}
+
+/// The same with `--passthrough`, and a process reading the file restored in place all along:
+/// its open passes through, so the rewind's helper writes through the kernel's passthrough too
+/// (src/fs/opens.rs), which a watcher of the mount sees as a process's write.
+#[test]
+fn with_passthrough_a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
+    every_kind_of_change_a_rewind_makes_is_seen(&["--passthrough"]);
+}
+
+/// Mounted with `extra`: see [`a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes`].
+fn every_kind_of_change_a_rewind_makes_is_seen(extra: &[&str]) {
     require_fuse();
-    let m = Mounted::with(|d| {
-        fs::write(d.join("content.txt"), "one\n").unwrap();
-        fs::write(d.join("deleted.txt"), "deleted since\n").unwrap();
-        fs::write(d.join("old.txt"), "renamed since\n").unwrap();
-        fs::write(d.join("mode.txt"), "mode\n").unwrap();
-        fs::set_permissions(d.join("mode.txt"), fs::Permissions::from_mode(0o644)).unwrap();
-        fs::write(d.join("xattr.txt"), "xattr\n").unwrap();
-        set_user_xattr(&d.join("xattr.txt"), "before");
-        fs::create_dir(d.join("gone")).unwrap();
-        fs::write(d.join("gone/inside.txt"), "in a removed directory\n").unwrap();
-        std::os::unix::fs::symlink("content.txt", d.join("link")).unwrap();
-    });
+    let m = Mounted::with_args(
+        |d| {
+            fs::write(d.join("content.txt"), "one\n").unwrap();
+            fs::write(d.join("deleted.txt"), "deleted since\n").unwrap();
+            fs::write(d.join("old.txt"), "renamed since\n").unwrap();
+            fs::write(d.join("mode.txt"), "mode\n").unwrap();
+            fs::set_permissions(d.join("mode.txt"), fs::Permissions::from_mode(0o644)).unwrap();
+            fs::write(d.join("xattr.txt"), "xattr\n").unwrap();
+            set_user_xattr(&d.join("xattr.txt"), "before");
+            fs::create_dir(d.join("gone")).unwrap();
+            fs::write(d.join("gone/inside.txt"), "in a removed directory\n").unwrap();
+            std::os::unix::fs::symlink("content.txt", d.join("link")).unwrap();
+        },
+        extra,
+    );
     let mut c = client(&m);
     let cp = checkpoint(&mut c);
     sh(
@@ -181,6 +197,8 @@ fn a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
         "echo two > content.txt; rm deleted.txt; mv old.txt renamed.txt; chmod 600 mode.txt; \
          rm -r gone; mkdir made && echo new > made/new.txt; echo created > created.txt; rm link",
     );
+    // Held open for reading across the rewind (with `--passthrough`, served by the kernel).
+    let mut reader = fs::File::open(m.p("content.txt")).unwrap();
     set_user_xattr(&m.p("xattr.txt"), "after");
     let mut w = Watcher::new(&m.dir, &["", "made"]);
     let r = rewind_all(&mut c, &cp);
@@ -261,8 +279,12 @@ fn a_watcher_on_the_mount_sees_every_kind_of_change_a_rewind_makes() {
         of(&ev, "gone").contains(ReadFlags::ISDIR),
         "a directory's events say so: {ev:?}"
     );
-    // And the tree is what it was.
+    // And the tree is what it was, also to the reader that held the file open.
     assert_eq!(fs::read_to_string(m.p("content.txt")).unwrap(), "one\n");
+    let mut held = String::new();
+    reader.rewind().unwrap();
+    reader.read_to_string(&mut held).unwrap();
+    assert_eq!(held, "one\n", "what the open reader reads after the rewind");
     assert_eq!(
         fs::read_to_string(m.p("deleted.txt")).unwrap(),
         "deleted since\n"
@@ -317,6 +339,64 @@ fn a_file_restored_by_a_rewind_keeps_its_inode_and_an_open_descriptor_reads_the_
     held.rewind().unwrap();
     held.read_to_string(&mut s).unwrap();
     assert_eq!(s, "restored content\n");
+}
+
+/// With `--passthrough`, a process's write that the kernel passes through (a writer beside a
+/// reader: src/fs/opens.rs) never reaches the daemon, yet a watcher of the mount sees it as any
+/// write (the kernel's own write path on the FUSE file queues the events), and a rewind to the
+/// checkpoint before it gives the file back.
+#[test]
+fn with_passthrough_a_watcher_sees_a_write_the_kernel_passes_through() {
+    require_fuse();
+    // The workspace as it is under the mount, opened before the mount covers it.
+    let mut under = None;
+    let m = Mounted::with_args(
+        |d| {
+            fs::write(d.join("f.txt"), "before\n").unwrap();
+            under = Some(fs::File::open(d).unwrap());
+        },
+        &["--passthrough"],
+    );
+    let under_dir = under.unwrap();
+    let under = format!(
+        "/proc/self/fd/{}/f.txt",
+        std::os::fd::AsRawFd::as_raw_fd(&under_dir)
+    );
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    let mut reader = fs::File::open(m.p("f.txt")).unwrap();
+    // The reader is served from the backing file (bytes written behind the daemon's back show),
+    // so the writer below must pass through too (src/fs/opens.rs).
+    fs::write(&under, "BEFORE\n").unwrap();
+    let mut seen = String::new();
+    reader.read_to_string(&mut seen).unwrap();
+    assert_eq!(seen, "BEFORE\n", "the reader does not pass through");
+    let mut w = Watcher::new(&m.dir, &[""]);
+    {
+        use std::io::Write;
+        let mut writer = fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("f.txt"))
+            .unwrap();
+        writer
+            .write_all(b"AFTER, written past the daemon\n")
+            .unwrap();
+    }
+    let ev = w.drain();
+    let got = of(&ev, "f.txt");
+    assert!(
+        got.contains(ReadFlags::MODIFY) && got.contains(ReadFlags::CLOSE_WRITE),
+        "a watcher of the mount got {got:?} for a passthrough write (all events: {ev:?})"
+    );
+    drop(reader);
+    let r = rewind_all(&mut c, &cp);
+    assert!(r.can_rewind, "{r:?}");
+    assert_eq!(fs::read_to_string(m.p("f.txt")).unwrap(), "BEFORE\n");
+    let ev = w.drain();
+    assert!(
+        of(&ev, "f.txt").contains(ReadFlags::MODIFY),
+        "the rewind's write is seen too: {ev:?}"
+    );
 }
 
 /// Undo and redo change the tree through the mount too.
