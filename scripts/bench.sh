@@ -27,8 +27,8 @@
 #   --mount-args ARGS  extra arguments for `rewindfs mount` (e.g. "--threads 1 --ttl 5"; rewindfs
 #                      serves FUSE over io_uring by default: "--io-uring off" measures the
 #                      /dev/fuse transport)
-#   --repeat N         run each workload N times per target (interleaved) and report the
-#                      median (default 1)
+#   --repeat N         run each workload in N rounds, every target in turn in each, and report
+#                      the median seconds and the median of the rounds' ratios (default 1)
 #   --no-loop          use a plain directory instead of an ext4 loop mount
 #
 # Environment:
@@ -979,6 +979,25 @@ ratio() { # secs native
     if (b + 0 == 0) { print "inf"; exit }
     printf "%.2fx", a / b }'
 }
+# round_ratio WORKLOAD TARGET: the median over rounds of target/native in the same round (the
+# targets run one after another in each round, so a round's ratio sees the same machine state);
+# a single run's ratio, or "-", as `ratio` gives.
+round_ratio() {
+  local -a ts ns
+  read -r -a ts <<<"${SAMPLES[$1/$2]:-}"
+  read -r -a ns <<<"${SAMPLES[$1/native]:-}"
+  if [ "${#ts[@]}" -lt 2 ] || [ "${#ts[@]}" -ne "${#ns[@]}" ]; then
+    ratio "${RES[$1/$2]:-}" "${RES[$1/native]:-}"
+    return
+  fi
+  local -a rs=()
+  local i
+  for i in "${!ts[@]}"; do
+    [[ ${ts[$i]} =~ ^[0-9.]+$ && ${ns[$i]} =~ ^[0-9.]+$ ]] || { echo "-"; return; }
+    rs+=("$(awk -v a="${ts[$i]}" -v b="${ns[$i]}" 'BEGIN { if (b + 0 == 0) print 1e9; else printf "%.6f", a / b }')")
+  done
+  median "${rs[@]}" | awk '{ printf "%.2fx", $1 }'
+}
 table() {
   local hdr="| workload | native s |" sep="| --- | ---: |" t wl row
   for t in "${TARGETS[@]:1}"; do
@@ -989,7 +1008,7 @@ table() {
   for wl in "${WORKLOADS[@]}"; do
     row="| $wl | $(fmt_secs "${RES[$wl/native]:--}") |"
     for t in "${TARGETS[@]:1}"; do
-      row+=" $(fmt_secs "${RES[$wl/$t]:--}") | $(ratio "${RES[$wl/$t]:-}" "${RES[$wl/native]:-}") |"
+      row+=" $(fmt_secs "${RES[$wl/$t]:--}") | $(round_ratio "$wl" "$t") |"
       if [ "$t" = rewindfs ]; then row+=" ${STORE_DELTA[$wl]:--} | ${BOUNDS[$wl]:--} |"; fi
     done
     echo "$row"
@@ -1029,7 +1048,7 @@ case "$BOUNDARIES" in
 esac
 TABLE=$(table | pad)
 RUNS_DESC="single run"
-[ "$REPEAT" -eq 1 ] || RUNS_DESC="median of $REPEAT runs"
+[ "$REPEAT" -eq 1 ] || RUNS_DESC="median of $REPEAT rounds, each round running every target in turn; ratio: the median of the rounds' ratios"
 {
   echo
   echo "$TABLE"
