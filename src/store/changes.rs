@@ -29,8 +29,8 @@ pub type SessionsByPath =
 impl Store {
     /// Journals a change-log entry (its `seq` is given here), unless the last entry journalled
     /// already stands for it (same process, file, checkpoint, tool call and session; see
-    /// `folds_into`). Returns
-    /// the number of journal records waiting for the database, for the caller's flush policy.
+    /// `folds_into`). Returns the number of journal records waiting for the database, for the
+    /// caller's flush policy.
     ///
     /// # Errors
     /// The journal could not be written (e.g. `ENOSPC`); the entry is lost, not the change.
