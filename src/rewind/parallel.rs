@@ -7,7 +7,9 @@
 /// saves.
 const PER_THREAD_MIN: usize = 16;
 
-/// `f` of every item, in order, computed on up to 4 threads (as many as there are CPUs).
+/// `f` of every item, in order, computed on up to 4 threads (as many as there are CPUs). A
+/// thread that cannot be started leaves its share to this one: running out of threads never
+/// fails the work (a panic here would poison the rewinder's lock until the next mount).
 pub(super) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cpus.min(4).min(items.len() / PER_THREAD_MIN).max(1);
@@ -17,15 +19,20 @@ pub(super) fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> 
     let per = items.len().div_ceil(threads);
     std::thread::scope(|s| {
         let f = &f;
-        let handles: Vec<_> = items
+        let shares: Vec<_> = items
             .chunks(per)
-            .map(|chunk| s.spawn(move || chunk.iter().map(f).collect::<Vec<R>>()))
+            .map(|chunk| {
+                let started = std::thread::Builder::new()
+                    .spawn_scoped(s, move || chunk.iter().map(f).collect::<Vec<R>>());
+                (chunk, started.ok())
+            })
             .collect();
-        handles
+        shares
             .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(v) => v,
-                Err(panic) => std::panic::resume_unwind(panic),
+            .flat_map(|(chunk, thread)| match thread.map(|t| t.join()) {
+                Some(Ok(v)) => v,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => chunk.iter().map(f).collect(),
             })
             .collect()
     })

@@ -222,10 +222,15 @@ impl Rewinder {
     ) -> Result<(), RewindError> {
         let mut inline_budget = INLINE_TOTAL;
         let wanted: Vec<(Vec<u8>, PreImage)> = wanted.into_iter().collect();
-        for batch in wanted.chunks(PROBE_BATCH) {
-            let probed = super::parallel::map(batch, |(p, target)| {
+        for batch in probe_batches(&wanted) {
+            let probe = |(p, target): &(Vec<u8>, PreImage)| {
                 self.probe(one, p, target.clone(), req_uuid, policy)
-            });
+            };
+            let probed = if batch.len() == 1 {
+                vec![probe(&batch[0])]
+            } else {
+                super::parallel::map(batch, probe)
+            };
             for probe in probed {
                 let Probe {
                     withheld,
@@ -342,9 +347,32 @@ struct Differing {
     planned: Planned,
 }
 
-/// Paths probed at once: what they hold in memory is bounded by this many times
-/// [`INLINE_MAX`].
+/// Paths probed at once: what their results hold is bounded by this many times
+/// [`INLINE_MAX`]. While a path is probed, its present and target contents are in memory whole
+/// (as when one thread planned), so at most as many of those as there are threads.
 const PROBE_BATCH: usize = 256;
+
+/// A target this large is probed on its own: several of them read at once would hold several
+/// large files in memory.
+const PROBE_ALONE: u64 = 8 << 20;
+
+/// `wanted` in path order, cut into batches of at most [`PROBE_BATCH`] paths, each target of
+/// [`PROBE_ALONE`] bytes or more in a batch of its own.
+pub(super) fn probe_batches(wanted: &[(Vec<u8>, PreImage)]) -> Vec<&[(Vec<u8>, PreImage)]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, (_, t)) in wanted.iter().enumerate() {
+        if t.size >= PROBE_ALONE {
+            if start < i {
+                out.extend(wanted[start..i].chunks(PROBE_BATCH));
+            }
+            out.push(&wanted[i..=i]);
+            start = i + 1;
+        }
+    }
+    out.extend(wanted[start..].chunks(PROBE_BATCH));
+    out
+}
 
 impl Ground {
     /// Every name a rewind of the actors in `inside` (actor bits) looks at: the paths they

@@ -193,3 +193,46 @@ proptest! {
         }
     }
 }
+
+/// Planning's batches keep path order, hold at most `PROBE_BATCH` paths, and give a large target
+/// a batch of its own (several read at once would hold several large files in memory).
+#[test]
+fn probe_batches_keep_order_and_probe_large_targets_alone() {
+    use super::plan::probe_batches;
+    use crate::store::PreImage;
+    let big = 8 << 20;
+    let sizes: Vec<u64> = (0..700)
+        .map(|i| {
+            if i == 3 || i == 4 || i == 600 {
+                big
+            } else {
+                10
+            }
+        })
+        .collect();
+    let wanted: Vec<(Vec<u8>, PreImage)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let pre = PreImage {
+                size: *s,
+                ..PreImage::absent()
+            };
+            (format!("p{i:04}").into_bytes(), pre)
+        })
+        .collect();
+    let batches = probe_batches(&wanted);
+    let flat: Vec<&[u8]> = batches
+        .iter()
+        .flat_map(|b| b.iter().map(|(p, _)| p.as_slice()))
+        .collect();
+    let want: Vec<&[u8]> = wanted.iter().map(|(p, _)| p.as_slice()).collect();
+    assert_eq!(flat, want, "every path once, in order");
+    for b in &batches {
+        assert!(!b.is_empty() && b.len() <= 256, "a batch of {}", b.len());
+        if b.iter().any(|(_, t)| t.size >= big) {
+            assert_eq!(b.len(), 1, "a large target shares its batch");
+        }
+    }
+    assert_eq!(batches.iter().filter(|b| b.len() == 1).count(), 3);
+}
