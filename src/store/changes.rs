@@ -28,7 +28,7 @@ pub type SessionsByPath =
 
 impl Store {
     /// Journals a change-log entry (its `seq` is given here), unless the last entry journalled
-    /// already stands for it (same process, file, checkpoint, tool call and session; see
+    /// already stands for it (same process, file, checkpoint, tool call, session and actor; see
     /// `folds_into`). Returns the number of journal records waiting for the database, for the
     /// caller's flush policy.
     ///
@@ -42,6 +42,8 @@ impl Store {
                 && l.checkpoint == e.checkpoint
                 && l.tool_use_id == e.tool_use_id
                 && l.session == e.session
+                && l.actor == e.actor
+                && l.process == e.process
         };
         if p.last
             .as_ref()
