@@ -994,7 +994,12 @@ round_ratio() {
   local i
   for i in "${!ts[@]}"; do
     [[ ${ts[$i]} =~ ^[0-9.]+$ && ${ns[$i]} =~ ^[0-9.]+$ ]] || { echo "-"; return; }
-    rs+=("$(awk -v a="${ts[$i]}" -v b="${ns[$i]}" 'BEGIN { if (b + 0 == 0) print 1e9; else printf "%.6f", a / b }')")
+    # A native time of 0 has no ratio: the ratio of the medians, as a single run gives.
+    if awk -v b="${ns[$i]}" 'BEGIN { exit !(b + 0 == 0) }'; then
+      ratio "${RES[$1/$2]:-}" "${RES[$1/native]:-}"
+      return
+    fi
+    rs+=("$(awk -v a="${ts[$i]}" -v b="${ns[$i]}" 'BEGIN { printf "%.6f", a / b }')")
   done
   median "${rs[@]}" | awk '{ printf "%.2fx", $1 }'
 }

@@ -365,10 +365,15 @@ fn with_passthrough_a_watcher_sees_a_write_the_kernel_passes_through() {
     let mut c = client(&m);
     let cp = checkpoint(&mut c);
     let mut reader = fs::File::open(m.p("f.txt")).unwrap();
-    // The reader is served from the backing file (bytes written behind the daemon's back show),
-    // so the writer below must pass through too (src/fs/opens.rs).
-    fs::write(&under, "BEFORE\n").unwrap();
     let mut seen = String::new();
+    reader.read_to_string(&mut seen).unwrap();
+    assert_eq!(seen, "before\n");
+    // The reader is served from the backing file: bytes written behind the daemon's back show,
+    // where a reader through the daemon keeps the page it read. So the writer below must pass
+    // through too (src/fs/opens.rs).
+    fs::write(&under, "BEFORE\n").unwrap();
+    seen.clear();
+    reader.rewind().unwrap();
     reader.read_to_string(&mut seen).unwrap();
     assert_eq!(seen, "BEFORE\n", "the reader does not pass through");
     let mut w = Watcher::new(&m.dir, &[""]);
