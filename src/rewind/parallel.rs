@@ -1,6 +1,6 @@
 //! Work on many paths at once: planning a rewind reads and compares each path on its own,
-//! mostly in system calls, so a few threads cut its time (on 2 cores, about in half for 10k
-//! paths). Results come back in the items' order, so callers put together the same outcome
+//! mostly in system calls, so a few threads cut its time (on 2 cores, a 10k-path plan took
+//! 300-440 ms instead of 440-570 ms). Results come back in the items' order, so callers put together the same outcome
 //! as one thread would.
 
 /// Fewest items a thread of [`map`] is given: below, starting it costs more than it

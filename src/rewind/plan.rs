@@ -210,8 +210,8 @@ impl Rewinder {
     /// Each path is looked at on its own ([`Rewinder::probe`]: the present read behind the
     /// mount, the target's content read and verified, the lines counted), on several threads
     /// a batch at a time; the outcome is put together in path order, so it is the same as one
-    /// thread's. On 2 cores this halves the planning of a 10k-file rewind, most of it system
-    /// calls (docs/benchmarks.md).
+    /// thread's. On 2 cores this cut the planning of a 10k-file rewind by a fifth to a third
+    /// (docs/benchmarks.md).
     fn keep_differing(
         &self,
         one: &One<'_>,
