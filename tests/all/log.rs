@@ -97,3 +97,62 @@ fn the_log_shows_a_write_beside_and_rename_over_as_the_change_to_the_file() {
         "{note}"
     );
 }
+
+/// What a process does to a file right after it made it is one change in the log, the create's
+/// (`store/changes.rs`, folding): `tar x` makes each file, writes it, and sets its mode and
+/// times, and each file is one `create`. A change by another process is an entry of its own:
+/// the fold is by process.
+#[test]
+fn a_file_a_process_makes_and_sets_up_is_one_change_in_the_log() {
+    require_fuse();
+    let src = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        std::fs::write(src.path().join(format!("t{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    let tar = src.path().join("in.tar");
+    let st = Command::new("tar")
+        .args([
+            "cf",
+            tar.to_str().unwrap(),
+            "--mode=0640",
+            "--mtime=2020-01-02 03:04:05",
+        ])
+        .args((0..5).map(|i| format!("t{i}.txt")))
+        .current_dir(src.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "tar cf");
+    let mut a = Agent::new(|_| {});
+    let _t1 = a.turn();
+    a.bash(&format!("tar xf {}", tar.display()));
+    a.bash("echo later > later.txt");
+    a.bash("chmod 600 later.txt");
+    let (json, _) = log(&a, &["--json", "--raw"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let entries = |path: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["path"].as_str() == Some(path))
+            .map(|l| l["op"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    for i in 0..5 {
+        let p = format!("t{i}.txt");
+        // tar set the mode and times it was given: the file is set up, not only made.
+        let md = std::fs::metadata(a.m.dir.join(&p)).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777,
+            0o640
+        );
+        assert_eq!(
+            entries(&p),
+            ["create"],
+            "{p}: one change, its create:\n{json}"
+        );
+    }
+    // The shell made and wrote it; chmod, another process, changed its mode afterwards.
+    assert_eq!(entries("later.txt"), ["create", "chmod"], "{json}");
+}
