@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use rewindfs::control::cmd::{
-    CheckpointList, DiffReply, GcReply, LogReply, LsReply, RewindReply, StatusReply,
+    CheckpointList, DiffReply, GcReply, LogReply, LsReply, Passthrough, RewindReply, StatusReply,
     unprotected_warning,
 };
 use rewindfs::rewind::{AttrChange, Withheld};
@@ -161,6 +161,18 @@ pub(crate) fn print_status(r: &StatusReply) {
         (
             "storeFreeBytes",
             r.store_free_bytes.map_or("?".into(), |b| b.to_string()),
+        ),
+        (
+            "passthrough",
+            match r.passthrough {
+                Passthrough::Off => "off".into(),
+                Passthrough::On => "on".into(),
+                Passthrough::Unavailable => {
+                    "unavailable: asked for, but the kernel or privileges refuse it (see the \
+                     daemon's log); reads go through the daemon"
+                        .to_string()
+                }
+            },
         ),
     ];
     for (k, v) in rows {

@@ -43,6 +43,8 @@ pub struct Daemon {
     pub retention: crate::retention::Retention,
     /// Which signed history imports accept (`store/bundle/sign.rs`), read at each import.
     pub trust_file: Option<PathBuf>,
+    /// Whether the mount's reads pass through the kernel (`Off` for a daemon without a mount).
+    pub passthrough: Arc<crate::fs::PassthroughState>,
     /// The directories this daemon wrote forks into since it started (`diff` with a fork reads
     /// only a fork; after a restart, one whose store records this workspace as its origin).
     pub forks: std::sync::Mutex<std::collections::HashSet<PathBuf>>,

@@ -143,6 +143,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         store_dir: cfg.store.clone(),
         retention: policy,
         trust_file: crate::config::trust_file(),
+        passthrough: parts.core.passthrough.clone(),
         forks: Default::default(),
     });
     let result = rt.block_on(serve(listener, daemon, signals, done_rx, &cfg.dir));

@@ -123,6 +123,7 @@ pub fn ask_offline<C: crate::control::cmd::Command>(
         store_dir: store_dir.to_path_buf(),
         retention: crate::retention::Retention::default(),
         trust_file: None,
+        passthrough: Default::default(),
         forks: Default::default(),
     };
     let v = req.apply(&daemon).map_err(|e| anyhow::anyhow!("{e}"))?;

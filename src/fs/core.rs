@@ -105,6 +105,8 @@ pub struct Core {
     pub(super) removing: RwLock<()>,
     /// Opens answered under `--passthrough` and their modes (`opens.rs`; empty without it).
     pub opens: super::Opens,
+    /// Whether passthrough is in effect, as INIT settled it (shared with `status`).
+    pub passthrough: Arc<super::PassthroughState>,
     /// Fault injection for tests only ([`crate::faults::hold_named_write`]; `None` in a
     /// build without the `fault-injection` feature).
     pub(super) hold_named_write: Option<std::time::Duration>,
@@ -129,6 +131,7 @@ impl Core {
             nameless: Mutex::new(()),
             removing: RwLock::new(()),
             opens: super::Opens::default(),
+            passthrough: Arc::default(),
             hold_named_write: crate::faults::hold_named_write(),
         })
     }

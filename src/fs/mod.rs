@@ -31,7 +31,7 @@ use rustix::fs::Stat;
 
 pub use self::core::{Core, Ctx, SetAttr};
 use self::opens::Grant;
-pub use self::opens::Opens;
+pub use self::opens::{Opens, Passthrough, PassthroughState};
 
 /// The one place an `io::Error` becomes an errno: the real errno passes through unchanged, and
 /// only an error without one becomes `EIO`.
@@ -223,6 +223,11 @@ impl Filesystem for RewindFs {
         }
         if self.passthrough {
             self.passthrough = passthrough_init(config);
+            self.core.passthrough.set(if self.passthrough {
+                Passthrough::On
+            } else {
+                Passthrough::Unavailable
+            });
         }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);

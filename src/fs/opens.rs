@@ -133,6 +133,39 @@ impl<B> Node<B> {
     }
 }
 
+/// Whether the kernel serves reads from the backing files, as the mount's INIT settled it
+/// (`rewindfs status` shows it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Passthrough {
+    /// Not asked for (no `--passthrough`): every read and write goes through the daemon.
+    #[default]
+    Off,
+    /// In effect: opens for reading, and writers whose pre-image is saved, pass through.
+    On,
+    /// Asked for, but the kernel does not offer it or the daemon is not root (the daemon's log
+    /// says which): every read and write goes through the daemon.
+    Unavailable,
+}
+
+/// Where the mount's [`Passthrough`] is kept: set once at INIT, read by `status`.
+#[derive(Debug, Default)]
+pub struct PassthroughState(std::sync::atomic::AtomicU8);
+
+impl PassthroughState {
+    pub fn set(&self, p: Passthrough) {
+        self.0.store(p as u8, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn get(&self) -> Passthrough {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            1 => Passthrough::On,
+            2 => Passthrough::Unavailable,
+            _ => Passthrough::Off,
+        }
+    }
+}
+
 /// The open-mode table (see the module doc). `B`: the backing id (a stand-in in the unit
 /// tests).
 pub struct Opens<B = BackingId> {

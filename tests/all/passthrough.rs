@@ -51,6 +51,15 @@ fn with_passthrough_a_reader_reads_the_backing_file_itself() {
             args,
         );
         let under = under.unwrap();
+        let status = rewindfs::control::client::Client::connect(&m.socket())
+            .unwrap()
+            .request("status", serde_json::json!({}))
+            .unwrap();
+        assert_eq!(
+            status["passthrough"],
+            if passes { "on" } else { "off" },
+            "mount {args:?}: status says whether passthrough is in effect"
+        );
         let mut r = File::open(m.p("f")).unwrap();
         assert_eq!(read_all(&mut r), "old\n");
         fs::write(under.p("f"), b"NEW\n").unwrap();

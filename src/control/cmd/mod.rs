@@ -50,7 +50,8 @@ pub use self::rewind_code::RewindCode;
 pub use self::rewind_files::{RewindFiles, RewindReply};
 pub use self::show::{Show, ShowReply};
 pub use self::status::{
-    Status, StatusReply, UnprotectedProcess, unprotected_processes, unprotected_warning,
+    Passthrough, Status, StatusReply, UnprotectedProcess, unprotected_processes,
+    unprotected_warning,
 };
 pub use self::tool_use::{Phase, ToolUse, Unbound};
 pub use self::undo_rewind::{UndoReply, UndoRewind};

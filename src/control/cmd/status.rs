@@ -10,6 +10,8 @@ use crate::control::Daemon;
 use crate::control::error::ControlError;
 use crate::host::procs::{Holds, Underneath};
 
+pub use crate::fs::Passthrough;
+
 /// Asks for the daemon's status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {}
@@ -60,6 +62,10 @@ pub struct StatusReply {
     /// why: `rewindfs undo` puts back what of one was applied; the next mount tries again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unfinished_rewinds: Vec<UnfinishedRewind>,
+    /// Whether the kernel serves reads from the workspace's files itself (`--passthrough`):
+    /// `off` (not asked for), `on`, or `unavailable` (asked for; the daemon's log says why not).
+    #[serde(default)]
+    pub passthrough: Passthrough,
 }
 
 /// A rewind left unfinished.
@@ -181,6 +187,7 @@ impl Status {
                 .into_iter()
                 .map(|(id, error)| UnfinishedRewind { id, error })
                 .collect(),
+            passthrough: d.passthrough.get(),
             workspace: d.workspace.clone(),
             store: d.store_dir.clone(),
             pid: std::process::id(),
