@@ -140,15 +140,16 @@ impl<B> Node<B> {
 pub enum Passthrough {
     /// Not asked for (no `--passthrough`): every read and write goes through the daemon.
     #[default]
-    Off,
+    Off = 0,
     /// In effect: opens for reading, and writers whose pre-image is saved, pass through.
-    On,
+    On = 1,
     /// Asked for, but the kernel does not offer it or the daemon is not root (the daemon's log
     /// says which): every read and write goes through the daemon.
-    Unavailable,
+    Unavailable = 2,
 }
 
-/// Where the mount's [`Passthrough`] is kept: set once at INIT, read by `status`.
+/// Where the mount's [`Passthrough`] is kept: set once at INIT, read by `status` (as its
+/// discriminant, which `get` maps back).
 #[derive(Debug, Default)]
 pub struct PassthroughState(std::sync::atomic::AtomicU8);
 
