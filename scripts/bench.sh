@@ -8,7 +8,7 @@
 #                    [--native-only] [--markdown FILE] [--build]
 #                    [--repeat N] [--boundaries[=loop|phase|off]] [--no-boundaries]
 #                    [--boundary-ms N] [--mount-args "ARGS"]
-#                    [--no-loop]
+#                    [--no-loop] [--requests]
 #   scripts/bench.sh --travel [--quick] [--build] [--no-loop]
 #
 #   --travel           instead of the workloads below: show/ls of a checkpoint of a 20k-file
@@ -30,6 +30,14 @@
 #   --repeat N         run each workload in N rounds, every target in turn in each, and report
 #                      the median seconds and the median of the rounds' ratios (default 1)
 #   --no-loop          use a plain directory instead of an ext4 loop mount
+#   --requests         after the timed rounds, run each workload once more through rewindfs,
+#                      untimed, counting the FUSE requests the kernel sends it (the
+#                      fuse_request_send tracepoint: Linux >= 6.13, tracefs), and measure what one
+#                      request costs a caller when the daemon answers it at once (statx with
+#                      AT_STATX_FORCE_SYNC of one file, through the mount less natively). Adds
+#                      the columns "requests" and "floor": native seconds + requests x that
+#                      cost, as a ratio to native, what a FUSE filesystem that did nothing but
+#                      the native work could reach on this kernel (see "Floors" below)
 #
 # Environment:
 #   REWINDFS_BIN    the binary (default: <repo>/target/release/rewindfs)
@@ -114,6 +122,16 @@
 # at a tree, as after mounting over an existing project, while the files' blocks stay cached;
 # the other workloads run on a warm cache, as an agent's repeated commands do. Each number is a single run unless --repeat is given: expect noise of ±10–20% on the short workloads, more
 # in --quick mode and when the machine is busy.
+#
+# Floors (--requests): every request the kernel sends makes the calling process wait for a
+# round trip to the daemon, whatever the daemon does with it; the native work (the create, the
+# write) is in the native column already. So native + requests x (the cost of a request
+# answered at once) is a lower bound on any FUSE filesystem that sends that many requests, and
+# a target below it is out of reach on this kernel without sending fewer. The bound is strict
+# only where the requests come one after another; where they overlap (several threads or
+# processes at once, or the kernel's asynchronous readahead) it is shown in parentheses. The
+# count is of the rewindfs run: the kernel's own requests (a directory's attributes after each
+# change, `security.capability` before writes, a rename target's lookup) included.
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
@@ -133,7 +151,7 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0
 
 # ---------------------------------------------------------------- arguments
 REPEAT=1 QUICK=0 NATIVE_ONLY=0 BUILD=0 BOUNDARIES=loop BOUNDARY_MS=100 USE_LOOP=1
-ONLY="" COMPARE="" MARKDOWN="" MOUNT_ARGS=""
+ONLY="" COMPARE="" MARKDOWN="" MOUNT_ARGS="" REQUESTS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --travel) shift; exec bash "$(dirname "${BASH_SOURCE[0]}")/bench-travel.sh" "$@" ;;
@@ -154,6 +172,7 @@ while [ $# -gt 0 ]; do
     --mount-args) MOUNT_ARGS=${2?--mount-args needs a value}; shift ;;
     --mount-args=*) MOUNT_ARGS=${1#*=} ;;
     --no-loop) USE_LOOP=0 ;;
+    --requests) REQUESTS=1 ;;
     --repeat) REPEAT=${2:?--repeat needs a count}; shift ;;
     --repeat=*) REPEAT=${1#*=} ;;
     -h|--help) usage; exit 0 ;;
@@ -168,6 +187,14 @@ done
 for tool in python3 tar git dd awk; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
+TRACEFS=/sys/kernel/tracing
+if [ "$REQUESTS" = 1 ]; then
+  [ "$NATIVE_ONLY" = 0 ] || die "--requests counts the requests rewindfs is sent: not with --native-only"
+  [ -d "$TRACEFS/events" ] || mount -t tracefs nodev "$TRACEFS" 2>/dev/null || true
+  [ -d "$TRACEFS/events/fuse/fuse_request_send" ] ||
+    die "--requests needs the kernel's FUSE tracepoints (Linux >= 6.13, tracefs at $TRACEFS); none found"
+  command -v mountpoint >/dev/null || die "--requests needs mountpoint (util-linux)"
+fi
 if [ -n "$MARKDOWN" ]; then
   case "$MARKDOWN" in /*) ;; *) MARKDOWN="$PWD/$MARKDOWN" ;; esac
 fi
@@ -240,6 +267,7 @@ mkdir -p "$MNT" "$RUN/logs"
 LOOP_MOUNTED=0
 MOUNTS=()          # "kind:dir", unmounted in reverse order
 BOUNDARY_PID=""
+TRACE_KB=""        # the trace buffer's size before --requests changed it
 
 is_mounted() { # exact mount point match in mountinfo (no stat, so a dead FUSE mount counts)
   awk -v d="$1" '$5 == d { found = 1 } END { exit !found }' /proc/self/mountinfo
@@ -265,6 +293,7 @@ cleanup() {
   set +e
   trap - EXIT INT TERM
   if [ -n "$BOUNDARY_PID" ]; then kill "$BOUNDARY_PID" 2>/dev/null; wait "$BOUNDARY_PID" 2>/dev/null; fi
+  [ -z "$TRACE_KB" ] || trace_fuse off
   for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
     unmount_one "${MOUNTS[i]%%:*}" "${MOUNTS[i]#*:}"
   done
@@ -448,6 +477,23 @@ def overwrite(path):
     os.close(fd)
     print(time.perf_counter() - t)
 
+def statx_loop(path, n):
+    # statx(AT_STATX_FORCE_SYNC): natively a plain stat; through FUSE one GETATTR each time,
+    # which the daemon answers with one fstat (the kernel's cache is bypassed).
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    f = libc.statx
+    f.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(256)
+    p = os.fsencode(path)
+    AT_FDCWD, FORCE_SYNC, BASIC_STATS = -100, 0x2000, 0x7FF
+    for i in range(n // 10 + n):
+        if i == n // 10:
+            t = time.perf_counter()
+        if f(AT_FDCWD, p, FORCE_SYNC, BASIC_STATS, buf) != 0:
+            sys.exit(f"statx {path}: {os.strerror(ctypes.get_errno())}")
+    print(time.perf_counter() - t)
+
 cmd, args = sys.argv[1], sys.argv[2:]
 if cmd == "gen-tree": gen_tree(args[0], int(args[1]), int(args[2]))
 elif cmd == "edit-files": make_edit_files(args[0], int(args[1]))
@@ -456,6 +502,7 @@ elif cmd == "rand-write": rand_write(args[0], int(args[1]))
 elif cmd == "rand-read": rand_read(args[0], int(args[1]))
 elif cmd == "overwrite": overwrite(args[0])
 elif cmd == "many": make_many(args[0], int(args[1]), int(args[2]), args[3])
+elif cmd == "statx": statx_loop(args[0], int(args[1]))
 else: sys.exit(f"unknown command {cmd}")
 PY
 
@@ -961,6 +1008,114 @@ for wl in "${WORKLOADS[@]}"; do
 done
 TOTAL=$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
 
+# ---------------------------------------------------------------- requests (--requests)
+# Workloads whose requests overlap (several threads or processes, or asynchronous readahead):
+# their floor is not a strict bound.
+OVERLAPPING=" git-commit git-status seq-read cargo-build npm-install nm-clone nm-status "
+declare -A REQS REQ_KINDS
+RT_US=""
+
+# trace_fuse on CONNECTION | off: the kernel's fuse_request_send events of one connection into
+# the trace buffer (64 MiB a CPU: 2 million requests), or tracing off and the buffer as it was.
+trace_fuse() {
+  local e="$TRACEFS/events/fuse/fuse_request_send"
+  echo 0 >"$TRACEFS/tracing_on"
+  if [ "$1" = on ]; then
+    [ -n "$TRACE_KB" ] || TRACE_KB=$(cat "$TRACEFS/buffer_size_kb")
+    echo 65536 >"$TRACEFS/buffer_size_kb"
+    echo >"$TRACEFS/trace"
+    echo "connection == $2" >"$e/filter"
+    echo 1 >"$e/enable"
+    echo 1 >"$TRACEFS/tracing_on"
+  else
+    echo 0 >"$e/enable"
+    echo 0 >"$e/filter"
+    if [ -n "$TRACE_KB" ]; then
+      echo "${TRACE_KB%% *}" >"$TRACEFS/buffer_size_kb" 2>/dev/null || true
+      TRACE_KB=""
+    fi
+  fi
+}
+
+# The caller's cost of one request the daemon answers at once, in microseconds: statx with
+# AT_STATX_FORCE_SYNC of one file through the mount (one GETATTR each), less the same natively;
+# the median of 3 runs of 20,000 each.
+request_cost_us() {
+  local n=20000 t f i
+  local -a secs
+  declare -A med
+  for t in native rewindfs; do
+    f="$(workdir "$t")/.bench-statx-probe"
+    : >"$f"
+    secs=()
+    for i in 1 2 3; do secs+=("$(python3 "$RUN/bio.py" statx "$f" "$n")"); done
+    med[$t]=$(median "${secs[@]}")
+    rm -f "$f"
+  done
+  awk -v m="${med[rewindfs]}" -v nat="${med[native]}" -v n="$n" \
+    'BEGIN { printf "%.1f", (m - nat) / n * 1e6 }'
+}
+
+# count_requests WORKLOAD CONNECTION: runs it once more through rewindfs, prepared as for the
+# timed runs but untimed and without boundaries, and counts the requests the kernel sends.
+count_requests() {
+  local wl=$1 conn=$2 w lf lost n
+  w=$(workdir rewindfs)
+  lf="$RUN/logs/$wl.rewindfs.requests.log"
+  in_dir "$w" "prep_$wl" >"$lf" 2>&1
+  if [ "$ST" -ne 0 ]; then warn "$wl: preparing the counted run failed (log: $lf)"; return; fi
+  if [[ $DROP_BEFORE == *" $wl "* ]]; then drop_caches
+  elif [[ $DROP_DENTRIES_BEFORE == *" $wl "* ]]; then drop_caches 2
+  else sync; fi
+  trace_fuse on "$conn"
+  in_dir "$w" "wl_$wl" >>"$lf" 2>&1
+  trace_fuse off
+  if [ "$ST" -ne 0 ]; then warn "$wl: the counted run failed (log: $lf)"; return; fi
+  in_dir "$w" post_cleanup "$wl" >>"$lf" 2>&1
+  lost=$(awk '/^overrun:/ { s += $2 } END { print s + 0 }' "$TRACEFS"/per_cpu/cpu*/stats)
+  n=$(grep -c ' fuse_request_send: ' "$TRACEFS/trace" || true)
+  REQ_KINDS[$wl]=$(grep -o ' opcode [0-9]* ([A-Z_0-9]*)' "$TRACEFS/trace" |
+    awk '{ gsub(/[()]|FUSE_/, "", $3); c[$3]++ } END { for (k in c) print c[k], k }' |
+    sort -rn | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')
+  echo >"$TRACEFS/trace"
+  if [ "$lost" -gt 0 ]; then
+    warn "$wl: the trace buffer overran ($lost events lost); its count is a lower bound"
+    REQS[$wl]="$n+"
+  else
+    REQS[$wl]=$n
+  fi
+  log "$(printf '%-13s %-15s %s requests' "$wl" rewindfs "${REQS[$wl]}")"
+}
+
+if [ "$REQUESTS" = 1 ] && [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
+  stop_boundary_loop
+  RT_US=$(request_cost_us)
+  log "one request answered at once costs the caller $RT_US us (statx, forced, less native)"
+  dev=$(mountpoint -d "$(workdir rewindfs)")
+  CONN=$(( (${dev%%:*} << 20) | ${dev#*:} ))  # the kernel's dev_t of the mount's connection
+  for wl in "${WORKLOADS[@]}"; do
+    case "${SAMPLES[$wl/rewindfs]:-}" in error|skipped|"") continue ;; esac
+    count_requests "$wl" "$CONN"
+  done
+fi
+
+REQ_NOTES=()
+if [ -n "$RT_US" ]; then
+  REQ_NOTES+=("requests: counted in one more untimed run of each workload through rewindfs (no boundaries); floor = (native s + requests x $RT_US us) / native s, $RT_US us being what one request the daemon answers at once cost the caller in this run (statx with AT_STATX_FORCE_SYNC through the mount, less native): no FUSE filesystem that sends these requests can do better on this kernel; in parentheses where the requests overlap (threads, processes, readahead), not a strict bound")
+  for wl in "${WORKLOADS[@]}"; do
+    [ -z "${REQ_KINDS[$wl]:-}" ] || REQ_NOTES+=("requests of $wl: ${REQ_KINDS[$wl]}")
+  done
+fi
+
+# floor WORKLOAD: (native + requests x RT_US) / native, in parentheses where requests overlap.
+floor() {
+  local n=${REQS[$1]:-} nat=${RES[$1/native]:-} f
+  [[ ${n%+} =~ ^[0-9]+$ && $nat =~ ^[0-9.]+$ && -n $RT_US ]] || { echo "-"; return; }
+  f=$(awk -v n="${n%+}" -v s="$nat" -v c="$RT_US" \
+    'BEGIN { if (s + 0 == 0) print "-"; else printf "%.2fx", (s + n * c / 1e6) / s }')
+  if [[ $OVERLAPPING == *" $1 "* ]]; then echo "($f)"; else echo "$f"; fi
+}
+
 RSS_NOTE=""
 if [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
   p=$(daemon_proc)
@@ -1008,6 +1163,7 @@ table() {
   for t in "${TARGETS[@]:1}"; do
     hdr+=" $t s | ratio |"; sep+=" ---: | ---: |"
     if [ "$t" = rewindfs ]; then hdr+=" store delta MiB | boundaries |"; sep+=" ---: | ---: |"; fi
+    if [ "$t" = rewindfs ] && [ -n "$RT_US" ]; then hdr+=" requests | floor |"; sep+=" ---: | ---: |"; fi
   done
   echo "$hdr"; echo "$sep"
   for wl in "${WORKLOADS[@]}"; do
@@ -1015,6 +1171,7 @@ table() {
     for t in "${TARGETS[@]:1}"; do
       row+=" $(fmt_secs "${RES[$wl/$t]:--}") | $(round_ratio "$wl" "$t") |"
       if [ "$t" = rewindfs ]; then row+=" ${STORE_DELTA[$wl]:--} | ${BOUNDS[$wl]:--} |"; fi
+      if [ "$t" = rewindfs ] && [ -n "$RT_US" ]; then row+=" ${REQS[$wl]:--} | $(floor "$wl") |"; fi
     done
     echo "$row"
   done
@@ -1063,6 +1220,7 @@ RUNS_DESC="single run"
   echo "sizes: $SETTINGS"
   [[ " ${TARGETS[*]} " == *" rewindfs "* ]] && echo "rewindfs: $BIN${MOUNT_ARGS:+ ($MOUNT_ARGS)}; checkpoint boundaries: $BOUNDARY_DESC"
   [ -n "$RSS_NOTE" ] && echo "$RSS_NOTE"
+  for n in "${REQ_NOTES[@]}"; do echo "$n"; done
   for n in "${NOTES[@]}"; do echo "note: $n"; done
   [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
 } | tee "$RUN/report.txt"
@@ -1079,6 +1237,7 @@ if [ -n "$MARKDOWN" ]; then
       echo "- rewindfs: \`$BIN\`${MOUNT_ARGS:+ (mount args: \`$MOUNT_ARGS\`)}, commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo '+dirty'); checkpoint boundaries: $BOUNDARY_DESC"
     fi
     [ -n "$RSS_NOTE" ] && echo "- $RSS_NOTE"
+    for n in "${REQ_NOTES[@]}"; do echo "- $n"; done
     for n in "${NOTES[@]}"; do echo "- note: $n"; done
     [ ${#FAILED[@]} -eq 0 ] || echo "- FAILED: ${FAILED[*]}"
   } >"$MARKDOWN"
