@@ -112,6 +112,7 @@ pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
         Ok(dev) => {
             parts.rewinder.mounted_on(dev);
             let _ = parts.kernel.dev.set(rustix::fs::makedev(dev.0, dev.1));
+            widen_readahead(dev);
         }
         Err(e) => tracing::error!(
             "the mount's device cannot be read ({e}): rewinds, undos and redos will fail"
@@ -351,6 +352,21 @@ fn stop(dir: &Path) {
         if let Err(e) = mounts::unmount(dir, true) {
             tracing::error!("{e}");
         }
+    }
+}
+
+/// Widens the mount's read-ahead window to [`crate::fs::READAHEAD_KB`] (the kernel starts a
+/// FUSE mount at 128 KiB and lets the daemon only narrow it). Only root may; anyone else keeps
+/// the kernel's window, which is correct, only slower for large sequential reads.
+fn widen_readahead(dev: (u32, u32)) {
+    let want = crate::fs::READAHEAD_KB;
+    match sys::readahead_kb(dev) {
+        Ok(kb) if kb >= want => {}
+        Ok(_) => match sys::set_readahead_kb(dev, want) {
+            Ok(()) => tracing::debug!("read-ahead window widened to {want} KiB"),
+            Err(e) => tracing::debug!("the read-ahead window stays the kernel's: {e}"),
+        },
+        Err(e) => tracing::debug!("the read-ahead window stays the kernel's: {e}"),
     }
 }
 

@@ -41,6 +41,26 @@ pub fn dev_cached(path: &Path) -> io::Result<(u32, u32)> {
     .map_err(|e| ctx(errno(e), format!("statx({path:?}, AT_STATX_DONT_SYNC)")))
 }
 
+/// The kernel's read-ahead window for the block-device-info of device `dev`, in KiB
+/// (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`).
+pub fn readahead_kb(dev: (u32, u32)) -> io::Result<u64> {
+    let p = bdi_readahead_path(dev);
+    let s = std::fs::read_to_string(&p).map_err(|e| ctx(e, format!("reading {}", p.display())))?;
+    s.trim()
+        .parse()
+        .map_err(|e| ctx(io::Error::other(e), format!("reading {}", p.display())))
+}
+
+/// Sets that window (root only: the file is the root's, mode 0644).
+pub fn set_readahead_kb(dev: (u32, u32), kb: u64) -> io::Result<()> {
+    let p = bdi_readahead_path(dev);
+    std::fs::write(&p, format!("{kb}\n")).map_err(|e| ctx(e, format!("writing {}", p.display())))
+}
+
+fn bdi_readahead_path((major, minor): (u32, u32)) -> std::path::PathBuf {
+    format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb").into()
+}
+
 /// Reads every entry of a directory (except `.` and `..`): name, inode number, `d_type`.
 pub fn read_dir_all(dir: OwnedFd) -> io::Result<Vec<(OsString, u64, u8)>> {
     let mut d = rustix::fs::Dir::new(dir).map_err(errno)?;

@@ -153,3 +153,30 @@ fn io_uring_mount_keeps_serving_while_every_cpu_is_busy() {
     );
     worker.join().unwrap();
 }
+
+/// The daemon widens the mount's read-ahead window to one READ of the largest size a request
+/// carries (1 MiB; the kernel starts every FUSE mount at 128 KiB and lets the daemon only
+/// narrow it in INIT), so a large sequential read takes an eighth of the round trips.
+#[test]
+fn a_mount_reads_ahead_a_whole_request_at_a_time() {
+    use std::os::unix::fs::MetadataExt;
+    require_fuse();
+    let m = Mounted::new();
+    let dev = fs::metadata(&m.dir).unwrap().dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let bdi = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    let kb = fs::read_to_string(&bdi).unwrap_or_else(|e| panic!("{bdi}: {e}"));
+    assert_eq!(
+        kb.trim(),
+        "1024",
+        "{bdi}: the mount's read-ahead window (src/fs/mod.rs READAHEAD_KB)"
+    );
+    // Reads still return what was written, across a window's end.
+    let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    fs::write(m.p("big"), &data).unwrap();
+    sh(&m.dir, "echo 1 > /proc/sys/vm/drop_caches");
+    assert!(
+        fs::read(m.p("big")).unwrap() == data,
+        "a cold read of 3 MiB"
+    );
+}
