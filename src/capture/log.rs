@@ -66,7 +66,8 @@ pub(super) struct ChangeLog {
     flush_wanted: Mutex<bool>,
     /// Wakes the flusher when `flush_wanted` is set.
     flush_wake: Condvar,
-    /// A checkpoint dropped a large set of paths: the flusher returns the memory.
+    /// A checkpoint dropped a large set of paths, or the kernel forgot many nodes: the flusher
+    /// returns the memory.
     trim_wanted: AtomicBool,
 }
 

@@ -78,6 +78,9 @@ pub trait Observer: Send + Sync {
     fn after(&self, pid: u32, change: &Change<'_>);
     /// Called when the change failed after `before` allowed it.
     fn failed(&self, _change: &Change<'_>) {}
+    /// Called when the file system freed much heap (the kernel forgot many nodes): an observer
+    /// with a thread of its own to spare may hand it back to the system there.
+    fn heap_freed(&self) {}
 }
 
 /// An observer that records nothing: a plain passthrough (the FUSE core's unit tests).
@@ -288,6 +291,10 @@ impl Observer for Recorder {
             );
         }
         self.log_change(pid, change);
+    }
+
+    fn heap_freed(&self) {
+        self.log.want_trim();
     }
 
     fn failed(&self, change: &Change<'_>) {

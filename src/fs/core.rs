@@ -236,7 +236,9 @@ impl Core {
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
+        if self.inodes.forget(ino, n) {
+            self.observer.heap_freed();
+        }
         if self.inodes.key(ino).is_none() {
             // The node is gone, and its fd with it.
             self.drop_file(ino);

@@ -15,6 +15,7 @@ mod hostile;
 mod lifecycle;
 mod log;
 mod mcp;
+mod memory;
 mod messages;
 mod model;
 mod nonroot;

@@ -270,3 +270,34 @@ proptest::proptest! {
         }
     }
 }
+
+/// Forgets report once every `FREED_ENOUGH` removed nodes, so the daemon trims its heap then
+/// and not at every forget.
+#[test]
+fn forgets_report_when_enough_nodes_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = st(dir.path());
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let f = st(&dir.path().join("f"));
+    let t = Inodes::new(&root);
+    let n = FREED_ENOUGH * 2 + 10;
+    let inos: Vec<u64> = (0..n)
+        .map(|i| {
+            let mut s = f;
+            s.st_ino = 1_000_000 + i as u64;
+            t.lookup(ROOT, OsStr::new(&format!("f{i}")), &s).ino
+        })
+        .collect();
+    let reported: Vec<usize> = inos
+        .iter()
+        .enumerate()
+        .filter(|&(_, &ino)| t.forget(ino, 1))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(reported, vec![FREED_ENOUGH, FREED_ENOUGH * 2]);
+    // A node still looked up is not removed, and does not count.
+    let kept = t.lookup(ROOT, OsStr::new("kept"), &f).ino;
+    t.lookup(ROOT, OsStr::new("kept"), &f);
+    assert!(!t.forget(kept, 1));
+    assert!(t.key(kept).is_some());
+}

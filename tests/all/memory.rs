@@ -1,0 +1,58 @@
+//! The daemon's memory: what it holds for the nodes the kernel knows, and gives back.
+
+use std::fs;
+
+use crate::support::{Mounted, require_fuse, sh, wait_until};
+
+/// A process's resident memory, in bytes (`VmRSS`).
+fn resident(pid: u32) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// When the kernel forgets the nodes it looked up, the daemon removes them and hands the heap
+/// they took back to the system. The allocator kept it before: after an extract and its
+/// `rm -rf`, the bench's look-up of 100k inodes found the daemon at 64.9 MiB instead of 38.4.
+#[test]
+fn forgotten_nodes_give_their_memory_back() {
+    require_fuse();
+    // Creating a file takes about 200 µs on these machines' ext4: 5 s for the lot.
+    const DIRS: usize = 24;
+    const FILES: usize = DIRS * 1000;
+    let m = Mounted::with(|d| {
+        for i in 0..FILES {
+            let dir = d.join(format!("many/{:02}", i % DIRS));
+            if i < DIRS {
+                fs::create_dir_all(&dir).unwrap();
+            }
+            fs::write(dir.join(format!("file-with-a-longish-name-{i:06}")), b"").unwrap();
+        }
+    });
+    let pid = m.daemon_pid();
+    let idle = resident(pid);
+    // One LOOKUP (or readdirplus entry) a file: a node each in the daemon's table.
+    let n = sh(&m.dir, "ls -lR many | grep -c longish");
+    assert_eq!(n.trim(), FILES.to_string(), "`ls -lR` lists each file");
+    let looked = resident(pid);
+    assert!(
+        looked > idle + (4 << 20),
+        "{FILES} nodes should take megabytes: {idle} bytes idle, {looked} after the look-ups"
+    );
+    // The kernel drops its dentries and inodes, and sends a FORGET for each.
+    sh(&m.dir, "sync; echo 2 > /proc/sys/vm/drop_caches");
+    let mut now = looked;
+    let gave_back = wait_until(10, || {
+        now = resident(pid);
+        now < looked - (looked - idle) / 2
+    });
+    assert!(
+        gave_back,
+        "the daemon kept its heap after the kernel forgot {FILES} nodes: {idle} bytes idle, \
+         {looked} after the look-ups, {now} after the forgets"
+    );
+}
