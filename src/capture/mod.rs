@@ -78,9 +78,9 @@ pub trait Observer: Send + Sync {
     fn after(&self, pid: u32, change: &Change<'_>);
     /// Called when the change failed after `before` allowed it.
     fn failed(&self, _change: &Change<'_>) {}
-    /// Called when the file system freed much heap (the kernel forgot many nodes): an observer
-    /// with a thread of its own to spare may hand it back to the system there.
-    fn heap_freed(&self) {}
+    /// Called when the kernel's forgets removed `n` nodes from the file system's table: an
+    /// observer with a thread of its own may hand the memory back to the system there.
+    fn nodes_removed(&self, _n: usize) {}
 }
 
 /// An observer that records nothing: a plain passthrough (the FUSE core's unit tests).
@@ -293,8 +293,8 @@ impl Observer for Recorder {
         self.log_change(pid, change);
     }
 
-    fn heap_freed(&self) {
-        self.log.want_trim();
+    fn nodes_removed(&self, n: usize) {
+        self.log.nodes_removed(n);
     }
 
     fn failed(&self, change: &Change<'_>) {

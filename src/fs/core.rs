@@ -236,8 +236,9 @@ impl Core {
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
-        if self.inodes.forget(ino, n) {
-            self.observer.heap_freed();
+        let gone = self.inodes.forget(ino, n);
+        if gone > 0 {
+            self.observer.nodes_removed(gone);
         }
         if self.inodes.key(ino).is_none() {
             // The node is gone, and its fd with it.

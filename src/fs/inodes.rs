@@ -93,15 +93,13 @@ struct Table {
     next_synthetic: u64,
     /// `st_dev` of the workspace root.
     root_dev: u64,
-    /// Nodes removed since [`Inodes::forget`] last reported [`FREED_ENOUGH`] of them.
+    /// Nodes removed since the maps were last shrunk (see [`Table::shrink`]).
     removed: usize,
 }
 
-/// Nodes whose removal frees enough heap (their names, links and index slots: a few hundred
-/// bytes each) that handing it back to the system is worth a `malloc_trim`. The allocator
-/// keeps freed memory otherwise: after an extract of 20k files and its `rm -rf`, a look-up of
-/// 100k inodes left the daemon at 47.7 MiB instead of 38.4 (docs/benchmarks.md).
-pub const FREED_ENOUGH: usize = 10_000;
+/// Nodes removed between two looks at whether the maps are mostly empty (see
+/// [`Table::shrink`]).
+const SHRINK_EVERY: usize = 10_000;
 
 /// The inode table (one lock; see the module doc for its invariants).
 #[derive(Debug)]
@@ -241,7 +239,7 @@ impl Table {
     /// Gives back the space of the maps that are mostly empty: a map keeps the capacity of its
     /// largest size (a `find` over 60k files left 12 MiB of empty slots). Rehashing what is
     /// left costs a few milliseconds at most, since it is under a quarter of the capacity, and
-    /// happens once every [`FREED_ENOUGH`] removals.
+    /// happens once every [`SHRINK_EVERY`] removals.
     fn shrink(&mut self) {
         fn sparse(len: usize, capacity: usize) -> bool {
             capacity > 1024 && len < capacity / 4
@@ -579,23 +577,24 @@ impl Inodes {
         }
     }
 
-    /// The kernel dropped `count` lookups of a node. True once every [`FREED_ENOUGH`] nodes
-    /// removed (by forgets or otherwise): the caller has the heap trimmed, off the request path.
-    pub fn forget(&self, ino: u64, count: u64) -> bool {
+    /// The kernel dropped `count` lookups of a node; the number of nodes that went with it
+    /// (the node and parents it kept), whose memory the caller may want handed back.
+    pub fn forget(&self, ino: u64, count: u64) -> usize {
         if ino == ROOT {
-            return false;
+            return 0;
         }
         let mut t = self.table.exclusive();
         if let Some(n) = t.nodes.get_mut(&ino) {
             n.nlookup = n.nlookup.saturating_sub(count);
         }
+        let before = t.removed;
         Self::maybe_remove(&mut t, ino);
-        if t.removed < FREED_ENOUGH {
-            return false;
+        let gone = t.removed - before;
+        if t.removed >= SHRINK_EVERY {
+            t.removed = 0;
+            t.shrink();
         }
-        t.removed = 0;
-        t.shrink();
-        true
+        gone
     }
 
     fn release_child(t: &mut Table, parent: u64) {

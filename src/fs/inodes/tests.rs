@@ -271,33 +271,44 @@ proptest::proptest! {
     }
 }
 
-/// Forgets report once every `FREED_ENOUGH` removed nodes, so the daemon trims its heap then
-/// and not at every forget.
+/// A forget says how many nodes went with it (a parent kept only by its child goes too), and
+/// once most nodes are gone the maps give back their space.
 #[test]
-fn forgets_report_when_enough_nodes_went() {
+fn forgets_count_the_nodes_that_went_and_the_maps_shrink() {
     let dir = tempfile::tempdir().unwrap();
     let root = st(dir.path());
-    std::fs::write(dir.path().join("f"), b"x").unwrap();
-    let f = st(&dir.path().join("f"));
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::fs::write(dir.path().join("d/f"), b"x").unwrap();
+    let d_st = st(&dir.path().join("d"));
+    let f = st(&dir.path().join("d/f"));
     let t = Inodes::new(&root);
-    let n = FREED_ENOUGH * 2 + 10;
+    let d = t.lookup(ROOT, OsStr::new("d"), &d_st).ino;
+    let n = SHRINK_EVERY + 10;
     let inos: Vec<u64> = (0..n)
         .map(|i| {
             let mut s = f;
             s.st_ino = 1_000_000 + i as u64;
-            t.lookup(ROOT, OsStr::new(&format!("f{i}")), &s).ino
+            t.lookup(d, OsStr::new(&format!("f{i}")), &s).ino
         })
         .collect();
-    let reported: Vec<usize> = inos
-        .iter()
-        .enumerate()
-        .filter(|&(_, &ino)| t.forget(ino, 1))
-        .map(|(i, _)| i + 1)
-        .collect();
-    assert_eq!(reported, vec![FREED_ENOUGH, FREED_ENOUGH * 2]);
-    // A node still looked up is not removed, and does not count.
+    let full = t.table.shared().nodes.capacity();
+    // The directory stays while it has children.
+    assert_eq!(t.forget(d, 1), 0);
+    let (last, rest) = inos.split_last().unwrap();
+    let gone: usize = rest.iter().map(|&ino| t.forget(ino, 1)).sum();
+    assert_eq!(gone, n - 1);
+    assert!(
+        t.table.shared().nodes.capacity() < full / 4,
+        "the node map kept {} slots of {full} for {} nodes",
+        t.table.shared().nodes.capacity(),
+        t.table.shared().nodes.len()
+    );
+    // The last child takes its directory with it.
+    assert_eq!(t.forget(*last, 1), 2);
+    assert!(t.key(d).is_none());
+    // A node still looked up is not removed.
     let kept = t.lookup(ROOT, OsStr::new("kept"), &f).ino;
     t.lookup(ROOT, OsStr::new("kept"), &f);
-    assert!(!t.forget(kept, 1));
+    assert_eq!(t.forget(kept, 1), 0);
     assert!(t.key(kept).is_some());
 }
