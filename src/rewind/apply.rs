@@ -576,7 +576,12 @@ impl Steps for Behind<'_> {
 
 /// The kind of what a stat describes.
 pub(super) fn kind_of(st: &Stat) -> Kind {
-    match st.st_mode & libc::S_IFMT {
+    kind_of_mode(st.st_mode)
+}
+
+/// The kind an `st_mode` names.
+pub(super) fn kind_of_mode(mode: u32) -> Kind {
+    match mode & libc::S_IFMT {
         libc::S_IFREG => Kind::File,
         libc::S_IFDIR => Kind::Dir,
         libc::S_IFLNK => Kind::Symlink,

@@ -42,14 +42,16 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{OFlags, Stat};
+use rustix::fs::OFlags;
 
-use super::apply::{Applied, Tree, apply_in_place, ensure_parents, kind_of, parent_of, temp_name};
+use super::apply::{
+    Applied, Tree, apply_in_place, ensure_parents, kind_of_mode, parent_of, temp_name,
+};
 use super::passes::{self, Step, Steps};
 use super::{Differs, Planned, Target, attrs};
 use crate::capture::MEANWHILE;
 use crate::store::{Apply, Blobs, Kind};
-use crate::sys;
+use crate::sys::{self, ModeOwner};
 use crate::wspath::WsPath;
 
 /// Applies the `planned` targets through the mount (`tree`), each as far as planning saw it
@@ -138,10 +140,10 @@ impl Live<'_> {
 
     fn remove_one(&mut self, t: &Target) -> io::Result<()> {
         let rel = t.rel();
-        let Some(cur) = sys::lstat_beneath_opt(self.root(), rel)? else {
+        let Some(cur) = sys::lstat_beneath_mode_owner(self.root(), rel)? else {
             return Ok(());
         };
-        let cur_kind = kind_of(&cur);
+        let cur_kind = kind_of_mode(cur.mode);
         if t.kind == Kind::Absent
             || (cur_kind != t.kind && (cur_kind == Kind::Dir || t.kind == Kind::Dir))
         {
@@ -188,8 +190,8 @@ impl Live<'_> {
     fn make_one_dir(&mut self, t: &Target) -> io::Result<()> {
         let rel = t.rel();
         self.parents(rel)?;
-        match sys::lstat_beneath_opt(self.root(), rel)? {
-            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+        match sys::lstat_beneath_mode_owner(self.root(), rel)? {
+            Some(st) if st.mode & libc::S_IFMT == libc::S_IFDIR => {}
             _ => {
                 let (dir, name) = parent_of(self.root(), rel)?;
                 sys::mkdirat(dir.as_fd(), Path::new(name), 0o700)?;
@@ -217,9 +219,12 @@ impl Live<'_> {
     /// opened for writing, else written beside and renamed over it.
     fn put(&mut self, t: &Target, d: Differs, content: Option<&[u8]>) -> io::Result<()> {
         let rel = t.rel();
-        let cur = sys::lstat_beneath_opt(self.root(), rel)?;
+        // Only what the kernel holds valid is asked for (`sys::ModeOwner`): a stat of the times
+        // would cost this file two more requests.
+        let cur = sys::lstat_beneath_mode_owner(self.root(), rel)?;
         if t.kind == Kind::File {
-            if let Some(st) = cur.filter(|st| kind_of(st) == Kind::File && st.st_nlink == 1) {
+            if let Some(st) = cur.filter(|st| kind_of_mode(st.mode) == Kind::File && st.nlink == 1)
+            {
                 // Opened for writing only to write: closing it is a write to watchers.
                 let flags = if d.content {
                     OFlags::WRONLY | OFlags::NONBLOCK
@@ -249,7 +254,7 @@ impl Live<'_> {
     fn rewrite(
         &self,
         fd: BorrowedFd<'_>,
-        st: &Stat,
+        st: &ModeOwner,
         t: &Target,
         d: Differs,
         content: Option<&[u8]>,
@@ -258,7 +263,9 @@ impl Live<'_> {
             // Written over from the start, then cut to length: emptying the file first would
             // free its blocks only to allocate them again (on a filesystem mounted with
             // `discard`, 1.6 ms a file here), and ext4 writes a file emptied and rewritten out
-            // to disk when it is closed.
+            // to disk when it is closed. Cut whatever its size: the size the kernel holds after
+            // a write is one it would ask the daemon for again (`sys::ModeOwner`), and the cut
+            // costs the one request that asking would.
             let empty = crate::store::blobs::empty_hash();
             let hash = t.blob.as_ref().map_or(empty.as_str(), |b| b.as_str());
             let written = Cell::new(0);
@@ -271,20 +278,19 @@ impl Live<'_> {
             self.stepped.set(written.get() > 0);
             let len = len?;
             pause_once();
-            if (st.st_size as u64) > len {
-                sys::ftruncate(fd, len)?;
-                self.stepped.set(true);
-            }
+            sys::ftruncate(fd, len)?;
+            self.stepped.set(true);
             // A write takes away the set-user/group-ID bits (the kernel asks the daemon to, for
             // a writer without CAP_FSETID) and `security.capability`: what planning saw of the
             // mode and attributes is no longer what is there.
-            let privileged = st.st_mode & 0o6000 != 0 || t.mode & 0o6000 != 0;
+            let privileged = st.mode & 0o6000 != 0 || t.mode & 0o6000 != 0;
             let capability = t
                 .xattrs
                 .as_ref()
                 .is_some_and(|x| x.get(b"security.capability").is_some());
             if privileged || capability {
-                let now = sys::fstat(fd)?;
+                // All of it, asked of the daemon: what the write took away.
+                let now = ModeOwner::from(&sys::fstat(fd)?);
                 return self.set_meta(fd, &now, t, d.xattrs || capability);
             }
         }
@@ -294,9 +300,15 @@ impl Live<'_> {
     /// The owner (as root), extended attributes (if `xattrs` differ) and mode of the file or
     /// directory `fd` stands for (`st`: its state), where they differ from `t`'s, in that
     /// order: a chown drops some attributes and set-user/group-ID bits, an ACL sets group bits.
-    fn set_meta(&self, fd: BorrowedFd<'_>, st: &Stat, t: &Target, xattrs: bool) -> io::Result<()> {
+    fn set_meta(
+        &self,
+        fd: BorrowedFd<'_>,
+        st: &ModeOwner,
+        t: &Target,
+        xattrs: bool,
+    ) -> io::Result<()> {
         let chowned = sys::geteuid() == 0
-            && (st.st_uid, st.st_gid) != (t.uid, t.gid)
+            && (st.uid, st.gid) != (t.uid, t.gid)
             && sys::chown_fd(fd, t.uid, t.gid).is_ok();
         if chowned {
             self.stepped.set(true);
@@ -305,7 +317,7 @@ impl Live<'_> {
             attrs::restore(fd, t.rel(), t.xattrs.as_ref());
             self.stepped.set(true);
         }
-        if chowned || xattrs || st.st_mode & 0o7777 != t.mode & 0o7777 {
+        if chowned || xattrs || st.mode & 0o7777 != t.mode & 0o7777 {
             sys::chmod_fd(fd, t.mode & 0o7777)?;
         }
         Ok(())
@@ -403,7 +415,7 @@ impl Live<'_> {
     fn one_dir_attrs(&self, t: &Target, d: Differs) -> io::Result<()> {
         let rel = t.rel();
         let fd: OwnedFd = sys::open_beneath(self.root(), rel, OFlags::PATH | OFlags::DIRECTORY, 0)?;
-        let st = sys::fstat(fd.as_fd())?;
+        let st = sys::fstat_mode_owner(fd.as_fd())?;
         let made = self.made.contains(&t.path);
         self.set_meta(fd.as_fd(), &st, t, d.xattrs || made)
     }

@@ -3,7 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -158,7 +158,14 @@ pub fn lstat_at(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
 /// such (`ENOTDIR`) instead of being looked up through the link. For paths that come from the
 /// store (rewinds, captures), not from the kernel's own resolution.
 pub fn lstat_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
-    let fd = rustix::fs::openat2(
+    let fd = open_path_beneath(root, rel)?;
+    rustix::fs::fstat(&fd).map_err(errno)
+}
+
+/// An `O_PATH` handle on `rel` itself (a symlink is not followed), resolved as
+/// [`lstat_beneath`] resolves it.
+fn open_path_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::openat2(
         root,
         at_path(rel),
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -171,8 +178,68 @@ pub fn lstat_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Stat> {
         } else {
             errno(e)
         }
-    })?;
-    rustix::fs::fstat(&fd).map_err(errno)
+    })
+}
+
+/// What [`lstat_beneath_mode_owner`] and [`fstat_mode_owner`] tell of an inode: its kind and
+/// mode, links and owner, and nothing of its size or times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModeOwner {
+    /// Type and permission bits, as `st_mode`.
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl From<&Stat> for ModeOwner {
+    fn from(st: &Stat) -> ModeOwner {
+        ModeOwner {
+            mode: st.st_mode,
+            nlink: st.st_nlink,
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
+}
+
+/// The fields of [`ModeOwner`]. Not the size and times: on a FUSE mount a write leaves those
+/// stale in the kernel's cache (and only those), so a `stat` after one asks the daemon again,
+/// and its answer makes the kernel forget that the file has no `security.capability`, which
+/// the next write then asks for too. Asking for these fields alone spares both requests; the
+/// kernel still asks the daemon for them when it does not hold them valid (after a link is
+/// removed, say, or once the attribute timeout has passed).
+const MODE_OWNER: rustix::fs::StatxFlags = rustix::fs::StatxFlags::TYPE
+    .union(rustix::fs::StatxFlags::MODE)
+    .union(rustix::fs::StatxFlags::NLINK)
+    .union(rustix::fs::StatxFlags::UID)
+    .union(rustix::fs::StatxFlags::GID);
+
+/// `statx` of `fd` itself (`AT_EMPTY_PATH`) for the fields of [`ModeOwner`].
+pub fn fstat_mode_owner(fd: BorrowedFd<'_>) -> io::Result<ModeOwner> {
+    let x = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, MODE_OWNER).map_err(errno)?;
+    if x.stx_mask & MODE_OWNER.bits() != MODE_OWNER.bits() {
+        return Err(io::Error::other(format!(
+            "statx answered fields {:#x} of the {:#x} asked for",
+            x.stx_mask,
+            MODE_OWNER.bits()
+        )));
+    }
+    Ok(ModeOwner {
+        mode: u32::from(x.stx_mode),
+        nlink: u64::from(x.stx_nlink),
+        uid: x.stx_uid,
+        gid: x.stx_gid,
+    })
+}
+
+/// [`lstat_beneath_opt`] for the fields of [`ModeOwner`] only (see [`MODE_OWNER`]).
+pub fn lstat_beneath_mode_owner(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<ModeOwner>> {
+    match open_path_beneath(root, rel) {
+        Ok(fd) => fstat_mode_owner(fd.as_fd()).map(Some),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// [`lstat_beneath`], `Ok(None)` when nothing is there (or a parent is not a directory).

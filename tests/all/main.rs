@@ -24,6 +24,7 @@ mod posix;
 mod privacy;
 mod protocol;
 mod remote;
+mod requests;
 mod retention;
 mod rewind;
 mod sdk_rewind;
