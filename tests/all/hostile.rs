@@ -573,15 +573,9 @@ fn bundle_of_small_rows(mb: u64) -> Vec<u8> {
     .0
 }
 
-/// The peak resident memory of a process, in bytes (`VmHWM`).
+/// The peak resident memory of a process, in bytes.
 fn peak_memory(pid: u32) -> u64 {
-    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    crate::support::proc_status_bytes(pid, "VmHWM")
 }
 
 /// Row 6 of issue 29: a 100 MB bundle of small rows took 2.6 GB to import, and a daemon with

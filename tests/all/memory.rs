@@ -2,17 +2,11 @@
 
 use std::fs;
 
-use crate::support::{Mounted, require_fuse, sh, wait_until};
+use crate::support::{Mounted, proc_status_bytes, require_fuse, sh, wait_until};
 
-/// A process's resident memory, in bytes (`VmRSS`).
+/// A process's resident memory, in bytes.
 fn resident(pid: u32) -> u64 {
-    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    proc_status_bytes(pid, "VmRSS")
 }
 
 /// When the kernel forgets the nodes it looked up, the daemon removes them and hands the heap

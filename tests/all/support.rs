@@ -309,3 +309,14 @@ pub fn is_stale_or_gone(dir: &Path) -> bool {
         Ok(s) => s.f_type != 0x6573_5546,
     }
 }
+
+/// A size field of `/proc/PID/status` (`VmRSS`, `VmHWM`, …), in bytes.
+pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    kb * 1024
+}
