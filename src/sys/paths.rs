@@ -183,6 +183,13 @@ fn open_path_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
 
 /// What [`lstat_beneath_mode_owner`] and [`fstat_mode_owner`] tell of an inode: its kind and
 /// mode, links and owner, and nothing of its size or times.
+///
+/// On a FUSE mount a write leaves the size and times stale in the kernel's cache (and only
+/// those), so a `stat` after one asks the daemon again, and its answer makes the kernel forget
+/// that the file has no `security.capability`, which the next write then asks for too. Asking
+/// for these fields alone spares both requests; the kernel still asks the daemon for them when
+/// it does not hold them valid (after a link is removed, say, or once the attribute timeout has
+/// passed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModeOwner {
     /// Type and permission bits, as `st_mode`.
@@ -203,12 +210,7 @@ impl From<&Stat> for ModeOwner {
     }
 }
 
-/// The fields of [`ModeOwner`]. Not the size and times: on a FUSE mount a write leaves those
-/// stale in the kernel's cache (and only those), so a `stat` after one asks the daemon again,
-/// and its answer makes the kernel forget that the file has no `security.capability`, which
-/// the next write then asks for too. Asking for these fields alone spares both requests; the
-/// kernel still asks the daemon for them when it does not hold them valid (after a link is
-/// removed, say, or once the attribute timeout has passed).
+/// The fields of [`ModeOwner`] (its doc says why not the size and times).
 const MODE_OWNER: rustix::fs::StatxFlags = rustix::fs::StatxFlags::TYPE
     .union(rustix::fs::StatxFlags::MODE)
     .union(rustix::fs::StatxFlags::NLINK)
@@ -233,7 +235,7 @@ pub fn fstat_mode_owner(fd: BorrowedFd<'_>) -> io::Result<ModeOwner> {
     })
 }
 
-/// [`lstat_beneath_opt`] for the fields of [`ModeOwner`] only (see [`MODE_OWNER`]).
+/// [`lstat_beneath_opt`] for the fields of [`ModeOwner`] only.
 pub fn lstat_beneath_mode_owner(root: BorrowedFd<'_>, rel: &Path) -> io::Result<Option<ModeOwner>> {
     match open_path_beneath(root, rel) {
         Ok(fd) => fstat_mode_owner(fd.as_fd()).map(Some),
