@@ -81,6 +81,12 @@ Debian's udev rule makes it: chmod 0666 /dev/fuse"
     skip "the non-root test (nonroot::)" "$nonroot"
     test_args+=(--skip nonroot::)
   fi
+  # The requests tests count a mount's FUSE requests with the kernel's tracepoint (Linux >= 6.13).
+  if [ ! -d /sys/kernel/tracing/events/fuse/fuse_request_send ]; then
+    skip "the FUSE request-count tests (requests::)" \
+      "no FUSE tracepoints in /sys/kernel/tracing: they need Linux >= 6.13 and tracefs mounted there"
+    test_args+=(--skip requests::)
+  fi
   # The ui test drives `rewindfs ui` in a real terminal, tmux's.
   if ! have tmux; then
     skip "the terminal ui tests (ui::)" "tmux is not installed: $(install_cmd tmux)"

@@ -113,14 +113,16 @@ impl Forgotten {
         }
     }
 
-    /// Whether to trim now, `removed` nodes having gone in all.
-    fn trim_now(&mut self, removed: usize) -> bool {
+    /// Whether to trim at `now`, `removed` nodes having gone in all.
+    fn trim_now(&mut self, removed: usize, now: Instant) -> bool {
         if removed != self.seen {
             self.seen = removed;
-            self.seen_at = Instant::now();
+            self.seen_at = now;
             return false;
         }
-        if removed - self.trimmed < TRIM_AFTER_NODES || self.seen_at.elapsed() < FORGETS_SETTLED {
+        if removed - self.trimmed < TRIM_AFTER_NODES
+            || now.saturating_duration_since(self.seen_at) < FORGETS_SETTLED
+        {
             return false;
         }
         self.trimmed = removed;
@@ -158,7 +160,8 @@ impl Recorder {
                     Err(e) => tracing::warn!("checkpointing the store's WAL: {e}"),
                 }
             }
-            let settled = forgotten.trim_now(self.log.nodes_removed.load(Ordering::Relaxed));
+            let removed = self.log.nodes_removed.load(Ordering::Relaxed);
+            let settled = forgotten.trim_now(removed, Instant::now());
             if self.log.trim_wanted.swap(false, Ordering::Relaxed) || settled {
                 let t = Instant::now();
                 sys::trim_heap();
@@ -249,24 +252,43 @@ mod tests {
     /// middle of a burst, and not twice for the same nodes.
     #[test]
     fn a_trim_waits_for_enough_forgets_to_settle() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let settle = FORGETS_SETTLED.as_millis() as u64;
         let mut f = Forgotten::new();
-        assert!(!f.trim_now(TRIM_AFTER_NODES / 2));
-        std::thread::sleep(FORGETS_SETTLED);
-        assert!(!f.trim_now(TRIM_AFTER_NODES / 2), "too few nodes");
-        assert!(!f.trim_now(TRIM_AFTER_NODES + 5), "still forgetting");
-        assert!(!f.trim_now(TRIM_AFTER_NODES + 5), "not settled yet");
-        std::thread::sleep(FORGETS_SETTLED);
-        assert!(f.trim_now(TRIM_AFTER_NODES + 5));
-        std::thread::sleep(FORGETS_SETTLED);
-        assert!(!f.trim_now(TRIM_AFTER_NODES + 5), "trimmed already");
+        assert!(!f.trim_now(TRIM_AFTER_NODES / 2, at(0)));
         assert!(
-            !f.trim_now(TRIM_AFTER_NODES * 2),
+            !f.trim_now(TRIM_AFTER_NODES / 2, at(settle)),
+            "too few nodes"
+        );
+        assert!(
+            !f.trim_now(TRIM_AFTER_NODES + 5, at(settle)),
+            "still forgetting"
+        );
+        assert!(
+            !f.trim_now(TRIM_AFTER_NODES + 5, at(settle * 2 - 1)),
+            "not settled yet"
+        );
+        assert!(f.trim_now(TRIM_AFTER_NODES + 5, at(settle * 2)));
+        assert!(
+            !f.trim_now(TRIM_AFTER_NODES + 5, at(settle * 4)),
+            "trimmed already"
+        );
+        assert!(
+            !f.trim_now(TRIM_AFTER_NODES * 2, at(settle * 4)),
             "the next burst has begun"
         );
-        std::thread::sleep(FORGETS_SETTLED);
         assert!(
-            !f.trim_now(TRIM_AFTER_NODES * 2),
-            "too few since the last trim"
+            !f.trim_now(TRIM_AFTER_NODES * 2, at(settle * 6)),
+            "too few since the trim"
+        );
+        assert!(
+            !f.trim_now(TRIM_AFTER_NODES * 2 + 5, at(settle * 6)),
+            "more came"
+        );
+        assert!(
+            f.trim_now(TRIM_AFTER_NODES * 2 + 5, at(settle * 8)),
+            "enough, settled"
         );
     }
 }

@@ -320,3 +320,8 @@ pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     kb * 1024
 }
+
+/// Held for writing by a test that makes the kernel drop every mount's cached dentries and
+/// inodes (`drop_caches`), and for reading by the tests that count what a mount holds or is sent
+/// (requests, fds): a forget in the middle of one of those changes what it counts.
+pub static KERNEL_CACHES: std::sync::RwLock<()> = std::sync::RwLock::new(());
