@@ -104,8 +104,14 @@ pub(super) fn snapshot_or_adopt(
     if let Adopt::Yes(gone) = adopt {
         // The caller saw a regular file with one name here: keep it by a link, unread.
         if let Some(a) = store.blobs.adopt(root, rel, gone)? {
+            // A linked file is read through its pending name (one system call when it has none).
+            let xattrs = if a.linked {
+                recorded(store.blobs.adopted_xattrs(&a.hash), rel)
+            } else {
+                xattrs_at(root, rel)
+            };
             let pre = PreImage {
-                xattrs: xattrs_at(root, rel),
+                xattrs,
                 ..a.pre_image()
             };
             return Ok((pre, a.linked.then_some(a.hash)));
@@ -207,7 +213,12 @@ pub(crate) fn xattrs_at(root: BorrowedFd<'_>, rel: &Path) -> Option<Xattrs> {
 
 /// The extended attributes of the file open at `fd` (`rel`: its name, for the log).
 pub(crate) fn xattrs_of(fd: BorrowedFd<'_>, rel: &Path) -> Option<Xattrs> {
-    match sys::xattrs_of(fd) {
+    recorded(sys::xattrs_of(fd), rel)
+}
+
+/// The extended attributes a read gave, or `None` (said in the log) if it failed.
+fn recorded(read: io::Result<Vec<(Vec<u8>, Vec<u8>)>>, rel: &Path) -> Option<Xattrs> {
+    match read {
         Ok(pairs) => Some(Xattrs::new(pairs)),
         Err(e) => {
             tracing::warn!("extended attributes of {} not recorded: {e}", rel.display());

@@ -44,6 +44,9 @@ struct Table {
     by_path: HashMap<Vec<u8>, String>,
     /// Keys already hashed → their hash, until the batch that named them is in the database.
     resolved: HashMap<String, String>,
+    /// Resolvers waiting in [`Adoptions::wait_settled`]: a settle with none skips the wake-up
+    /// (a system call even when nobody waits, once per removal on the request path).
+    waiting: usize,
 }
 
 /// Every adoption in flight in one store (see the module doc).
@@ -68,7 +71,9 @@ impl Adoptions {
     /// The change `key` was linked for has happened, or failed and the pending file was made
     /// a copy: the resolver may take it.
     pub fn settle(&self, key: &str) {
-        if self.lock().in_flight.remove(key) {
+        let mut t = self.lock();
+        if t.in_flight.remove(key) && t.waiting > 0 {
+            drop(t);
             self.settled.notify_all();
         }
     }
@@ -86,11 +91,17 @@ impl Adoptions {
 
     /// Waits up to `wait` for `key` to be settled; whether it was.
     pub fn wait_settled(&self, key: &str, wait: Duration) -> bool {
-        let g = self.lock();
-        let (g, _) = crate::locks::held(
+        let mut g = self.lock();
+        if !g.in_flight.contains(key) {
+            return true;
+        }
+        // Counted under the lock before waiting, so a settle after this sees it.
+        g.waiting += 1;
+        let (mut g, _) = crate::locks::held(
             self.settled
                 .wait_timeout_while(g, wait, |t| t.in_flight.contains(key)),
         );
+        g.waiting -= 1;
         !g.in_flight.contains(key)
     }
 

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -46,6 +46,56 @@ pub fn setxattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> i
 
 pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     rustix::fs::removexattr(proc_fd(fd), name).map_err(errno)
+}
+
+/// `listxattrat(2)`'s number (Linux 6.13; one number on every architecture, as for every
+/// system call added since 5.1). The libc crate does not name it for x86-64 yet.
+const SYS_LISTXATTRAT: libc::c_long = 465;
+
+/// Every extended attribute of `rel` beneath `dir` (a symlink is not followed), as
+/// [`xattrs_of`] gives them. A file with none, the common case, costs one `listxattrat`
+/// (Linux 6.13) instead of an open, a listing through `/proc/self/fd` and a close; a file
+/// with some, or an older kernel, is read through an `O_PATH` fd. `rel` is resolved beneath
+/// `dir` only by the fallback: callers pass a name they made (the store's own files).
+///
+/// # Errors
+/// As [`xattrs_of`], and the open of `rel`.
+#[allow(unsafe_code)]
+pub fn xattrs_at(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid dirfd and a NUL-terminated name; with a size of 0 the kernel only
+    // returns the length of the list and writes nothing.
+    let n = unsafe {
+        libc::syscall(
+            SYS_LISTXATTRAT,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+            std::ptr::null_mut::<libc::c_char>(),
+            0usize,
+        )
+    };
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let e = io::Error::last_os_error();
+    // Some names (n > 0), or an older kernel: read them through an fd.
+    if n > 0 || e.raw_os_error() == Some(libc::ENOSYS) {
+        let fd = open_beneath(
+            dir,
+            rel,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
+            0,
+        )?;
+        return xattrs_of(fd.as_fd());
+    }
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(Vec::new()),
+        _ => Err(ctx(e, format!("listxattrat({})", rel.display()))),
+    }
 }
 
 /// Every extended attribute of the file open at `fd`, as (name, value) pairs in the order the
@@ -107,4 +157,55 @@ pub fn xattrs_of(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// `xattrs_at` gives what `xattrs_of` gives through an fd: nothing for a file with none
+    /// (one `listxattrat`), every pair for one with some (read through the fallback), and
+    /// the link's own for a symlink (not followed).
+    #[test]
+    fn attributes_by_name_are_those_read_through_an_fd() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("plain"), "p").unwrap();
+        std::fs::write(t.path().join("marked"), "m").unwrap();
+        std::os::unix::fs::symlink("marked", t.path().join("link")).unwrap();
+        // (ext4 and tmpfs, where tests run, take `user.*` attributes.)
+        rustix::fs::setxattr(
+            t.path().join("marked"),
+            "user.k",
+            b"v",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        let dir = std::fs::File::open(t.path()).unwrap();
+        let d = dir.as_fd();
+        let by_fd = |name: &str| {
+            let fd = open_beneath(
+                d,
+                Path::new(name),
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
+                0,
+            )
+            .unwrap();
+            xattrs_of(fd.as_fd()).unwrap()
+        };
+        assert_eq!(xattrs_at(d, Path::new("plain")).unwrap(), Vec::new());
+        assert_eq!(
+            xattrs_at(d, Path::new("marked")).unwrap(),
+            vec![(b"user.k".to_vec(), b"v".to_vec())]
+        );
+        for name in ["plain", "marked", "link"] {
+            assert_eq!(
+                xattrs_at(d, Path::new(name)).unwrap(),
+                by_fd(name),
+                "{name}"
+            );
+        }
+        assert!(xattrs_at(d, Path::new("missing")).is_err());
+    }
 }

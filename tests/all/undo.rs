@@ -160,13 +160,19 @@ fn owners_of_files_and_directories_come_back_on_rewind_and_on_undo() {
 
 /// Extended attributes (`user.*`, as `setfattr` sets them) of files and directories come back
 /// on a rewind and on its undo: set, changed and removed ones, on a file whose content
-/// changed in place, on one a tool replaced (a new inode, without them), and on a directory.
+/// changed in place, on one a tool replaced (a new inode, without them), on one removed (both
+/// kept by a link into the store, their attributes read through it), and on a directory.
 #[test]
 fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo() {
     require_fuse();
     let mut a = Agent::new(|d| {
         fs::create_dir_all(d.join("d/e")).unwrap();
-        for f in ["d/kept.txt", "d/appended.txt", "d/replaced.txt"] {
+        for f in [
+            "d/kept.txt",
+            "d/appended.txt",
+            "d/replaced.txt",
+            "d/removed.txt",
+        ] {
             fs::write(d.join(f), "v1\n").unwrap();
             setxattr(&d.join(f), "user.origin", f);
         }
@@ -179,6 +185,7 @@ fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo(
     setxattr(&a.m.p("d/kept.txt"), "user.added", "new");
     a.bash("echo more >> d/appended.txt");
     a.tool_write("d/replaced.txt", b"v2\n");
+    a.bash("rm d/removed.txt");
     setxattr(&a.m.p("d/e"), "user.dir", "new");
     rustix::fs::lremovexattr(a.m.p("d/e"), "user.gone").unwrap();
     setxattr(&a.m.p("d"), "user.top", "t");

@@ -137,6 +137,16 @@ impl Blobs {
         Ok(Some(adopted(key, true, &linked)))
     }
 
+    /// The extended attributes of the file adopted under `key` (see [`adopt`](Self::adopt)),
+    /// read through its pending name: the inode the link was checked to be, whatever has
+    /// become of the name it had in the workspace. One system call for a file with none.
+    ///
+    /// # Errors
+    /// The pending name cannot be read.
+    pub fn adopted_xattrs(&self, key: &str) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        sys::xattrs_at(self.dirfd()?, Path::new(key))
+    }
+
     /// The change an adoption was for has happened, or failed and the pending file was made a
     /// copy: the resolver may take it.
     pub fn settle(&self, key: &str) {
