@@ -32,6 +32,34 @@ fn threads(pid: u32) -> Vec<String> {
     names
 }
 
+/// The scheduling policy (`SCHED_OTHER`, `SCHED_IDLE`, ...) of each of the daemon's threads
+/// whose name starts with `prefix` and not with `fuser-ring-`.
+fn policies(pid: u32, prefix: &str) -> Vec<(String, i32)> {
+    let mut out: Vec<(String, i32)> = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = fs::read_to_string(e.path().join("comm"))
+                .ok()?
+                .trim()
+                .to_string();
+            // Field 41 of `stat` (proc(5)): the policy; fields are counted from the pid, and
+            // the name in parentheses may hold spaces.
+            let stat = fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let policy: i32 = rest.split_whitespace().nth(41 - 3)?.parse().ok()?;
+            (name.starts_with(prefix) && !name.starts_with("fuser-ring-")).then_some((name, policy))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The number of fds the daemon has open.
+fn open_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
 /// Creates, writes, renames, lists, reads back and removes `n` files under `dir/t`.
 fn churn(dir: &Path, n: usize) {
     let t = dir.join("t");
@@ -91,6 +119,15 @@ fn io_uring_mount_serves_requests_from_ring_threads_and_rewinds() {
 
     churn(&m.dir, 300);
 
+    // Once the ring serves, the /dev/fuse threads are sent only FORGET and INTERRUPT, and
+    // run at SCHED_IDLE (vendor/fuser/src/uring.rs, `Placement`).
+    let devfuse = policies(m.daemon_pid(), "fuser-");
+    assert!(!devfuse.is_empty(), "no /dev/fuse threads in {names:?}");
+    assert!(
+        devfuse.iter().all(|(_, p)| *p == libc::SCHED_IDLE),
+        "the /dev/fuse threads of a mount served over io_uring: {devfuse:?}"
+    );
+
     // Captures and rewinds work the same over the ring.
     let sock = m.socket();
     let sock = sock.to_str().unwrap();
@@ -115,16 +152,25 @@ fn dev_fuse_mount_has_no_ring_threads() {
         "--io-uring off started ring threads: {names:?}"
     );
     churn(&m.dir, 100);
+    // They serve every request here, so they stay ordinary threads.
+    let devfuse = policies(m.daemon_pid(), "fuser-");
+    assert!(
+        !devfuse.is_empty() && devfuse.iter().all(|(_, p)| *p == libc::SCHED_OTHER),
+        "the /dev/fuse threads of a mount served over /dev/fuse: {devfuse:?}"
+    );
 }
 
 /// With every CPU busy with ordinary threads, requests served by ring threads still complete
 /// (ring threads run at SCHED_IDLE while CPUs are free; the guard makes them ordinary when
-/// one is starved).
+/// one is starved), and the forgets that the /dev/fuse threads read, at SCHED_IDLE and with no
+/// guard, still come: the fds kept for the removed files are closed while the CPUs stay busy.
 #[test]
 fn io_uring_mount_keeps_serving_while_every_cpu_is_busy() {
     require_fuse();
     require_io_uring();
     let m = Mounted::with_args(|_| {}, &["--io-uring", "on"]);
+    let pid = m.daemon_pid();
+    let fds_before = open_fds(pid);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let hogs: Vec<_> = (0..cpus)
@@ -143,6 +189,10 @@ fn io_uring_mount_keeps_serving_while_every_cpu_is_busy() {
     let worker = std::thread::spawn(move || churn(&dir, 300));
     // Generous: a few seconds on a loaded 2-CPU machine; a starved ring thread takes minutes.
     let done = wait_until(120, || worker.is_finished());
+    // Each removed file's fd was kept until the kernel forgot its node; the cache of fds the
+    // churn opened for files it wrote is bounded, so this settles near where it began.
+    let fds_settled = done && wait_until(60, || open_fds(pid) <= fds_before + 8);
+    let fds_now = open_fds(pid);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in hogs {
         h.join().unwrap();
@@ -152,6 +202,10 @@ fn io_uring_mount_keeps_serving_while_every_cpu_is_busy() {
         "300 file cycles did not finish in 120 s with every CPU busy"
     );
     worker.join().unwrap();
+    assert!(
+        fds_settled,
+        "with every CPU busy the daemon still held {fds_now} fds 60 s after the churn ({fds_before} before it): its /dev/fuse threads did not get the forgets"
+    );
 }
 
 /// The daemon widens the mount's read-ahead window to one READ of the largest size a request

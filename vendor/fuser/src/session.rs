@@ -303,6 +303,11 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut threads = Vec::with_capacity(n_threads);
 
+        // rewindfs: where the ring threads run, made first: the /dev/fuse threads below join it
+        // too (they go to SCHED_IDLE once the ring serves: see `Placement`).
+        #[cfg(target_os = "linux")]
+        let placement = uring.map(|s| Arc::new(crate::uring::Placement::new(s.idle_placement)));
+
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
@@ -312,11 +317,15 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
             };
-            threads.push(
-                thread::Builder::new()
-                    .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
-            );
+            #[cfg(target_os = "linux")]
+            let placement = placement.clone();
+            threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                #[cfg(target_os = "linux")]
+                if let Some(p) = &placement {
+                    p.join_devfuse();
+                }
+                event_loop.event_loop()
+            })?);
         }
 
         // rewindfs: the io_uring queues: the kernel switches to them once every queue has an
@@ -325,8 +334,7 @@ impl<FS: Filesystem> Session<FS> {
         #[cfg(target_os = "linux")]
         let mut ring_threads = Vec::new();
         #[cfg(target_os = "linux")]
-        if let Some(settings) = uring {
-            let placement = Arc::new(crate::uring::Placement::new(settings.idle_placement));
+        if let (Some(settings), Some(placement)) = (uring, placement) {
             for qid in 0..crate::uring::possible_cpus() {
                 for t in 0..settings.threads_per_queue {
                     let thread_name = format!("fuser-ring-{qid}.{t}");

@@ -578,10 +578,26 @@ fn error_reply(reply: &UringReply, unique: u64, errno: i32) {
 /// ordinary thread at once, for a calm period (1 s, doubled each time starvation comes back
 /// soon after, up to a minute), after which they return to `SCHED_IDLE`. Without requests for a
 /// second the guard sleeps until the next one.
+///
+/// Once the ring serves its first request, the `/dev/fuse` threads go to `SCHED_IDLE` too (and
+/// stay there): from then on they are sent only FORGET and INTERRUPT. As ordinary threads, each
+/// forget the kernel queued woke one, and it preempted the `SCHED_IDLE` ring thread serving the
+/// caller (a quarter of the time of an `rm -rf`, whose every unlink is followed by a forget). At
+/// `SCHED_IDLE` they read the queued forgets when a CPU is free, many at a time
+/// (`BATCH_FORGET`). A forget waits for nothing and no caller waits for it: a starved
+/// `/dev/fuse` thread only delays what the filesystem frees, and its next read drains the
+/// kernel's whole queue. Before the first ring request (INIT and whatever the kernel sends
+/// before every queue has registered) they are ordinary.
 #[derive(Debug, Default)]
 pub(crate) struct Placement {
     /// Whether ring threads start at `SCHED_IDLE` (off: they stay ordinary and no guard runs).
     idle: bool,
+    /// The `/dev/fuse` threads (see the type's doc), and whether the ring has served a
+    /// request: both under one lock, so a thread that joins after the first request is not
+    /// missed.
+    devfuse: Mutex<(Vec<libc::pid_t>, bool)>,
+    /// The ring has served a request (read without the lock on each request).
+    serving: std::sync::atomic::AtomicBool,
     threads: Mutex<Vec<Watched>>,
     /// Ring threads still serving.
     live: std::sync::atomic::AtomicUsize,
@@ -690,9 +706,42 @@ impl Placement {
         }
     }
 
+    /// Called by each `/dev/fuse` thread as it starts: it goes to `SCHED_IDLE` once the ring
+    /// serves (see the type's doc).
+    pub(crate) fn join_devfuse(&self) {
+        if !self.idle {
+            return;
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let mut d = self.devfuse.lock();
+        d.0.push(tid);
+        if d.1 {
+            set_policy(tid, libc::SCHED_IDLE);
+        }
+    }
+
+    /// The ring's first request: the `/dev/fuse` threads go to `SCHED_IDLE`.
+    #[cold]
+    fn ring_serves(&self) {
+        use std::sync::atomic::Ordering;
+        let mut d = self.devfuse.lock();
+        if !d.1 {
+            d.1 = true;
+            for &tid in &d.0 {
+                set_policy(tid, libc::SCHED_IDLE);
+            }
+            debug!("io_uring: the ring serves; {} /dev/fuse threads at SCHED_IDLE", d.0.len());
+        }
+        self.serving.store(true, Ordering::Relaxed);
+    }
+
     #[inline]
     fn request(&self) {
         use std::sync::atomic::Ordering;
+        if self.idle && !self.serving.load(Ordering::Relaxed) {
+            self.ring_serves();
+        }
         self.requests.fetch_add(1, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
             self.unpark();
