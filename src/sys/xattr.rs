@@ -52,11 +52,16 @@ pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
 /// system call added since 5.1). The libc crate does not name it for x86-64 yet.
 const SYS_LISTXATTRAT: libc::c_long = 465;
 
+/// Set once `listxattrat` failed with anything but "no extended attributes here" (an older
+/// kernel, a sandbox refusing it): from then on [`xattrs_at`] reads through an fd at once.
+static NO_LISTXATTRAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Every extended attribute of `rel` beneath `dir` (a symlink is not followed), as
 /// [`xattrs_of`] gives them. A file with none, the common case, costs one `listxattrat`
-/// (Linux 6.13) instead of an open, a listing through `/proc/self/fd` and a close; a file
-/// with some, or an older kernel, is read through an `O_PATH` fd. `rel` is resolved beneath
-/// `dir` only by the fallback: callers pass a name they made (the store's own files).
+/// (Linux 6.13) instead of an open, a listing through `/proc/self/fd` and a close. A file with
+/// some is read through an `O_PATH` fd, and so is every file once `listxattrat` failed
+/// otherwise: a refusal never loses the attributes. `rel` is resolved beneath `dir` only by
+/// that fallback: callers pass a name they made (the store's own files).
 ///
 /// # Errors
 /// As [`xattrs_of`], and the open of `rel`.
@@ -64,38 +69,41 @@ const SYS_LISTXATTRAT: libc::c_long = 465;
 pub fn xattrs_at(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(rel.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a valid dirfd and a NUL-terminated name; with a size of 0 the kernel only
-    // returns the length of the list and writes nothing.
-    let n = unsafe {
-        libc::syscall(
-            SYS_LISTXATTRAT,
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-            std::ptr::null_mut::<libc::c_char>(),
-            0usize,
-        )
-    };
-    if n == 0 {
-        return Ok(Vec::new());
+    use std::sync::atomic::Ordering;
+    if !NO_LISTXATTRAT.load(Ordering::Relaxed) {
+        let name = std::ffi::CString::new(rel.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid dirfd and a NUL-terminated name; with a size of 0 the kernel only
+        // returns the length of the list and writes nothing.
+        let n = unsafe {
+            libc::syscall(
+                SYS_LISTXATTRAT,
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+                std::ptr::null_mut::<libc::c_char>(),
+                0usize,
+            )
+        };
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if n < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EOPNOTSUPP) => return Ok(Vec::new()),
+                // The fallback's open says what is wrong with the name.
+                Some(libc::ENOENT | libc::ENOTDIR) => {}
+                _ => NO_LISTXATTRAT.store(true, Ordering::Relaxed),
+            }
+        }
     }
-    let e = io::Error::last_os_error();
-    // Some names (n > 0), or an older kernel: read them through an fd.
-    if n > 0 || e.raw_os_error() == Some(libc::ENOSYS) {
-        let fd = open_beneath(
-            dir,
-            rel,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
-            0,
-        )?;
-        return xattrs_of(fd.as_fd());
-    }
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) => Ok(Vec::new()),
-        _ => Err(ctx(e, format!("listxattrat({})", rel.display()))),
-    }
+    let fd = open_beneath(
+        dir,
+        rel,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
+        0,
+    )?;
+    xattrs_of(fd.as_fd())
 }
 
 /// Every extended attribute of the file open at `fd`, as (name, value) pairs in the order the

@@ -584,10 +584,11 @@ fn error_reply(reply: &UringReply, unique: u64, errno: i32) {
 /// forget the kernel queued woke one, and it preempted the `SCHED_IDLE` ring thread serving the
 /// caller (a quarter of the time of an `rm -rf`, whose every unlink is followed by a forget). At
 /// `SCHED_IDLE` they read the queued forgets when a CPU is free, many at a time
-/// (`BATCH_FORGET`). A forget waits for nothing and no caller waits for it: a starved
-/// `/dev/fuse` thread only delays what the filesystem frees, and its next read drains the
-/// kernel's whole queue. Before the first ring request (INIT and whatever the kernel sends
-/// before every queue has registered) they are ordinary.
+/// (`BATCH_FORGET`). No caller waits for a forget, but until it comes the filesystem keeps what
+/// it holds for the node (rewindfs: an open fd of each removed file, against a limit on open
+/// files), so the guard watches these threads as it watches the ring threads: one starved makes
+/// them all ordinary for the calm period. Before the first ring request (INIT and whatever the
+/// kernel sends before every queue has registered) they are ordinary.
 #[derive(Debug, Default)]
 pub(crate) struct Placement {
     /// Whether ring threads start at `SCHED_IDLE` (off: they stay ordinary and no guard runs).
@@ -622,6 +623,20 @@ struct Watched {
 }
 
 impl Watched {
+    /// The calling thread (`tid`), if its CPU clock can be read.
+    fn this_thread(tid: libc::pid_t) -> Option<Watched> {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: pthread_self is this thread; the out-pointer is valid.
+        let ok = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0;
+        ok.then(|| Watched {
+            tid,
+            clock,
+            stat: std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok(),
+            last_cpu: 0,
+            suspect: false,
+        })
+    }
+
     /// Whether the thread has been runnable without running since the previous check.
     fn starved(&mut self) -> bool {
         let mut ts = libc::timespec {
@@ -681,18 +696,11 @@ impl Placement {
     fn join(&self, tid: libc::pid_t) {
         use std::sync::atomic::Ordering;
         self.live.fetch_add(1, Ordering::SeqCst);
-        let mut clock: libc::clockid_t = 0;
-        // SAFETY: pthread_self is this thread; the out-pointer is valid.
-        let ok = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0;
-        let stat = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok();
-        if ok && self.idle {
-            self.threads.lock().push(Watched {
-                tid,
-                clock,
-                stat,
-                last_cpu: 0,
-                suspect: false,
-            });
+        if !self.idle {
+            return;
+        }
+        if let Some(w) = Watched::this_thread(tid) {
+            self.threads.lock().push(w);
             set_policy(tid, libc::SCHED_IDLE);
         }
     }
@@ -707,14 +715,18 @@ impl Placement {
     }
 
     /// Called by each `/dev/fuse` thread as it starts: it goes to `SCHED_IDLE` once the ring
-    /// serves (see the type's doc).
+    /// serves (see the type's doc), and the guard watches it as it watches the ring threads.
     pub(crate) fn join_devfuse(&self) {
         if !self.idle {
             return;
         }
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
+        let Some(w) = Watched::this_thread(tid) else {
+            return; // unwatched, it stays an ordinary thread
+        };
         let mut d = self.devfuse.lock();
+        self.threads.lock().push(w);
         d.0.push(tid);
         if d.1 {
             set_policy(tid, libc::SCHED_IDLE);
