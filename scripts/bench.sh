@@ -54,6 +54,9 @@
 #                 timed inside it so interpreter start-up is not counted)
 #   edit-rename   10k write-temp-then-rename edits over the same files
 #   seq-write     dd bs=1M count=1024 conv=fsync (1 GiB; quick: 64 MiB)
+#   seq-write-cache  the same without the fsync: the write into the page cache, the part a
+#                 filesystem adds to (a `sync` after it is untimed). On a VM the disk's speed
+#                 changes within seconds, and seq-write's fsync measures mostly that
 #   seq-read      dd of that file to /dev/null, page cache dropped first (native and mounted)
 #   overwrite-4k  capture cost: a 4 KiB overwrite in the middle of the 1 GiB file plus a
 #                 4 KiB append; the "store delta" column shows what rewindfs stored for it
@@ -134,7 +137,7 @@
 # change, `security.capability` before writes, a rename target's lookup) included.
 set -euo pipefail
 
-ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-read
+ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-write-cache seq-read
   overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-300 rewind-10k
   npm-install pytest nm-clone nm-status nm-grep)
 NM_WORKLOADS="nm-clone,nm-status,nm-grep"  # --only node-modules
@@ -325,10 +328,22 @@ if [ "$USE_LOOP" = 1 ]; then
   fi
 fi
 if [ "$USE_LOOP" = 1 ]; then
-  if truncate -s "${BENCH_IMG_SIZE:-16G}" "$IMG" && mkfs.ext4 -q -F "$IMG" &&
-    mount -o loop "$IMG" "$MNT"; then
+  # Preallocated where the space is there: in a sparse image the first write to each region
+  # also allocates it in the filesystem beneath, which made a 1 GiB write with fsync take
+  # 4.8-6.3 s in the first round against 1.0-1.5 s in a preallocated one (docs/benchmarks.md),
+  # charged to whichever target wrote there first.
+  IMG_KIND=sparse
+  if fallocate -l "${BENCH_IMG_SIZE:-16G}" "$IMG" 2>/dev/null &&
+    [ "$(df --output=avail -B1 "$BASE" | tail -1)" -gt $((2 << 30)) ] &&
+    [ "$(df --output=fstype "$BASE" | tail -1)" != tmpfs ]; then
+    IMG_KIND=preallocated
+  else
+    rm -f "$IMG"
+  fi
+  if { [ "$IMG_KIND" = preallocated ] || truncate -s "${BENCH_IMG_SIZE:-16G}" "$IMG"; } &&
+    mkfs.ext4 -q -F "$IMG" && mount -o loop "$IMG" "$MNT"; then
     LOOP_MOUNTED=1
-    FS_DESC="fresh ext4 loop mount (${BENCH_IMG_SIZE:-16G} sparse image in $BASE)"
+    FS_DESC="fresh ext4 loop mount (${BENCH_IMG_SIZE:-16G} $IMG_KIND image in $BASE)"
   else
     warn "could not make and loop-mount an ext4 image; falling back to a plain directory on $(df --output=fstype "$BASE" | tail -1)"
     rm -f "$IMG"
@@ -817,6 +832,14 @@ wl_seq-write() {
   since "$t"
 }
 
+prep_seq-write-cache() { rm -f seq.bin; }
+wl_seq-write-cache() {
+  local t; t=$EPOCHREALTIME
+  dd if=/dev/zero of=seq.bin bs=1M count="$SEQ_MB" status=none
+  since "$t"
+  sync
+}
+
 prep_seq-read() { ensure_seq; }
 wl_seq-read() { local t; t=$EPOCHREALTIME; dd if=seq.bin of=/dev/null bs=1M status=none; since "$t"; }
 
@@ -917,7 +940,7 @@ wl_nm-grep() { local t; t=$EPOCHREALTIME; grep -rnF -- "$NM_PATTERN" nm/node_mod
 # The last selected workload using a big file frees it afterwards (untimed): the image has
 # to hold every target's copy.
 last_of() { local w r=""; for w in "${WORKLOADS[@]}"; do [[ " $* " == *" $w "* ]] && r=$w; done; echo "$r"; }
-LAST_SEQ=$(last_of seq-write seq-read overwrite-4k)
+LAST_SEQ=$(last_of seq-write seq-write-cache seq-read overwrite-4k)
 LAST_RAND=$(last_of rand-write rand-read)
 post_cleanup() { # wl
   if [ "$1" = "$LAST_SEQ" ]; then rm -f seq.bin; fi
@@ -991,7 +1014,12 @@ for t in "${TARGETS[@]}"; do mount_target "$t"; done
 START=$EPOCHREALTIME
 for wl in "${WORKLOADS[@]}"; do
   for ((rep = 1; rep <= REPEAT; rep++)); do
-    for t in "${TARGETS[@]}"; do run_one "$wl" "$t" "$rep"; done
+    # Each round starts with the next target. The disk of a VM changes speed within seconds
+    # (a native 1 GiB write with fsync: 0.7-6.3 s on the 2-core VM, docs/benchmarks.md), and a
+    # fixed order charged a slow spell after one target's writes to the next one every round.
+    for ((i = 0; i < ${#TARGETS[@]}; i++)); do
+      run_one "$wl" "${TARGETS[(i + rep - 1) % ${#TARGETS[@]}]}" "$rep"
+    done
   done
   for t in "${TARGETS[@]}"; do
     case "${SAMPLES[$wl/$t]:-}" in
@@ -1210,7 +1238,7 @@ case "$BOUNDARIES" in
 esac
 TABLE=$(table | pad)
 RUNS_DESC="single run"
-[ "$REPEAT" -eq 1 ] || RUNS_DESC="median of $REPEAT rounds, each round running every target in turn; ratio: the median of the rounds' ratios"
+[ "$REPEAT" -eq 1 ] || RUNS_DESC="median of $REPEAT rounds, each round running every target in turn, starting with the next one each round; ratio: the median of the rounds' ratios"
 {
   echo
   echo "$TABLE"
