@@ -284,6 +284,8 @@ impl Store {
                 p.journal.batch_done(res.is_ok())?;
             }
             res?;
+            self.applied
+                .fetch_add(batch.len(), std::sync::atomic::Ordering::Relaxed);
             // Out of the journal (or, written in place, applied): the pending names can go.
             self.blobs.finish(keys.iter().map(String::as_str));
             if !retry {
@@ -300,6 +302,11 @@ impl Store {
     /// SQLite errors; the records stay pending.
     pub fn flush_journal(&self) -> Result<()> {
         self.with(|_| Ok(()))
+    }
+
+    /// Journal records applied to the database since the store was opened.
+    pub fn applied_records(&self) -> usize {
+        self.applied.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Appends the record `make` builds (taking ids from `Pending`) to the journal.

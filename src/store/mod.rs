@@ -101,6 +101,9 @@ pub struct Store {
     /// order: `checkpointer` → `conn`.
     db: PathBuf,
     checkpointer: Mutex<Option<Connection>>,
+    /// Journal records applied to the database since the store was opened (the flusher trims
+    /// the heap after a burst of them).
+    applied: std::sync::atomic::AtomicUsize,
 }
 
 /// The WAL size, in pages, at which a commit on the main connection checkpoints it itself once
@@ -151,6 +154,7 @@ impl Store {
             blobs,
             db,
             checkpointer: Mutex::new(None),
+            applied: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
