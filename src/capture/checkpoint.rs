@@ -300,7 +300,7 @@ impl Recorder {
             let st = matches!(adopt, Adopt::No).then(|| stat_of(self.root(), rel, file));
             if need != Need::All {
                 if let Some(Ok(st)) = &st {
-                    if let Some(id) = self.capture_partial(p, seq, actor, op, need, st)? {
+                    if let Some(id) = self.capture_partial(p, seq, actor, op, need, st, file)? {
                         return Ok((seq, Some(id)));
                     }
                 }

@@ -122,7 +122,8 @@ impl Recorder {
 
     /// Takes a range pre-image of `p` if it is a regular file larger than the threshold: a
     /// capture with the file's metadata and size, then the bytes `need` overwrites. `None` when
-    /// the file gets an ordinary capture. The caller holds the capture lock.
+    /// the file gets an ordinary capture. `file`: the file at `p`, open, if the caller has it.
+    /// The caller holds the capture lock.
     pub(super) fn capture_partial(
         &self,
         p: &Node,
@@ -131,6 +132,7 @@ impl Recorder {
         op: Op,
         need: Need,
         st: &Stat,
+        file: Option<BorrowedFd<'_>>,
     ) -> io::Result<Option<i64>> {
         let rel = p.as_path();
         let min = self
@@ -149,7 +151,13 @@ impl Recorder {
             size: st.st_size as u64,
             target: None,
             partial: true,
-            xattrs: super::snapshot::xattrs_at(self.root(), rel),
+            // Through the writer's fd when there is one: one call for a file with none, where
+            // by path it took four (an `O_PATH` open, `flistxattr` refused, `listxattr`
+            // through `/proc/self/fd`, the close).
+            xattrs: match file {
+                Some(fd) => super::snapshot::xattrs_of(fd, rel),
+                None => super::snapshot::xattrs_at(self.root(), rel),
+            },
         };
         let id = self
             .store

@@ -178,6 +178,10 @@ fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo(
         }
         setxattr(&d.join("d/e"), "user.dir", "old");
         setxattr(&d.join("d/e"), "user.gone", "soon");
+        // Past the range-capture threshold (1 MiB): its first write saves only the bytes it
+        // overwrites, and its attributes through the writer's fd.
+        fs::write(d.join("d/big.bin"), vec![7u8; 3 << 20]).unwrap();
+        setxattr(&d.join("d/big.bin"), "user.origin", "big");
     });
     let t1 = a.turn();
     let before = full_tree(&a.m.dir);
@@ -186,6 +190,8 @@ fn extended_attributes_of_files_and_directories_come_back_on_rewind_and_on_undo(
     a.bash("echo more >> d/appended.txt");
     a.tool_write("d/replaced.txt", b"v2\n");
     a.bash("rm d/removed.txt");
+    a.bash("printf 'new bytes' | dd of=d/big.bin bs=1 seek=2000000 conv=notrunc status=none");
+    setxattr(&a.m.p("d/big.bin"), "user.origin", "changed");
     setxattr(&a.m.p("d/e"), "user.dir", "new");
     rustix::fs::lremovexattr(a.m.p("d/e"), "user.gone").unwrap();
     setxattr(&a.m.p("d"), "user.top", "t");
