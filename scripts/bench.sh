@@ -868,7 +868,9 @@ wl_stat-100k() {
   find many -printf '%s %m\n' >/dev/null
   since "$t"
   if [ "$(basename "$PWD")" = work ] && [ "$PWD" = "$(workdir rewindfs)" ]; then
-    daemon_rss >"$RUN/rss-after-stat"
+    # The timed rounds' (after the workloads before it) and the counted run's (after every
+    # workload), each the last of its kind.
+    daemon_rss >"$RUN/rss-after-stat${COUNTING:+-late}"
   fi
 }
 
@@ -1096,7 +1098,7 @@ count_requests() {
   elif [[ $DROP_DENTRIES_BEFORE == *" $wl "* ]]; then drop_caches 2
   else sync; fi
   trace_fuse on "$conn"
-  in_dir "$w" "wl_$wl" >>"$lf" 2>&1
+  COUNTING=1 in_dir "$w" "wl_$wl" >>"$lf" 2>&1
   trace_fuse off
   if [ "$ST" -ne 0 ]; then warn "$wl: the counted run failed (log: $lf)"; return; fi
   in_dir "$w" post_cleanup "$wl" >>"$lf" 2>&1
@@ -1151,6 +1153,9 @@ if [[ " ${TARGETS[*]} " == *" rewindfs "* ]]; then
     RSS_NOTE="rewindfs daemon (pid ${p#/proc/}): peak RSS $(awk '/VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "$p/status"), store $(du -sh "$STORE" | cut -f1)"
     if [ -s "$RUN/rss-after-stat" ]; then
       RSS_NOTE+="; RSS after stat-100k ($N_STAT inodes looked up): $(cat "$RUN/rss-after-stat")"
+      if [ -s "$RUN/rss-after-stat-late" ]; then
+        RSS_NOTE+=", and $(cat "$RUN/rss-after-stat-late") in its counted run, after every workload"
+      fi
     fi
   fi
 fi
