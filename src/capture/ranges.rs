@@ -124,6 +124,9 @@ impl Recorder {
     /// capture with the file's metadata and size, then the bytes `need` overwrites. `None` when
     /// the file gets an ordinary capture. `file`: the file at `p`, open, if the caller has it.
     /// The caller holds the capture lock.
+    // The capture's identity (path, checkpoint, actor, op), what it needs and how to read it
+    // (stat, fd), as `capture_whole` takes them.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn capture_partial(
         &self,
         p: &Node,

@@ -1,6 +1,7 @@
 //! The daemon's memory: what it holds for the nodes the kernel knows, and gives back.
 
 use std::fs;
+use std::path::Path;
 
 use crate::agent::uuid;
 use crate::support::{
@@ -10,6 +11,24 @@ use crate::support::{
 /// A process's resident memory, in bytes.
 fn resident(pid: u32) -> u64 {
     proc_status_bytes(pid, "VmRSS")
+}
+
+/// How many times the daemon logging to `log` has trimmed its heap (it logs each at debug).
+fn trims(log: &Path) -> usize {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("heap trimmed")
+        .count()
+}
+
+/// Waits up to 10 s for a trim after the first `before`; `after` says what it should follow.
+fn wait_for_trim(log: &Path, before: usize, after: &str) {
+    assert!(
+        wait_until(10, || trims(log) > before),
+        "the daemon did not trim its heap after {after} ({} trims in {})",
+        trims(log),
+        log.display()
+    );
 }
 
 /// When the kernel forgets the nodes it looked up, the daemon removes them and hands the heap
@@ -47,24 +66,13 @@ fn forgotten_nodes_give_their_memory_back() {
         "{FILES} nodes should take megabytes: {idle} bytes idle, {looked} after the look-ups"
     );
     let log = m.store.join("daemon.log");
-    let trims = || {
-        fs::read_to_string(&log)
-            .unwrap_or_default()
-            .matches("heap trimmed")
-            .count()
-    };
-    let before = trims();
+    let before = trims(&log);
     // The kernel drops its dentries and inodes (every mount's: the tests that count what a
     // mount is sent wait), and sends a FORGET for each.
     let _caches = KERNEL_CACHES.write().unwrap_or_else(|e| e.into_inner());
     sh(&m.dir, "sync; echo 2 > /proc/sys/vm/drop_caches");
     // Once the forgets have settled.
-    assert!(
-        wait_until(10, || trims() > before),
-        "the daemon did not trim its heap after the kernel forgot {FILES} nodes ({} trims in {})",
-        trims(),
-        log.display()
-    );
+    wait_for_trim(&log, before, &format!("the kernel forgot {FILES} nodes"));
     // How much comes back depends on what else shares the freed pages. Without the trim, the
     // daemon held more than before.
     let now = resident(pid);
@@ -98,29 +106,18 @@ fn a_rewind_gives_its_memory_back() {
     );
     let pid = m.daemon_pid();
     let log = m.store.join("daemon.log");
-    let trims = || {
-        fs::read_to_string(&log)
-            .unwrap_or_default()
-            .matches("heap trimmed")
-            .count()
-    };
     let sock = m.socket();
     let sock = sock.to_str().unwrap();
     let turn = uuid();
     rewindfs_ok(&["checkpoint", &turn, "--session", "s", "--socket", sock]);
-    let before_writes = trims();
+    let before_writes = trims(&log);
     for i in 0..FILES {
         fs::write(m.p(&name(i)), format!("version two of {i}, longer\n")).unwrap();
     }
     // The writes' own records are a burst too: their trim comes first.
-    assert!(
-        wait_until(10, || trims() > before_writes),
-        "no trim after {FILES} changes ({} in {})",
-        trims(),
-        log.display()
-    );
+    wait_for_trim(&log, before_writes, &format!("{FILES} changes"));
     let base = resident(pid);
-    let before = trims();
+    let before = trims(&log);
     rewindfs_ok(&["rewind", &turn, "--scope", "all", "--socket", sock]);
     assert_eq!(
         fs::read_to_string(m.p(&name(7))).unwrap(),
@@ -129,13 +126,8 @@ fn a_rewind_gives_its_memory_back() {
     // The trim comes once no record was applied for 200 ms: read before it, unless the
     // machine held this thread up that long (then only the trim itself is checked).
     let rewound = resident(pid);
-    let trimmed_already = trims() > before;
-    assert!(
-        wait_until(10, || trims() > before),
-        "the daemon did not trim its heap after a rewind of {FILES} files ({} trims in {})",
-        trims(),
-        log.display()
-    );
+    let trimmed_already = trims(&log) > before;
+    wait_for_trim(&log, before, &format!("a rewind of {FILES} files"));
     let now = resident(pid);
     eprintln!("resident: {base} before the rewind, {rewound} after it, {now} after the trim");
     // Some of it stays: the checkpoint holds each path the rewind changed.
