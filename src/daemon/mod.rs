@@ -61,6 +61,7 @@ struct Parts {
 /// # Errors
 /// Any failure to lock the store, open the workspace, or mount.
 pub fn run(cfg: MountConfig) -> anyhow::Result<()> {
+    sys::tune_allocator();
     if cfg.detached {
         // Leave the caller's session so its terminal's signals do not reach us.
         sys::detach_session();

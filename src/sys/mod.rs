@@ -1,8 +1,9 @@
 //! Raw system calls, in one place.
 //!
 //! Everything that talks to the kernel about the backing directory goes through here, on top
-//! of rustix (the crate denies `unsafe`; `process.rs` has its three exceptions, `malloc_trim`,
-//! `close_range` and `signal`, each with its `SAFETY` note). Two rules hold for every function:
+//! of rustix (the crate denies `unsafe`; `process.rs` has its exceptions, `malloc_trim`,
+//! `mallopt`, `close_range`, `signal` and the `PROCMAP_QUERY` ioctl, each with its `SAFETY`
+//! note). Two rules hold for every function:
 //! - paths are always relative to a directory fd that the caller holds (the workspace's
 //!   underlying directory, opened before the mount covered it); nothing here builds an
 //!   absolute path into the project;
