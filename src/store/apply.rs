@@ -271,6 +271,9 @@ impl Store {
                     None => return Ok(()),
                 }
             };
+            // Decoded here, on the thread that applies them, without the journal's lock (see
+            // `Journal::pending`).
+            let batch = batch.records();
             // Adopted files are hashed here, off the request path, without the journal's lock
             // or the connection.
             let (res, keys) = if has_pending(&batch) {

@@ -49,14 +49,14 @@ impl Store {
             .as_ref()
             .is_some_and(|l| same(l) && folds_into(l.op, e.op))
         {
-            return Ok(p.journal.pending.len());
+            return Ok(p.journal.pending_len());
         }
         e.seq = p.next_change;
         let last = absorbs(e.op).then(|| e.clone());
         p.journal.append_unsynced(Record::Log(e))?;
         p.next_change += 1;
         p.last = last;
-        Ok(p.journal.pending.len())
+        Ok(p.journal.pending_len())
     }
 
     /// The change-log entries `q` selects, oldest first, and how many match its filter in

@@ -512,6 +512,43 @@ pub fn read(dir: &Path) -> io::Result<Contents> {
     Ok(all)
 }
 
+/// Records taken to be applied together ([`Journal::take_batch`]), as the frames written for
+/// them.
+#[derive(Debug, PartialEq)]
+pub struct Batch {
+    frames: Vec<u8>,
+    records: usize,
+}
+
+impl Batch {
+    /// The batch's records, decoded from its frames as a replay after a crash would decode
+    /// them. Call it without the journal's lock: 10,000 records take milliseconds.
+    pub fn records(&self) -> Vec<Record> {
+        let c = parse(&self.frames);
+        if c.records.len() != self.records || c.torn_bytes != 0 {
+            // Every frame here was encoded by this build from a typed record, so this is a bug;
+            // what decodes is applied, as a replay would.
+            tracing::error!(
+                "capture journal: {} of a batch's {} records decode ({} bytes left over)",
+                c.records.len(),
+                self.records,
+                c.torn_bytes
+            );
+        }
+        c.records
+    }
+
+    /// How many records the batch holds.
+    pub fn len(&self) -> usize {
+        self.records
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+}
+
 /// The open journal: two files, one taking appends, the other holding the batch being applied.
 #[derive(Debug)]
 pub struct Journal {
@@ -525,11 +562,18 @@ pub struct Journal {
     epoch: u64,
     /// fdatasync each record (power-loss durability).
     sync: bool,
-    /// Records written to the active file and not yet applied to the database, in order.
-    pub pending: Vec<Record>,
+    /// The frames written to the active file and not yet applied to the database, in order,
+    /// as written. The batch is decoded from them by whoever applies it ([`Batch::records`]):
+    /// a record is made and dropped by the thread whose change it protects, so glibc's
+    /// per-thread cache serves both. When the flusher dropped the records instead, every free
+    /// went to the arena of the request thread that made them, under its lock, and that
+    /// thread's cache stayed empty: its next allocations took the arena's slow path.
+    pending: Vec<u8>,
+    /// How many records `pending` holds.
+    pending_records: usize,
     /// The batch taken from the other file and not yet known to be in the database (handed out
     /// again until [`Journal::batch_done`] says it is).
-    in_flight: Option<Arc<Vec<Record>>>,
+    in_flight: Option<Arc<Batch>>,
     /// The batch in flight was taken without switching files (see `take_batch`).
     in_place: bool,
 }
@@ -556,6 +600,7 @@ impl Journal {
             epoch: 1,
             sync,
             pending: Vec::new(),
+            pending_records: 0,
             in_flight: None,
             in_place: false,
         };
@@ -610,8 +655,14 @@ impl Journal {
             f.sync_data()?;
         }
         self.len += frame.len() as u64;
-        self.pending.push(r);
+        self.pending.extend_from_slice(&frame);
+        self.pending_records += 1;
         Ok(())
+    }
+
+    /// How many records wait for the database (the batch in flight left out).
+    pub fn pending_len(&self) -> usize {
+        self.pending_records
     }
 
     /// The records to apply next, or `None` when there are none. A batch not yet reported done
@@ -620,7 +671,7 @@ impl Journal {
     ///
     /// # Errors
     /// The other file could not be started: nothing changed, the records stay pending.
-    pub fn take_batch(&mut self) -> io::Result<Option<Arc<Vec<Record>>>> {
+    pub fn take_batch(&mut self) -> io::Result<Option<Arc<Batch>>> {
         if let Some(b) = &self.in_flight {
             return Ok(Some(b.clone()));
         }
@@ -638,7 +689,10 @@ impl Journal {
             (self.active, self.len, self.epoch) = (active, len, epoch);
             self.in_place = true;
         }
-        let batch = Arc::new(std::mem::take(&mut self.pending));
+        let batch = Arc::new(Batch {
+            frames: std::mem::take(&mut self.pending),
+            records: std::mem::take(&mut self.pending_records),
+        });
         self.in_flight = Some(batch.clone());
         Ok(Some(batch))
     }

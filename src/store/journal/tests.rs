@@ -173,7 +173,7 @@ fn appends_during_an_apply_go_to_the_other_file_and_replay_after_the_batch() {
     j.append(actors(1)).unwrap();
     j.append(actors(2)).unwrap();
     let batch = j.take_batch().unwrap().unwrap();
-    assert_eq!(*batch, vec![actors(1), actors(2)]);
+    assert_eq!(batch.records(), vec![actors(1), actors(2)]);
     j.append(actors(3)).unwrap();
     // Crash before the batch is known applied: everything, in order.
     assert_eq!(
@@ -185,7 +185,7 @@ fn appends_during_an_apply_go_to_the_other_file_and_replay_after_the_batch() {
     assert_eq!(read(d.path()).unwrap().records, vec![actors(3)]);
     // The next batch moves appends back to the first file, under a newer epoch.
     let b = j.take_batch().unwrap().unwrap();
-    assert_eq!(*b, vec![actors(3)]);
+    assert_eq!(b.records(), vec![actors(3)]);
     j.append(actors(4)).unwrap();
     assert_eq!(read(d.path()).unwrap().records, vec![actors(3), actors(4)]);
     j.batch_done(true).unwrap();
@@ -209,7 +209,7 @@ fn a_failed_batch_is_taken_again() {
     assert!(j.has_in_flight());
     assert_eq!(j.take_batch().unwrap().unwrap(), b);
     j.batch_done(true).unwrap();
-    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(2)]);
+    assert_eq!(j.take_batch().unwrap().unwrap().records(), vec![actors(2)]);
     assert_eq!(read(d.path()).unwrap().records, vec![actors(2)]);
 }
 
@@ -238,14 +238,14 @@ fn a_batch_is_applied_in_place_when_the_other_file_cannot_start() {
         OpenOptions::new().write(true).open("/dev/full").unwrap(),
     );
     j.append(actors(1)).unwrap();
-    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(1)]);
+    assert_eq!(j.take_batch().unwrap().unwrap().records(), vec![actors(1)]);
     j.append(actors(2)).unwrap();
     j.batch_done(true).unwrap();
     // Nothing was lost: the applied record only replays after a crash.
     assert_eq!(read(d.path()).unwrap().records, vec![actors(1), actors(2)]);
     // The disk has room again: the next batch moves on and empties the old file.
     j.files[1] = real;
-    assert_eq!(*j.take_batch().unwrap().unwrap(), vec![actors(2)]);
+    assert_eq!(j.take_batch().unwrap().unwrap().records(), vec![actors(2)]);
     j.append(actors(3)).unwrap();
     j.batch_done(true).unwrap();
     assert_eq!(read(d.path()).unwrap().records, vec![actors(3)]);
