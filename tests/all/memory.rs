@@ -31,6 +31,24 @@ fn wait_for_trim(log: &Path, before: usize, after: &str) {
     );
 }
 
+/// A mount over `files` empty files under `many/`, in `dirs` directories, with the flusher's
+/// trims logged. Their names are long (about 200 bytes; the table keeps each once), so that
+/// their memory stands out of what else the daemon allocates and frees meanwhile.
+fn many_long_names(dirs: usize, files: usize) -> Mounted {
+    Mounted::with_env(
+        |d| {
+            for i in 0..files {
+                let dir = d.join(format!("many/{:02}", i % dirs));
+                if i < dirs {
+                    fs::create_dir_all(&dir).unwrap();
+                }
+                fs::write(dir.join(format!("{}-{i:06}", "long-name".repeat(22))), b"").unwrap();
+            }
+        },
+        &[("REWINDFS_LOG", "rewindfs::capture::log=debug,info")],
+    )
+}
+
 /// When the kernel forgets the nodes it looked up, the daemon removes them and hands the heap
 /// they took back to the system. The allocator kept it before: after an extract and its
 /// `rm -rf`, the bench's look-up of 100k inodes found the daemon at 64.9 MiB instead of 38.4.
@@ -40,21 +58,8 @@ fn forgotten_nodes_give_their_memory_back() {
     // Creating a file takes about 200 µs on these machines' ext4: 5 s for the lot.
     const DIRS: usize = 24;
     const FILES: usize = DIRS * 1000;
-    let m = Mounted::with_env(
-        |d| {
-            for i in 0..FILES {
-                let dir = d.join(format!("many/{:02}", i % DIRS));
-                if i < DIRS {
-                    fs::create_dir_all(&dir).unwrap();
-                }
-                // Long names (the table keeps each once): 5 MiB of them in all, which stand
-                // out of what else the daemon allocates and frees meanwhile.
-                let name = format!("{}-{i:06}", "long-name".repeat(22));
-                fs::write(dir.join(name), b"").unwrap();
-            }
-        },
-        &[("REWINDFS_LOG", "rewindfs::capture::log=debug,info")],
-    );
+    // Long names: 5 MiB of them in all.
+    let m = many_long_names(DIRS, FILES);
     let pid = m.daemon_pid();
     let idle = resident(pid);
     // One LOOKUP (or readdirplus entry) a file: a node each in the daemon's table.
@@ -142,7 +147,7 @@ fn a_rewind_gives_its_memory_back() {
 
 /// The kernel forgets its nodes and looks them up again, over and over (it reclaims its caches
 /// under memory pressure; the bench drops them before each look-up of 100k inodes): the daemon
-/// holds no more at the tenth look-up than at the first. The inode table's maps, shrunk at each
+/// holds no more at the third look-up than at the first. The inode table's maps, shrunk at each
 /// forget and grown at each look-up, were each time put where the heap had room, and a trim
 /// could not hand back what was left around them: with 60k nodes the daemon held 46.5 MiB after
 /// the first look-up and 60.0 MiB after the second. Each now has a mapping of its own
@@ -154,18 +159,7 @@ fn looking_the_same_nodes_up_again_takes_no_more_memory() {
     // than `sys::OWN_MAPPING_FROM`.
     const DIRS: usize = 40;
     const FILES: usize = DIRS * 1500;
-    let m = Mounted::with_env(
-        |d| {
-            for i in 0..FILES {
-                let dir = d.join(format!("many/{:02}", i % DIRS));
-                if i < DIRS {
-                    fs::create_dir_all(&dir).unwrap();
-                }
-                fs::write(dir.join(format!("{}-{i:06}", "long-name".repeat(22))), b"").unwrap();
-            }
-        },
-        &[("REWINDFS_LOG", "rewindfs::capture::log=debug,info")],
-    );
+    let m = many_long_names(DIRS, FILES);
     let pid = m.daemon_pid();
     let log = m.store.join("daemon.log");
     let _caches = KERNEL_CACHES.write().unwrap_or_else(|e| e.into_inner());
