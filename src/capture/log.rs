@@ -16,8 +16,9 @@
 //!   what fills the journal then, and a writer must not wait for a transaction of its records —
 //!   unless the journal reaches [`LOG_FLUSH_HARD_AT`] (the flusher stuck while a rewind plans,
 //!   when it makes no changes of its own): then any change applies it;
-//! - consecutive writes by one process to one file in one checkpoint are one entry, and so is
-//!   what a process does to a file right after it made it, with the create (`store/changes.rs`).
+//! - consecutive writes by one process to one file in one checkpoint are one entry (with a cut
+//!   to length right after them), and so is what a process does to a file right after it made
+//!   it, with the create (`store/changes.rs`).
 //!
 //! `flush_wanted` is taken alone.
 //!

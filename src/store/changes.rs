@@ -8,7 +8,8 @@
 //!   fsync even with `--sync`), and reaches SQLite with the journal's next batch, in the same
 //!   transaction as the captures around it; the journal left by a crash is applied at open;
 //! - `seq` orders entries, and is handed out with the record (so replaying it is idempotent);
-//!   consecutive writes to one file by one process in one checkpoint are one entry, and so is
+//!   consecutive writes to one file by one process in one checkpoint are one entry (with the
+//!   cut to length right after them: a file rewritten in place, as a rewind does), and so is
 //!   what a process does to a file right after it made it (its content, mode, owner and
 //!   times: what `tar` or `npm` sets on every file it extracts) with the create ([`folds_into`];
 //!   same tool call and session too);
@@ -195,12 +196,14 @@ fn absorbs(op: Op) -> bool {
 }
 
 /// Whether a change `next`, right after an entry `prev` by the same process to the same path
-/// in the same checkpoint, is that entry: a write after a write, and what a process does to a
-/// file it has just made (its content, mode, owner, times: what `tar` or `npm` sets on every
-/// file it extracts) after the create.
+/// in the same checkpoint, is that entry: a write after a write, a cut to length after a write
+/// (a file rewritten in place: written over from the start, then cut, as a rewind writes each
+/// file), and what a process does to a file it has just made (its content, mode, owner, times:
+/// what `tar` or `npm` sets on every file it extracts) after the create. A write after a cut
+/// stays an entry of its own: "truncate" would not say that the file has new content.
 fn folds_into(prev: Op, next: Op) -> bool {
     match prev {
-        Op::Write => next == Op::Write,
+        Op::Write => matches!(next, Op::Write | Op::Truncate),
         Op::Create | Op::Mkdir | Op::Symlink => matches!(
             next,
             Op::Write
@@ -300,9 +303,9 @@ mod tests {
     }
 
     /// What a process does to a file right after it made it is the create's entry, as long as
-    /// nothing else is logged between; another checkpoint, tool call, or a truncate after a
-    /// write are entries of their own. Without the folding, the first assertion fails; without
-    /// the tool call in the comparison, the second.
+    /// nothing else is logged between, and so is a cut right after a write; another checkpoint,
+    /// tool call, or a write after a cut are entries of their own. Without the folding, the
+    /// first assertion fails; without the tool call in the comparison, the second.
     #[test]
     fn what_a_creator_does_next_is_its_create() {
         let d = tempfile::tempdir().unwrap();
@@ -325,7 +328,9 @@ mod tests {
         s.log_change(spanned("create", "toolu_1")).unwrap();
         s.log_change(spanned("write", "toolu_2")).unwrap();
         s.log_change(entry("write", "h", 7, k)).unwrap();
-        s.log_change(entry("truncate", "h", 7, k)).unwrap();
+        s.log_change(entry("truncate", "h", 7, k)).unwrap(); // the write's entry
+        s.log_change(entry("truncate", "i", 7, k)).unwrap();
+        s.log_change(entry("write", "i", 7, k)).unwrap();
         s.log_change(entry("mkdir", "d", 7, k)).unwrap();
         let k2 = cp("66666666-6666-4666-8666-666666666666");
         s.log_change(entry("chmod", "d", 7, k2)).unwrap();
@@ -335,7 +340,8 @@ mod tests {
             ("create", "g"),
             ("write", "g"),
             ("write", "h"),
-            ("truncate", "h"),
+            ("truncate", "i"),
+            ("write", "i"),
             ("mkdir", "d"),
             ("chmod", "d"),
         ];
