@@ -7,13 +7,18 @@
 # median, p90, p99 and max round trip in ms, then the ratio of the last block's median to the
 # first's (flat ≈ 1).
 #   bash scripts/bench-begin.sh [--turns N] [--block B] [--dir DIR] [--bin PATH]
+# --pause MS waits that long after each turn's write, as a session does between messages (the
+# user reading and typing): the store's flusher has then checkpointed the WAL aside, and the
+# next commit used to start the WAL anew and pay for its fsync (e.g. --turns 40 --block 20
+# --pause 1500).
 # A benchmark, not a test: nothing is asserted; the figures are to be read and recorded.
 set -euo pipefail
-turns=10000 block=1000 dir="" bin="${REWINDFS_BIN:-}"
+turns=10000 block=1000 pause=0 dir="" bin="${REWINDFS_BIN:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --turns) turns=$2; shift 2 ;;
     --block) block=$2; shift 2 ;;
+    --pause) pause=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     *) echo "bench-begin.sh: unknown argument $1" >&2; exit 2 ;;
@@ -28,9 +33,10 @@ base=${dir:-$(mktemp -d /var/tmp/rewindfs-bench-begin.XXXXXX)}
 mkdir -p "$base/proj"
 "$bin" mount "$base/proj" --store "$base/store" >/dev/null
 trap '"$bin" umount "$base/proj" >/dev/null 2>&1 || true; [ -n "$dir" ] || rm -rf "$base"' EXIT
-python3 - "$base/store/control.sock" "$base/proj" "$turns" "$block" <<'PY'
+python3 - "$base/store/control.sock" "$base/proj" "$turns" "$block" "$pause" <<'PY'
 import json, os, socket, statistics, sys, time, uuid
 sock_path, proj, turns, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+pause = int(sys.argv[5]) / 1000
 s = socket.socket(socket.AF_UNIX)
 s.connect(sock_path)
 r = s.makefile("rb")
@@ -50,6 +56,8 @@ for i in range(turns):
     times.append((time.perf_counter() - t0) * 1000)
     with open(os.path.join(proj, f"f{i % 100}.txt"), "w") as f:
         f.write(f"turn {i}\n")
+    if pause:
+        time.sleep(pause)
     if len(times) == block:
         q = statistics.quantiles(times, n=100)
         blocks.append(statistics.median(times))

@@ -163,10 +163,11 @@ impl Recorder {
             if checkpointed.elapsed() >= WAL_CHECKPOINT_EVERY {
                 checkpointed = Instant::now();
                 match self.store.checkpoint_wal_aside() {
-                    Ok((pages, done)) => tracing::trace!(
+                    Ok(Some((pages, done))) => tracing::trace!(
                         "WAL checkpointed: {done} of {pages} pages in {:?}",
                         checkpointed.elapsed()
                     ),
+                    Ok(None) => {}
                     Err(e) => tracing::warn!("checkpointing the store's WAL: {e}"),
                 }
             }

@@ -100,7 +100,7 @@ pub struct Store {
     /// the daemon's flusher ([`Store::checkpoint_wal_aside`]); opened at the first call. Lock
     /// order: `checkpointer` → `conn`.
     db: PathBuf,
-    checkpointer: Mutex<Option<Connection>>,
+    checkpointer: Mutex<Option<Aside>>,
     /// Journal records applied to the database since the store was opened (the flusher trims
     /// the heap after a burst of them).
     applied: std::sync::atomic::AtomicUsize,
@@ -114,6 +114,14 @@ const WAL_AUTOCHECKPOINT_FALLBACK: i64 = 16_000;
 
 /// The size, in bytes, the WAL is cut back to when it restarts after a checkpoint.
 const WAL_SIZE_LIMIT: i64 = 8 << 20;
+
+/// The connection that checkpoints the WAL aside ([`Store::checkpoint_wal_aside`]).
+struct Aside {
+    conn: Connection,
+    /// The database's `data_version` as this connection saw it once it last started the WAL
+    /// anew: while it stays so, nothing was committed since, and there is nothing to checkpoint.
+    restarted_at: Option<i64>,
+}
 
 impl Store {
     /// Opens (creating) the store in `dir`, applying migrations.
@@ -162,27 +170,117 @@ impl Store {
     /// checkpoint: it waits for no reader or writer, and none waits for it), so the commits
     /// of message boundaries and captures never pay for one. The first call lets the main
     /// connection checkpoint only past `WAL_AUTOCHECKPOINT_FALLBACK` pages. Returns the
-    /// WAL's pages and how many of them are now in the database.
+    /// WAL's pages and how many of them are now in the database, or `None` if nothing was
+    /// committed since the last call started the WAL anew.
+    ///
+    /// Once every page is in the database, the next write transaction starts the WAL from its
+    /// beginning and syncs its new header before it commits, even at `synchronous = NORMAL`
+    /// (SQLite's guard against out-of-order writes after a restart): an fsync, 1-16 ms here,
+    /// which fell on whichever commit came first, most often a message boundary's or a
+    /// rewind's checkpoint row after a pause. So this connection makes that first write
+    /// itself, one that changes nothing (`application_id` set to its own value), and pays the
+    /// fsync here, on the flusher. It then leaves the WAL alone until someone else commits:
+    /// checkpointing its own write would only make the next one restart the WAL again.
     ///
     /// # Errors
     /// SQLite errors (the main connection then keeps checkpointing by itself).
-    pub fn checkpoint_wal_aside(&self) -> Result<(i64, i64)> {
+    pub fn checkpoint_wal_aside(&self) -> Result<Option<(i64, i64)>> {
         let mut aside = self.checkpointer.locked();
         if aside.is_none() {
-            let c = Connection::open(&self.db)?;
-            self.conn_only(|main| {
+            let conn = Connection::open(&self.db)?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            let sync = self.conn_only(|main| {
                 main.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_FALLBACK)?;
                 // Checkpointed less often, the WAL grows further between restarts (to 35 MiB
                 // in an rm -rf of 20k files); past this it is cut back when it restarts.
-                main.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+                main.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+                main.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
             })?;
-            *aside = Some(c);
+            // Its restarting write syncs as the main connection's commits do (`--sync`: FULL).
+            conn.pragma_update(None, "synchronous", sync)?;
+            *aside = Some(Aside {
+                conn,
+                restarted_at: None,
+            });
         }
-        let Some(c) = aside.as_ref() else {
+        let Some(a) = aside.as_mut() else {
             unreachable!("opened above")
         };
-        Ok(c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        })?)
+        let version =
+            |c: &Connection| c.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
+        if a.restarted_at == Some(version(&a.conn)?) {
+            return Ok(None);
+        }
+        let (pages, done) = a
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            })?;
+        a.restarted_at = None;
+        if pages > 0 && done == pages {
+            let tx = a
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let id: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+            tx.pragma_update(None, "application_id", id)?;
+            // Read under the write lock: a commit after this one changes it.
+            let seen = version(&tx)?;
+            tx.commit()?;
+            a.restarted_at = Some(seen);
+        }
+        Ok(Some((pages, done)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The WAL header's checkpoint sequence number and salts: they change when a writer starts
+    /// the WAL anew (and syncs the new header).
+    fn wal_generation(dir: &Path) -> Vec<u8> {
+        let wal = std::fs::read(dir.join(format!("{}-wal", layout::DB))).unwrap();
+        wal[12..24].to_vec()
+    }
+
+    /// Once the aside checkpoint has put every page in the database, it starts the WAL anew
+    /// itself, so that the next commit on the main connection (a message boundary's row) does
+    /// not, and pays no fsync; with nothing committed since, it leaves the WAL alone. Without
+    /// the restarting write, the second assertion fails (the boundary's commit restarts it).
+    #[test]
+    fn the_aside_checkpoint_starts_the_wal_anew_so_the_next_commit_does_not() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        let cp = |u: &str| {
+            s.begin_checkpoint(u, None, CheckpointKind::Message)
+                .unwrap();
+        };
+        cp("11111111-1111-4111-8111-111111111111");
+        let (pages, done) = s
+            .checkpoint_wal_aside()
+            .unwrap()
+            .expect("something to checkpoint");
+        assert!(pages > 0 && done == pages, "{done} of {pages}");
+        let restarted = wal_generation(d.path());
+        cp("22222222-2222-4222-8222-222222222222");
+        assert_eq!(
+            wal_generation(d.path()),
+            restarted,
+            "the boundary's commit appended to the WAL the checkpoint restarted"
+        );
+        assert!(
+            s.checkpoint_wal_aside().unwrap().is_some(),
+            "a commit since: checkpointed"
+        );
+        assert!(
+            s.checkpoint_wal_aside().unwrap().is_none(),
+            "nothing committed since it restarted the WAL: left alone"
+        );
+        assert_eq!(
+            s.checkpoint("22222222-2222-4222-8222-222222222222")
+                .unwrap()
+                .map(|c| c.uuid),
+            Some("22222222-2222-4222-8222-222222222222".to_string())
+        );
     }
 }
