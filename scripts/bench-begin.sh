@@ -24,6 +24,9 @@ while [ $# -gt 0 ]; do
     *) echo "bench-begin.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+for n in "$turns" "$block" "$pause"; do
+  case "$n" in ''|*[!0-9]*) echo "bench-begin.sh: --turns, --block and --pause take a whole number, not '$n'" >&2; exit 2 ;; esac
+done
 cd "$(dirname "$0")/.."
 if [ -z "$bin" ]; then
   cargo build --release --locked --bin rewindfs >/dev/null

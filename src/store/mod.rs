@@ -188,7 +188,8 @@ impl Store {
         let mut aside = self.checkpointer.locked();
         if aside.is_none() {
             let conn = Connection::open(&self.db)?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            // Never waits for a lock: a writer holding it restarts the WAL itself (below).
+            conn.busy_timeout(std::time::Duration::ZERO)?;
             let sync = self.conn_only(|main| {
                 main.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_FALLBACK)?;
                 // Checkpointed less often, the WAL grows further between restarts (to 35 MiB
@@ -218,9 +219,20 @@ impl Store {
             })?;
         a.restarted_at = None;
         if pages > 0 && done == pages {
-            let tx = a
+            let tx = match a
                 .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            {
+                Ok(tx) => tx,
+                // Someone is writing right now: that commit starts the WAL anew, as before,
+                // and the flusher does not wait behind it.
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy =>
+                {
+                    return Ok(Some((pages, done)));
+                }
+                Err(e) => return Err(e.into()),
+            };
             let id: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
             tx.pragma_update(None, "application_id", id)?;
             // Read under the write lock: a commit after this one changes it.
@@ -276,6 +288,18 @@ mod tests {
             s.checkpoint_wal_aside().unwrap().is_none(),
             "nothing committed since it restarted the WAL: left alone"
         );
+        // A writer holding the lock: the checkpoint neither waits nor fails.
+        cp("33333333-3333-4333-8333-333333333333");
+        let other = Connection::open(d.path().join(layout::DB)).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let t = std::time::Instant::now();
+        assert!(s.checkpoint_wal_aside().unwrap().is_some());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(
             s.checkpoint("22222222-2222-4222-8222-222222222222")
                 .unwrap()
