@@ -18,21 +18,72 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::{Result, StoreError};
 
+/// One `schema/00N_*.sql`.
+struct Migration {
+    sql: &'static str,
+    /// It changes the tables' rows (a table or column added, rows rewritten), which is what a
+    /// bundle carries; false for one that only marks a change to the store's other files (the
+    /// journal's frames), which a bundle does not carry.
+    rows: bool,
+}
+
 /// Migrations, in order; `PRAGMA user_version` is the number applied.
-const MIGRATIONS: &[&str] = &[
-    include_str!("../../schema/001_init.sql"),
-    include_str!("../../schema/002_retention.sql"),
-    include_str!("../../schema/003_ranges.sql"),
-    include_str!("../../schema/004_changes_index.sql"),
-    include_str!("../../schema/005_prompts.sql"),
-    include_str!("../../schema/006_sessions.sql"),
-    include_str!("../../schema/007_xattrs.sql"),
-    include_str!("../../schema/008_origins.sql"),
-    include_str!("../../schema/009_imported.sql"),
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        sql: include_str!("../../schema/001_init.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/002_retention.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/003_ranges.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/004_changes_index.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/005_prompts.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/006_sessions.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/007_xattrs.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/008_origins.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/009_imported.sql"),
+        rows: true,
+    },
+    Migration {
+        sql: include_str!("../../schema/010_journal_crc.sql"),
+        rows: false,
+    },
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].
 pub(super) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The version a bundle's rows follow: that of the last migration that changed rows. A bundle
+/// says it (its manifest's `schema`), so that an older rewindfs refuses only bundles whose
+/// rows it cannot read, not every bundle of a store whose journal changed format.
+pub(crate) const ROWS_SCHEMA_VERSION: i64 = {
+    let mut i = MIGRATIONS.len();
+    while !MIGRATIONS[i - 1].rows {
+        i -= 1;
+    }
+    i as i64
+};
 
 /// Applies pending migrations inside an exclusive transaction; refuses a newer database.
 pub(super) fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
@@ -45,8 +96,8 @@ pub(super) fn migrate(conn: &mut Connection, db: &Path) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql)?;
+    for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(m.sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
     }
     tx.commit()?;
@@ -91,5 +142,12 @@ mod tests {
                 .contains("newer than this rewindfs supports"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn bundles_say_the_version_of_their_rows_not_of_the_journal() {
+        // 10 changed only the journal's frames: a bundle's rows are still schema 9's.
+        assert_eq!(super::SCHEMA_VERSION, 10);
+        assert_eq!(super::ROWS_SCHEMA_VERSION, 9);
     }
 }

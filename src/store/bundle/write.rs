@@ -141,7 +141,7 @@ impl<W: Write> BundleWriter<W> {
     pub fn finish(mut self, mut m: Manifest) -> io::Result<(W, Manifest)> {
         self.flush_rows()?;
         m.format = FORMAT;
-        m.schema = crate::store::migrate::SCHEMA_VERSION;
+        m.schema = crate::store::migrate::ROWS_SCHEMA_VERSION;
         m.blobs = self.blobs;
         m.blob_bytes = self.blob_bytes;
         m.rows = self.rows;

@@ -132,6 +132,40 @@ fn records_round_trip_and_a_torn_tail_is_ignored() {
     assert!(parse(&bad).records.is_empty());
 }
 
+/// Frames as a rewindfs before CRC-64 wrote them (FNV-1a, top bit of the length clear), left
+/// by a crash, are still read, before and between this build's; a frame keeps the checksum
+/// its flag names, so one whose flag is lost (or whose payload changed) is the torn end.
+#[test]
+fn frames_an_older_build_left_are_read_beside_this_builds() {
+    fn old_frame(r: &Record) -> Vec<u8> {
+        let new = r.encode();
+        let payload = &new[FRAME_HEADER..];
+        let mut f = Vec::new();
+        f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        f.extend_from_slice(&fnv1a64(payload).to_le_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    // The checksum is the standard CRC-64/NVME: its check value, so the format cannot drift.
+    assert_eq!(crc64(b"123456789"), 0xae8b_1486_0a79_9888);
+    let mut bytes = Vec::new();
+    for (i, r) in samples().iter().enumerate() {
+        let f = if i % 2 == 0 { old_frame(r) } else { r.encode() };
+        assert_eq!(f[3] & 0x80 != 0, i % 2 == 1, "flag of frame {i}");
+        bytes.extend_from_slice(&f);
+    }
+    let c = parse(&bytes);
+    assert_eq!(c.records, samples());
+    assert_eq!(c.torn_bytes, 0);
+    // This build's first frame with its flag cleared is checked as FNV-1a, fails, and ends it.
+    let first_new = old_frame(&samples()[0]).len();
+    let mut bad = bytes.clone();
+    bad[first_new + 3] &= 0x7f;
+    let c = parse(&bad);
+    assert_eq!(c.records, samples()[..1]);
+    assert_eq!(c.torn_bytes, bytes.len() - first_new);
+}
+
 /// A whole frame this build cannot read — a tool's change of the workspace root tracked by an
 /// older build, whose path is now refused — is left out, and the records after it are read:
 /// they protect changes that happened.
