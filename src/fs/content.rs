@@ -169,9 +169,10 @@ impl Core {
 
     pub fn setattr(&self, ctx: &Ctx, ino: u64, a: SetAttr) -> io::Result<Stat> {
         let kind = self.inodes.kind(ino).unwrap_or(0);
+        let named = self.path(ino).ok();
         // A file's content or attributes change through its fd when it has no name left (and
         // then perhaps a copy's: see `for_change`); otherwise by path, except a truncate.
-        let nameless = self.path(ino).is_err() && kind == libc::S_IFREG;
+        let nameless = named.is_none() && kind == libc::S_IFREG;
         let target = if nameless || (a.size.is_some() && kind != libc::S_IFDIR) {
             Some(self.for_change(ino)?)
         } else {
@@ -179,7 +180,7 @@ impl Core {
         };
         let p = match &target {
             Some(t) => t.path.clone(),
-            None => self.path(ino).ok(),
+            None => named,
         };
         let fd = target.as_ref().map(|t| t.file.fd.as_fd());
         let op = if a.size.is_some() {
@@ -214,9 +215,11 @@ impl Core {
         if let Some(p) = &p {
             self.after(ctx, op, p, None);
         }
-        match fd {
-            Some(fd) => sys::fstat(fd),
-            None => self.getattr(ino),
+        match (fd, &p) {
+            (Some(fd), _) => sys::fstat(fd),
+            // By the path already built, unless the node has an fd, which `getattr` prefers.
+            (None, Some(p)) if self.files.get(ino).is_none() => self.stat_node_at(ino, p),
+            (None, _) => self.getattr(ino),
         }
     }
 

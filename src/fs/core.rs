@@ -148,8 +148,13 @@ impl Core {
     /// The path of `name` in directory `parent`: where the FUSE edge turns the kernel's names
     /// into workspace paths (errno as the call would give: `EINVAL`, `ENAMETOOLONG`).
     pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<WsPath> {
+        Self::child_of(&self.path(parent)?, name)
+    }
+
+    /// [`Self::child_path`] with the parent's path already built (`parent`).
+    pub(super) fn child_of(parent: &Node, name: &OsStr) -> io::Result<WsPath> {
         sys::validate_name(name)?;
-        Ok(self.path(parent)?.join(name.as_bytes())?)
+        Ok(parent.join(name.as_bytes())?)
     }
 
     pub(super) fn before(
@@ -222,11 +227,17 @@ impl Core {
     /// Stats a node by path, checking it is still the file the node stands for.
     fn stat_node(&self, ino: u64) -> io::Result<(Node, Stat)> {
         let p = self.path(ino)?;
+        let st = self.stat_node_at(ino, &p)?;
+        Ok((p, st))
+    }
+
+    /// [`Self::stat_node`] with the node's path already built (`p`).
+    pub(super) fn stat_node_at(&self, ino: u64, p: &Node) -> io::Result<Stat> {
         let st = sys::lstat_at(self.root(), p.as_path())?;
         if self.inodes.key(ino) != Some((st.st_dev, st.st_ino)) {
             return Err(err(libc::ESTALE));
         }
-        Ok((p, st))
+        Ok(st)
     }
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> io::Result<(Looked, Stat)> {
@@ -354,7 +365,7 @@ impl Core {
         rdev: u32,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = Node::from(self.child_path(parent, name)?);
+        let p = Node::from(Self::child_of(&pp, name)?);
         let mode = mode & !(umask & 0o777);
         let _permit = self.before(ctx, Op::Create, &p, None)?;
         if mode & libc::S_IFMT != libc::S_IFREG {
@@ -388,7 +399,7 @@ impl Core {
         umask: u32,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = Node::from(self.child_path(parent, name)?);
+        let p = Node::from(Self::child_of(&pp, name)?);
         let mode = mode & !(umask & 0o777) & 0o7777;
         let _permit = self.before(ctx, Op::Mkdir, &p, None)?;
         sys::mkdirat(self.root(), p.as_path(), mode)?;
@@ -404,7 +415,7 @@ impl Core {
         target: &Path,
     ) -> io::Result<(Looked, Stat)> {
         let pp = self.path(parent)?;
-        let p = Node::from(self.child_path(parent, name)?);
+        let p = Node::from(Self::child_of(&pp, name)?);
         let _permit = self.before(ctx, Op::Symlink, &p, None)?;
         sys::symlinkat(target, self.root(), p.as_path())?;
         self.own(ctx, &pp, p.as_path(), 0, false)?;
