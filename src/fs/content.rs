@@ -218,7 +218,10 @@ impl Core {
         match (fd, &p) {
             (Some(fd), _) => sys::fstat(fd),
             // By the path already built, unless the node has an fd, which `getattr` prefers.
-            (None, Some(p)) if self.files.get(ino).is_none() => self.stat_node_at(ino, p),
+            // A directory on the path renamed since is walked again: the change was made.
+            (None, Some(p)) if self.files.get(ino).is_none() => {
+                self.stat_node_at(ino, p).or_else(|_| self.getattr(ino))
+            }
             (None, _) => self.getattr(ino),
         }
     }

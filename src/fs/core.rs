@@ -148,7 +148,9 @@ impl Core {
     /// The path of `name` in directory `parent`: where the FUSE edge turns the kernel's names
     /// into workspace paths (errno as the call would give: `EINVAL`, `ENAMETOOLONG`).
     pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> io::Result<WsPath> {
-        Self::child_of(&self.path(parent)?, name)
+        // The name first: a bad name is refused as such even in a directory that is gone.
+        sys::validate_name(name)?;
+        Ok(self.path(parent)?.join(name.as_bytes())?)
     }
 
     /// [`Self::child_path`] with the parent's path already built (`parent`).

@@ -7,7 +7,10 @@
 //! - a database with a higher version than [`SCHEMA_VERSION`] was written by a newer rewindfs
 //!   and is refused ([`StoreError::TooNew`]) rather than misread;
 //! - a shipped migration is never edited (stores in the field have run it); a change to the
-//!   schema is a new file appended to [`MIGRATIONS`], and `schema/store.md` says what it did.
+//!   schema is a new file appended to [`MIGRATIONS`], and `schema/store.md` says what it did;
+//! - each migration says whether it changes the tables' rows (`rows`): bundles carry the
+//!   version of the last one that did ([`ROWS_SCHEMA_VERSION`]), so a new migration that
+//!   changes rows but says it does not would let an older rewindfs misread new bundles.
 //!
 //! Pragmas (`journal_mode`, `synchronous`, `foreign_keys`) belong to the connection, not the
 //! schema, and are set by [`Store::open`](super::Store::open) outside this transaction.

@@ -174,7 +174,8 @@ fn to_sql(v: &Value) -> std::result::Result<SqlValue, String> {
 pub struct Manifest {
     /// [`FORMAT`].
     pub format: u32,
-    /// The exporting store's schema version.
+    /// The schema version its rows follow: that of the last migration that changed a table
+    /// (`migrate::ROWS_SCHEMA_VERSION`).
     pub schema: i64,
     /// A uuid of this export, also the uuid of the checkpoint that holds the tree's state at
     /// export (see `rewind/carry.rs`).

@@ -579,8 +579,8 @@ fn read_header(r: &mut Counted<impl Read>) -> std::result::Result<[u8; 12], Bund
     Ok(head)
 }
 
-/// The manifest (at `offset`) counts what was read before it, and names a store schema this
-/// build knows.
+/// The manifest (at `offset`) counts what was read before it, and names a version of the rows
+/// this build knows.
 fn check_manifest(
     m: &Manifest,
     offset: u64,
@@ -597,12 +597,38 @@ fn check_manifest(
             ),
         });
     }
-    if m.schema > crate::store::migrate::SCHEMA_VERSION {
+    if m.schema > crate::store::migrate::ROWS_SCHEMA_VERSION {
         return Err(BundleError::Refused(format!(
-            "the bundle was written by a newer rewindfs (store schema {}; this one knows {}): upgrade rewindfs",
+            "the bundle was written by a newer rewindfs (rows of store schema {}; this one knows {}): upgrade rewindfs",
             m.schema,
-            crate::store::migrate::SCHEMA_VERSION
+            crate::store::migrate::ROWS_SCHEMA_VERSION
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::migrate::ROWS_SCHEMA_VERSION;
+
+    /// A bundle names the version of its rows (9), not the store's (10 changed only the
+    /// journal), so an older rewindfs still imports it; a newer rows version is refused.
+    #[test]
+    fn a_bundle_names_its_rows_version_and_a_newer_one_is_refused() {
+        let (_, written) = BundleWriter::new(Vec::new())
+            .unwrap()
+            .finish(Manifest::default())
+            .unwrap();
+        assert_eq!(written.schema, ROWS_SCHEMA_VERSION);
+        let m = |schema| Manifest {
+            schema,
+            ..Manifest::default()
+        };
+        assert!(check_manifest(&m(ROWS_SCHEMA_VERSION), 0, 0, 0, 0).is_ok());
+        match check_manifest(&m(ROWS_SCHEMA_VERSION + 1), 0, 0, 0, 0) {
+            Err(BundleError::Refused(why)) => assert!(why.contains("newer rewindfs"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+    }
 }
