@@ -30,48 +30,28 @@ struct Migration {
     rows: bool,
 }
 
+/// A migration that changes the tables' rows.
+const fn rows(sql: &'static str) -> Migration {
+    Migration { sql, rows: true }
+}
+
+/// A migration that marks a change to the store's other files only.
+const fn files(sql: &'static str) -> Migration {
+    Migration { sql, rows: false }
+}
+
 /// Migrations, in order; `PRAGMA user_version` is the number applied.
 const MIGRATIONS: &[Migration] = &[
-    Migration {
-        sql: include_str!("../../schema/001_init.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/002_retention.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/003_ranges.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/004_changes_index.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/005_prompts.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/006_sessions.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/007_xattrs.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/008_origins.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/009_imported.sql"),
-        rows: true,
-    },
-    Migration {
-        sql: include_str!("../../schema/010_journal_crc.sql"),
-        rows: false,
-    },
+    rows(include_str!("../../schema/001_init.sql")),
+    rows(include_str!("../../schema/002_retention.sql")),
+    rows(include_str!("../../schema/003_ranges.sql")),
+    rows(include_str!("../../schema/004_changes_index.sql")),
+    rows(include_str!("../../schema/005_prompts.sql")),
+    rows(include_str!("../../schema/006_sessions.sql")),
+    rows(include_str!("../../schema/007_xattrs.sql")),
+    rows(include_str!("../../schema/008_origins.sql")),
+    rows(include_str!("../../schema/009_imported.sql")),
+    files(include_str!("../../schema/010_journal_crc.sql")),
 ];
 
 /// The schema version this build writes and reads: the number of [`MIGRATIONS`].
