@@ -99,7 +99,8 @@ const FRAME_HEADER: usize = 12;
 
 /// Set in a frame's length word when its checksum is CRC-64/NVME. FNV-1a, one byte at a time,
 /// was 6-10% of the request threads' time under 4 KiB random writes, whose range captures
-/// carry the 4 KiB; the CRC runs on the CPU's carry-less multiply, some 30 times faster. A
+/// carry the 4 KiB; the CRC runs on the CPU's carry-less multiply (a 4 KiB record: 86 ns
+/// against 4.6 µs; a 150-byte one: 28 ns against 120 ns, on the benchmark VM). A
 /// store whose journal may hold such frames is schema 10 (`schema/010_journal_crc.sql`), so an
 /// older rewindfs, which would take them for a torn tail and drop them, refuses it instead.
 const CRC64_FRAME: u32 = 1 << 31;
