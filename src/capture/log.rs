@@ -10,7 +10,7 @@
 //!
 //! Invariants:
 //! - entries land in the order their changes happened (the journal's order);
-//! - the journal is bounded: every [`LOG_FLUSH_AT`] pending records the flusher is woken, past
+//! - the journal is bounded: past [`LOG_FLUSH_AT`] pending records the flusher is woken, past
 //!   [`LOG_FLUSH_INLINE_AT`] (the flusher is behind) the change applies it itself — while a
 //!   rewind runs, only the rewind's own changes do, past [`REWIND_FLUSH_INLINE_AT`]: it is
 //!   what fills the journal then, and a writer must not wait for a transaction of its records —
@@ -34,8 +34,8 @@ use crate::locks::Locked;
 use crate::store::{LogEntry, now_ms};
 use crate::sys;
 
-/// Journal records pending (change-log entries and captures) at which the flusher is woken
-/// (and at every multiple).
+/// Journal records pending (change-log entries and captures) past which a change wakes the
+/// flusher (once per batch it applies: [`wake_for`]).
 const LOG_FLUSH_AT: usize = 512;
 /// Journal records pending at which a change applies them itself (the flusher is behind).
 const LOG_FLUSH_INLINE_AT: usize = 64 * 1024;
@@ -49,6 +49,15 @@ const LOG_FLUSH_HARD_AT: usize = 4 * LOG_FLUSH_INLINE_AT;
 
 /// How often the flusher checkpoints the store's WAL ([`crate::store::Store::checkpoint_wal_aside`]).
 const WAL_CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether a change that leaves `pending` journal records wakes the flusher: past
+/// [`LOG_FLUSH_AT`], once until the flusher clears `woken`. Past the mark rather than at its
+/// multiples: captures are journalled between log entries, so the counts changes see can step
+/// over every multiple (a rewind's two records a file, from an odd count), and the flusher then
+/// woke only on its timer while a rewind's own change applied 8k records inline (80 ms).
+fn wake_for(pending: usize, woken: &AtomicBool) -> bool {
+    pending >= LOG_FLUSH_AT && !woken.swap(true, Ordering::AcqRel)
+}
 
 /// Whether a change that leaves `pending` journal records applies them itself: `rewinder`,
 /// it is a rewind's own; `watching`, a rewind runs (plans or applies).
@@ -67,6 +76,10 @@ pub(super) struct ChangeLog {
     flush_wanted: Mutex<bool>,
     /// Wakes the flusher when `flush_wanted` is set.
     flush_wake: Condvar,
+    /// A wake-up for the journal's size is on its way: set by the change that sends it,
+    /// cleared by the flusher as it starts applying, so a busy journal wakes it once per
+    /// batch rather than once per change (a wake-up is a system call).
+    woken: AtomicBool,
     /// A checkpoint dropped a large set of paths: the flusher returns the memory.
     trim_wanted: AtomicBool,
     /// Nodes the kernel's forgets removed from the FUSE core's table, ever (see
@@ -157,6 +170,7 @@ impl Recorder {
                 ));
                 *wanted = false;
             }
+            self.log.woken.store(false, Ordering::Release);
             self.flush_log();
             // The WAL is checkpointed here, aside, rather than by whichever commit fills it: a
             // message boundary's commit used to pay for the checkpoint's fsync now and then.
@@ -239,7 +253,7 @@ impl Recorder {
         let inline = flush_inline(n, self.is_rewinder(pid), self.live.watching());
         if inline {
             self.flush_log();
-        } else if n % LOG_FLUSH_AT == 0 {
+        } else if wake_for(n, &self.log.woken) {
             self.wake_flusher();
         }
     }
@@ -260,6 +274,27 @@ mod tests {
         assert!(!flush_inline(REWIND_FLUSH_INLINE_AT - 1, true, true));
         assert!(flush_inline(LOG_FLUSH_HARD_AT, false, true));
         assert!(flush_inline(LOG_FLUSH_HARD_AT + 1, true, true));
+    }
+    /// Counts that step over every multiple of the mark still wake the flusher, once, until it
+    /// starts applying.
+    #[test]
+    fn the_flusher_is_woken_once_past_the_mark_whatever_the_step() {
+        let woken = AtomicBool::new(false);
+        let wakes: Vec<usize> = (0..2000)
+            .map(|i| 1 + 2 * i)
+            .filter(|n| wake_for(*n, &woken))
+            .collect();
+        assert_eq!(
+            wakes,
+            vec![LOG_FLUSH_AT + 1],
+            "odd counts, two records a change"
+        );
+        woken.store(false, Ordering::Release);
+        assert!(
+            wake_for(LOG_FLUSH_AT + 3, &woken),
+            "again once the flusher ran"
+        );
+        assert!(!wake_for(LOG_FLUSH_AT - 1, &AtomicBool::new(false)));
     }
 
     /// The flusher trims once enough nodes went and the forgets have stopped: not in the
