@@ -15,8 +15,14 @@
 #                      tree, fork against cp -a, export/import against tar (scripts/bench-travel.sh)
 #   --quick            smaller sizes for smoke tests (2k files, 1k edits, 64 MiB seq/random files)
 #   --only LIST        run only these workloads (comma-separated; see the list below)
-#   --compare LIST     also run the peers bindfs and/or fuse-overlayfs, side by side, when
-#                      installed (a peer that is not installed is noted and skipped)
+#   --compare LIST     also run the peers bindfs, fuse-overlayfs and/or passthrough_hp, side
+#                      by side, when installed (a peer that is not installed is noted and
+#                      skipped). passthrough_hp is libfuse's own high-performance example
+#                      daemon, a reference for what FUSE costs here with nothing saved: built
+#                      from libfuse >= 3.18 with io_uring (docs/benchmarks.md, "A reference
+#                      daemon"), found as $PASSTHROUGH_HP or on the PATH, mounted with
+#                      -o io_uring,default_permissions (as rewindfs: FUSE over io_uring, the
+#                      kernel checking permissions)
 #   --native-only      skip the rewindfs runs (peers from --compare still run)
 #   --markdown FILE    also write the table (with the run's settings) as markdown to FILE
 #   --build            build target/release/rewindfs with `cargo build --release` if missing
@@ -99,7 +105,8 @@
 # Layout: everything lives on one fresh ext4 loop filesystem $MNT (docs/design.md §6: the root
 # filesystem here has no journal and ages badly): $MNT/native/work (plain directory),
 # $MNT/mounted/work (rewindfs mounted in place over it, store in $MNT/store-rewindfs),
-# $MNT/bindfs/{src,work}, $MNT/fuse-overlayfs/{lower,upper,workdir,work}, $MNT/data (the
+# $MNT/bindfs/{src,work}, $MNT/fuse-overlayfs/{lower,upper,workdir,work},
+# $MNT/passthrough_hp/{src,work}, $MNT/data (the
 # tarball and generated inputs, read by every target; also the npm cache, the node_modules
 # repository, the virtualenv and attrs' source). A trap unmounts everything and removes the
 # image on exit.
@@ -143,7 +150,7 @@ ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-wri
 NM_WORKLOADS="nm-clone,nm-status,nm-grep"  # --only node-modules
 DROP_BEFORE=" seq-read rand-read "
 DROP_DENTRIES_BEFORE=" stat-100k "
-PEERS=(bindfs fuse-overlayfs)
+PEERS=(bindfs fuse-overlayfs passthrough_hp)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -252,7 +259,13 @@ if [ -n "$COMPARE" ]; then
   IFS=, read -r -a peers <<<"$COMPARE"
   for p in "${peers[@]}"; do
     [[ " ${PEERS[*]} " == *" $p "* ]] || die "unknown peer '$p' (known: ${PEERS[*]})"
-    if command -v "$p" >/dev/null; then
+    if [ "$p" = passthrough_hp ] && [ -n "${PASSTHROUGH_HP:-}" ]; then
+      [ -x "$PASSTHROUGH_HP" ] || die "PASSTHROUGH_HP=$PASSTHROUGH_HP is not an executable"
+      TARGETS+=("$p")
+    elif [ "$p" = passthrough_hp ] && ! command -v "$p" >/dev/null; then
+      NOTES+=("$p: not found (build it from libfuse >= 3.18 and set PASSTHROUGH_HP) — column skipped")
+      log "note: $p is not found; skipping it"
+    elif command -v "$p" >/dev/null; then
       TARGETS+=("$p")
     else
       NOTES+=("$p: not installed (apt-get install $p) — column skipped")
@@ -716,6 +729,12 @@ mount_target() {
       fuse-overlayfs -o "lowerdir=$MNT/fuse-overlayfs/lower,upperdir=$MNT/fuse-overlayfs/upper,workdir=$MNT/fuse-overlayfs/workdir" \
         "$w" 2>"$RUN/logs/mount.fuse-overlayfs.log" ||
         die "fuse-overlayfs mount failed: $(cat "$RUN/logs/mount.fuse-overlayfs.log")" ;;
+    passthrough_hp)
+      mkdir -p "$MNT/passthrough_hp/src" "$w"
+      MOUNTS+=("passthrough_hp:$w")
+      "${PASSTHROUGH_HP:-passthrough_hp}" "$MNT/passthrough_hp/src" "$w" \
+        -o io_uring -o default_permissions 2>"$RUN/logs/mount.passthrough_hp.log" ||
+        die "passthrough_hp mount failed: $(cat "$RUN/logs/mount.passthrough_hp.log")" ;;
   esac
   [ "$t" = native ] || log "mounted $t on $w"
 }
