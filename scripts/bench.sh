@@ -19,8 +19,8 @@
 #                      by side, when installed (a peer that is not installed is noted and
 #                      skipped). passthrough_hp is libfuse's own high-performance example
 #                      daemon, a reference for what FUSE costs here with nothing saved: built
-#                      from libfuse >= 3.18 with io_uring (docs/benchmarks.md, "A reference
-#                      daemon"), found as $PASSTHROUGH_HP or on the PATH, mounted with
+#                      from libfuse >= 3.18 with io_uring (docs/benchmarks.md, the ninth
+#                      round), found as $PASSTHROUGH_HP or on the PATH, mounted with
 #                      -o io_uring,default_permissions (as rewindfs: FUSE over io_uring, the
 #                      kernel checking permissions)
 #   --native-only      skip the rewindfs runs (peers from --compare still run)

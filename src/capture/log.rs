@@ -275,6 +275,7 @@ mod tests {
         assert!(flush_inline(LOG_FLUSH_HARD_AT, false, true));
         assert!(flush_inline(LOG_FLUSH_HARD_AT + 1, true, true));
     }
+
     /// Counts that step over every multiple of the mark still wake the flusher, once, until it
     /// starts applying.
     #[test]
