@@ -812,13 +812,19 @@ py_timed() { python3 "$RUN/bio.py" "$@" >"$TFILE"; }
 ensure_tree() { [ -d tree ] || tar --no-same-owner -xf "$TARBALL"; }
 ensure_repo() {
   ensure_tree
-  if [ ! -d tree/.git ]; then
+  # A repository without a commit is what a failed git-commit left: made again.
+  # (tree/.git first: without it, git would look for a repository above the tree.)
+  if ! { [ -d tree/.git ] && git -C tree rev-parse -q --verify HEAD >/dev/null 2>&1; }; then
+    rm -rf tree/.git
     git -C tree init -q -b main
     git -C tree add -A
     git -C tree commit -q -m "bench: initial"
   fi
 }
-ensure_seq() { [ -f seq.bin ] || dd if=/dev/zero of=seq.bin bs=1M count="$SEQ_MB" conv=fsync status=none; }
+ensure_seq() { # of its full size: a shorter one is what a failed seq-write left
+  [ "$(stat -c %s seq.bin 2>/dev/null || echo 0)" = $((SEQ_MB << 20)) ] ||
+    dd if=/dev/zero of=seq.bin bs=1M count="$SEQ_MB" conv=fsync status=none
+}
 ensure_rand() { [ -f rand.bin ] || dd if=/dev/urandom of=rand.bin bs=1M count="$RAND_MB" conv=fsync status=none; }
 ensure_edits() { [ -d edits ] || python3 "$RUN/bio.py" edit-files edits "$N_EDIT_FILES"; }
 
