@@ -71,7 +71,14 @@
 #   rand-read     10k 4 KiB preads at random offsets in that file, page cache dropped first
 #   rm-rf         rm -rf of the tree (including .git)
 #   cargo-build   cargo build --offline of a generated dependency-free crate, with
-#                 CARGO_TARGET_DIR inside the measured directory (skipped if cargo is missing)
+#                 CARGO_TARGET_DIR inside the measured directory (skipped if cargo is missing):
+#                 about 0.6 s, most of it cargo's and the linker's fixed costs
+#   cargo-real    cargo build --offline --locked of a real dependency tree (scripts/bench-cargo:
+#                 serde with its derive, serde_json and regex, locked: 16 packages), its target
+#                 directory inside the measured directory; the crates are fetched from crates.io
+#                 once per run, untimed, into a CARGO_HOME in $DATA, whose sources every target
+#                 reads from there, as npm-install reads its npm cache (skipped, with a note, if
+#                 cargo is missing or the registry cannot be reached)
 #   stat-100k     find -printf of 100k empty files in 100 dirs, dentries and inodes dropped
 #                 first (each stat'ed; the daemon then holds 100k inodes: its RSS after it is
 #                 reported; quick: 10k)
@@ -145,7 +152,7 @@
 set -euo pipefail
 
 ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-write seq-write-cache seq-read
-  overwrite-4k rand-write rand-read rm-rf cargo-build stat-100k rewind-300 rewind-10k
+  overwrite-4k rand-write rand-read rm-rf cargo-build cargo-real stat-100k rewind-300 rewind-10k
   npm-install pytest nm-clone nm-status nm-grep)
 NM_WORKLOADS="nm-clone,nm-status,nm-grep"  # --only node-modules
 DROP_BEFORE=" seq-read rand-read "
@@ -674,6 +681,26 @@ if selected "${NPM_WLS[@]}"; then
   fi
 fi
 
+# cargo-real: a real locked dependency tree (scripts/bench-cargo), its crates fetched into a
+# CARGO_HOME in $DATA (untimed), so the timed builds read no network.
+CARGO_PROJECT="$REPO/scripts/bench-cargo"
+CARGO_REAL_HOME="$DATA/cargo-home" CARGO_REAL_SRC="$DATA/cargo-real"
+if selected cargo-real; then
+  if [ "$HAVE_CARGO" = 0 ]; then
+    skip_workloads "cargo not found" cargo-real
+  else
+    log "fetching the crates of $CARGO_PROJECT from crates.io (untimed)"
+    mkdir -p "$CARGO_REAL_SRC"
+    cp -r "$CARGO_PROJECT/Cargo.toml" "$CARGO_PROJECT/Cargo.lock" "$CARGO_PROJECT/src" "$CARGO_REAL_SRC/"
+    if (cd "$CARGO_REAL_SRC" && CARGO_HOME="$CARGO_REAL_HOME" timeout 600 cargo fetch --locked) \
+      >"$RUN/logs/cargo-prime.log" 2>&1; then
+      log "cargo-real: $(grep -c '^name = ' "$CARGO_REAL_SRC/Cargo.lock") packages locked, $(cargo --version)"
+    else
+      skip_workloads "cargo fetch from crates.io failed (unreachable?): $(tail -n 1 "$RUN/logs/cargo-prime.log")" cargo-real
+    fi
+  fi
+fi
+
 # pytest: attrs' sdist (tests included) and a virtualenv with its test dependencies, in $DATA.
 ATTRS_VERSION=25.3.0
 ATTRS_URL="https://files.pythonhosted.org/packages/5a/b0/1367933a8532ee6ff8d63537de4f1177af4bff9f3e829baf7331f595bb24/attrs-$ATTRS_VERSION.tar.gz"
@@ -887,6 +914,14 @@ wl_cargo-build() {
   since "$t"
 }
 
+prep_cargo-real() { rm -rf cargo-real; cp -r "$CARGO_REAL_SRC" cargo-real; }
+wl_cargo-real() {
+  local t; t=$EPOCHREALTIME
+  (cd cargo-real && CARGO_HOME="$CARGO_REAL_HOME" CARGO_TARGET_DIR="$PWD/target" \
+    cargo build --offline --locked -q)
+  since "$t"
+}
+
 prep_stat-100k() { [ -d many ] || python3 "$RUN/bio.py" many many "$N_STAT" 100 ""; }
 wl_stat-100k() {
   local t; t=$EPOCHREALTIME
@@ -1066,7 +1101,7 @@ TOTAL=$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'
 # ---------------------------------------------------------------- requests (--requests)
 # Workloads whose requests overlap (several threads or processes, or asynchronous readahead):
 # their floor is not a strict bound.
-OVERLAPPING=" git-commit git-status seq-read cargo-build npm-install nm-clone nm-status "
+OVERLAPPING=" git-commit git-status seq-read cargo-build cargo-real npm-install nm-clone nm-status "
 declare -A REQS REQ_KINDS
 RT_US=""
 
