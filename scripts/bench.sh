@@ -836,7 +836,16 @@ fmt_secs() { # raw seconds -> 3 decimals, or 5 below 10 ms; words pass through
 }
 py_timed() { python3 "$RUN/bio.py" "$@" >"$TFILE"; }
 
-ensure_tree() { [ -d tree ] || tar --no-same-owner -xf "$TARBALL"; }
+# A marker, outside the measured directory (no request counted for it), for a tree whose
+# extraction finished: a tree without one is what a failed extract left, made again rather
+# than measured.
+tree_done() { echo "$RUN/tree-complete.$(target_here)"; }
+ensure_tree() {
+  [ -d tree ] && [ -e "$(tree_done)" ] && return 0
+  rm -rf tree
+  tar --no-same-owner -xf "$TARBALL"
+  touch "$(tree_done)"
+}
 ensure_repo() {
   ensure_tree
   # A repository without a commit is what a failed git-commit left: made again.
@@ -855,8 +864,8 @@ ensure_seq() { # of its full size: a shorter one is what a failed seq-write left
 ensure_rand() { [ -f rand.bin ] || dd if=/dev/urandom of=rand.bin bs=1M count="$RAND_MB" conv=fsync status=none; }
 ensure_edits() { [ -d edits ] || python3 "$RUN/bio.py" edit-files edits "$N_EDIT_FILES"; }
 
-prep_extract() { rm -rf tree; }
-wl_extract() { local t; t=$EPOCHREALTIME; tar --no-same-owner -xf "$TARBALL"; since "$t"; }
+prep_extract() { rm -rf tree "$(tree_done)"; }
+wl_extract() { local t; t=$EPOCHREALTIME; tar --no-same-owner -xf "$TARBALL"; since "$t"; touch "$(tree_done)"; }
 
 prep_git-commit() { ensure_tree; rm -rf tree/.git; git -C tree init -q -b main; }
 wl_git-commit() { local t; t=$EPOCHREALTIME; (cd tree && git add -A && git commit -q -m "bench: import"); since "$t"; }
