@@ -288,14 +288,15 @@ impl Store {
     }
 
     /// Counts for `status`: checkpoints kept, checkpoints gc dropped, captures, bytes of
-    /// captured content.
+    /// captured content. The last two are kept by triggers (`schema/011_counts.sql`): counting
+    /// them here scanned both tables at every `status`.
     pub fn counts(&self) -> Result<(i64, i64, i64, i64)> {
         self.with(|c| {
             c.query_row(
                 "SELECT (SELECT count(*) FROM checkpoints WHERE dropped_at IS NULL),
                         (SELECT count(*) FROM checkpoints WHERE dropped_at IS NOT NULL),
-                        (SELECT count(*) FROM captures),
-                        (SELECT coalesce(sum(size), 0) FROM blobs)",
+                        captures, blob_bytes
+                 FROM store_counts WHERE id = 1",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
@@ -306,6 +307,121 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the tables hold, counted: captures, and bytes of blobs.
+    fn counted(s: &Store) -> (i64, i64) {
+        s.with(|c| {
+            c.query_row(
+                "SELECT (SELECT count(*) FROM captures), (SELECT coalesce(sum(size), 0) FROM blobs)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .unwrap()
+    }
+
+    /// What `status` reports of them (kept by `schema/011_counts.sql`'s triggers).
+    fn reported(s: &Store) -> (i64, i64) {
+        let (_, _, captures, bytes) = s.counts().unwrap();
+        (captures, bytes)
+    }
+
+    /// Captures `path` in checkpoint `k` with `content` as its pre-image.
+    fn capture(s: &Store, k: i64, path: &str, content: &[u8]) {
+        let (h, n) = s.blobs.put_bytes(content).unwrap();
+        let pre = crate::store::PreImage {
+            imported: false,
+            kind: crate::store::Kind::File,
+            blob: Some(crate::store::BlobRef::hash(h)),
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            size: n,
+            target: None,
+            partial: false,
+            xattrs: None,
+        };
+        s.insert_capture(
+            k,
+            &crate::wspath::node(path),
+            crate::store::Purpose::Checkpoint,
+            &pre,
+            crate::store::Actor::Shell,
+            crate::store::Op::Write,
+        )
+        .unwrap();
+    }
+
+    /// `status`'s counts follow the rows: captures and blobs added (a blob two captures share
+    /// counted once), removed as gc removes them (a checkpoint's captures, then the blobs no
+    /// capture names), and, in a store from before the counts were kept, counted when the
+    /// migration adds them.
+    #[test]
+    fn status_counts_follow_the_rows_and_a_migrated_store_starts_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(d.path(), false).unwrap();
+        assert_eq!(reported(&s), (0, 0));
+        let k1 = s
+            .begin_checkpoint(
+                "11111111-1111-4111-8111-111111111111",
+                None,
+                CheckpointKind::Mount,
+            )
+            .unwrap();
+        let k2 = s
+            .begin_checkpoint(
+                "22222222-2222-4222-8222-222222222222",
+                None,
+                CheckpointKind::Mount,
+            )
+            .unwrap();
+        capture(&s, k1, "a", b"seven b");
+        capture(&s, k1, "b", b"shared content");
+        capture(&s, k2, "a", b"shared content");
+        capture(&s, k2, "c", &[7u8; 5000]);
+        assert_eq!(counted(&s), (4, 7 + 14 + 5000));
+        assert_eq!(reported(&s), counted(&s));
+        // As gc removes them (`gc.rs`'s statements, on k1's captures).
+        s.with(|c| {
+            c.execute("DELETE FROM captures WHERE checkpoint = ?1", [k1])?;
+            c.execute(
+                "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM captures WHERE blob = blobs.hash)",
+                [],
+            )
+        })
+        .unwrap();
+        assert_eq!(counted(&s), (2, 14 + 5000));
+        assert_eq!(reported(&s), counted(&s));
+        let size = s.size_bytes().unwrap();
+        assert!(size >= 5014, "{size}");
+        // A store of version 10: no counts kept. Opening it counts what it holds.
+        s.with(|c| {
+            c.execute_batch(
+                "DROP TRIGGER store_counts_capture_in; DROP TRIGGER store_counts_capture_out;
+                 DROP TRIGGER store_counts_blob_in; DROP TRIGGER store_counts_blob_out;
+                 DROP TRIGGER store_counts_blob_size; DROP TABLE store_counts;
+                 PRAGMA user_version = 10;",
+            )
+        })
+        .unwrap();
+        drop(s);
+        let s = Store::open(d.path(), false).unwrap();
+        assert_eq!(reported(&s), (2, 14 + 5000));
+        capture(&s, k2, "d", b"one more");
+        assert_eq!(reported(&s), (3, 14 + 5000 + 8));
+        assert_eq!(reported(&s), counted(&s));
+        assert!(crate::store::fsck(d.path()).unwrap().0.is_empty());
+        // fsck says when they disagree with the rows (changed outside rewindfs).
+        s.with(|c| c.execute("UPDATE store_counts SET captures = 99", []))
+            .unwrap();
+        let (problems, _) = crate::store::fsck(d.path()).unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("99 captures") && p.contains("hold 3")),
+            "{problems:?}"
+        );
+    }
 
     /// A session's hooks look up only its newest unbound prompts; a rewind looks up all.
     #[test]

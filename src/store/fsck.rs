@@ -1,9 +1,10 @@
 //! `rewindfs fsck`: checks a store without changing it, so it is safe while a daemon uses it.
 //!
 //! What it checks, each a consistency rule of `schema/store.md`: SQLite's own integrity check;
-//! a schema version this build knows; every blob a capture or capture range names, present and
-//! hashing to its name (rule 3); the blobs named by a journal a crash left behind, which the
-//! next open will apply; and no rewind left `applying` (rule 5).
+//! a schema version this build knows; the counts `status` reads (rule 8); every blob a capture
+//! or capture range names, present and hashing to its name (rule 3); the blobs named by a
+//! journal a crash left behind, which the next open will apply; and no rewind left `applying`
+//! (rule 5).
 //!
 //! Invariant: it writes nothing — the database is opened read-only, the journal is read and
 //! not replayed, blobs are only hashed — so running it beside a daemon cannot change the store.
@@ -48,6 +49,7 @@ pub fn fsck_with(
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     let mut problems = Vec::new();
     check_database(&conn, &mut problems)?;
+    check_counts(&conn, &mut problems)?;
     let blobs = Blobs::at(&dir.join("blobs"));
     let in_rows = check_row_blobs(&conn, &blobs, &mut problems, progress)?;
     let in_journal = check_journal_blobs(dir, &conn, &blobs, &mut problems)?;
@@ -74,6 +76,37 @@ fn check_database(conn: &Connection, problems: &mut Vec<String>) -> Result<()> {
     if version > SCHEMA_VERSION {
         problems.push(format!(
             "schema version {version} is newer than this rewindfs ({SCHEMA_VERSION})"
+        ));
+    }
+    Ok(())
+}
+
+/// The figures `status` reads from `store_counts` (kept by triggers, `schema/011_counts.sql`)
+/// against the rows they count. A store older than that migration has none yet: its next
+/// open counts them.
+fn check_counts(conn: &Connection, problems: &mut Vec<String>) -> Result<()> {
+    let has: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'store_counts')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        return Ok(());
+    }
+    let (kept, counted): ((i64, i64), (i64, i64)) = conn.query_row(
+        "SELECT (SELECT captures FROM store_counts WHERE id = 1),
+                (SELECT blob_bytes FROM store_counts WHERE id = 1),
+                (SELECT count(*) FROM captures),
+                (SELECT coalesce(sum(size), 0) FROM blobs)",
+        [],
+        |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))),
+    )?;
+    if kept != counted {
+        problems.push(format!(
+            "store_counts says {} captures and {} bytes of blobs, the tables hold {} and {}: \
+             `status` reports the wrong figures (nothing else reads them; the database was \
+             changed outside rewindfs?)",
+            kept.0, kept.1, counted.0, counted.1
         ));
     }
     Ok(())

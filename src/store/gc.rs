@@ -75,8 +75,11 @@ impl Store {
     /// SQLite errors.
     pub fn size_bytes(&self) -> Result<u64> {
         self.with(|c| {
-            let blobs: i64 =
-                c.query_row("SELECT coalesce(sum(size), 0) FROM blobs", [], |r| r.get(0))?;
+            let blobs: i64 = c.query_row(
+                "SELECT blob_bytes FROM store_counts WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )?;
             let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
             let free: i64 = c.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
             let page: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0))?;
