@@ -32,6 +32,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 
 use super::BlobRef;
 use super::blobs::Blobs;
+use super::counts::Added;
 use super::journal::{self, Journal, Record};
 use super::{PreImage, RangeContent, Result, Store};
 use crate::locks::Locked;
@@ -149,24 +150,30 @@ fn has_pending(records: &[Record]) -> bool {
 /// later write.
 pub(super) fn apply_records(conn: &mut Connection, records: &[Record]) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut added = Added::default();
     for r in records {
-        if let Err(e) = apply_record(&tx, r) {
+        if let Err(e) = apply_record(&tx, r, &mut added) {
             tracing::error!("store: a journal record could not be applied ({e}); skipped: {r:?}");
         }
     }
+    added.record(&tx)?;
     tx.commit()
 }
 
-/// Writes one record's rows. Every statement is `INSERT OR IGNORE` or ORs bits in, so a record
-/// applied twice (a crash between the commit and the journal's truncation) changes nothing.
-fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
+/// Writes one record's rows, and counts in `added` the captures and blobs it adds, statement
+/// by statement (a record refused half-way keeps what it added). Every statement is `INSERT OR
+/// IGNORE` or ORs bits in, so a record applied twice (a crash between the commit and the
+/// journal's truncation) changes nothing.
+fn apply_record(tx: &Transaction<'_>, r: &Record, added: &mut Added) -> rusqlite::Result<usize> {
     match r {
         Record::Capture { id, checkpoint, path, tool, pre, actor, op, at } => {
             if let Some(b) = &pre.blob {
-                tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
+                let n = tx
+                    .prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
                     .execute(params![b, pre.size as i64])?;
+                added.blob(n, pre.size as i64);
             }
-            tx.prepare_cached(
+            let n = tx.prepare_cached(
                 "INSERT OR IGNORE INTO captures (id, checkpoint, path, purpose, kind, blob, mode, uid, gid, size, target, actor, actors, op, created_at, partial, xattrs)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
@@ -188,13 +195,17 @@ fn apply_record(tx: &Transaction<'_>, r: &Record) -> rusqlite::Result<usize> {
                 at,
                 pre.partial as i64,
                 pre.xattrs
-            ])
+            ])?;
+            added.capture(n);
+            Ok(n)
         }
         Record::Range { capture, range } => {
             let (blob, data) = match &range.content {
                 RangeContent::Blob(h) => {
-                    tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
+                    let n = tx
+                        .prepare_cached("INSERT OR IGNORE INTO blobs (hash, size) VALUES (?1, ?2)")?
                         .execute(params![h, range.length as i64])?;
+                    added.blob(n, range.length as i64);
                     (Some(h), None)
                 }
                 RangeContent::Inline(d) => (None, Some(d)),

@@ -352,10 +352,11 @@ mod tests {
         .unwrap();
     }
 
-    /// `status`'s counts follow the rows: captures and blobs added (a blob two captures share
-    /// counted once), removed as gc removes them (a checkpoint's captures, then the blobs no
-    /// capture names), and, in a store from before the counts were kept, counted when the
-    /// migration adds them.
+    /// `status`'s counts follow the rows: captures and blobs the journal's applier adds (a blob
+    /// two captures share counted once), removed as gc removes
+    /// them (a checkpoint's captures, then the blobs no capture names), and, in a store from
+    /// before the counts were kept, counted when the migration adds them. (Imports: the bundle
+    /// fuzz test's `check_store`.)
     #[test]
     fn status_counts_follow_the_rows_and_a_migrated_store_starts_counted() {
         let d = tempfile::tempdir().unwrap();
@@ -397,8 +398,7 @@ mod tests {
         // A store of version 10: no counts kept. Opening it counts what it holds.
         s.with(|c| {
             c.execute_batch(
-                "DROP TRIGGER store_counts_capture_in; DROP TRIGGER store_counts_capture_out;
-                 DROP TRIGGER store_counts_blob_in; DROP TRIGGER store_counts_blob_out;
+                "DROP TRIGGER store_counts_capture_out; DROP TRIGGER store_counts_blob_out;
                  DROP TRIGGER store_counts_blob_size; DROP TABLE store_counts;
                  PRAGMA user_version = 10;",
             )

@@ -45,6 +45,7 @@ pub mod bundle;
 mod captures;
 mod changes;
 mod checkpoints;
+mod counts;
 mod error;
 mod fsck;
 pub mod gc;

@@ -355,7 +355,14 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 /// The store's rules, after an import that succeeded.
 fn check_store(s: &Store) {
+    let (_, _, captures, bytes) = s.counts().unwrap();
     s.with(|c| {
+        let counted: (i64, i64) = c.query_row(
+            "SELECT (SELECT count(*) FROM captures), (SELECT coalesce(sum(size), 0) FROM blobs)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        assert_eq!((captures, bytes), counted, "status's counts after an import");
         for (t, col) in [
             ("captures", "path"),
             ("moves", "src"),

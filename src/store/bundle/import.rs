@@ -345,6 +345,8 @@ fn insert_all(
             )?;
         }
     }
+    // Whatever the bundle's rows added (and the splice's), `status` counts them.
+    crate::store::counts::recount(&tx)?;
     let n = ids.seqs.len() as u64;
     tx.commit()?;
     Ok((n, inserted))
