@@ -19,7 +19,8 @@
 //! One job per file: this one holds [`Store`] and [`Store::open`]; `model.rs` the domain
 //! values; `error.rs` the errors; `migrate.rs` the schema; `journal.rs` the journal's file
 //! format and `apply.rs` how its records reach SQLite; `checkpoints.rs`, `captures.rs`,
-//! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `blobs/` the blob directory;
+//! `changes.rs`, `rewinds.rs` and `origins.rs` the queries, by table; `counts.rs` the counts
+//! `status` reads, kept as rows are added; `blobs/` the blob directory;
 //! `gc.rs` retention; `fsck.rs` the read-only check; `private.rs` who may use the store, and
 //! the modes of what it creates; `bundle/` history bundles (export and import); `base64.rs`
 //! bytes as text in JSON (bundle rows, and `show`'s content on the wire).
