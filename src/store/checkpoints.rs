@@ -288,8 +288,8 @@ impl Store {
     }
 
     /// Counts for `status`: checkpoints kept, checkpoints gc dropped, captures, bytes of
-    /// captured content. The last two are kept by triggers (`schema/011_counts.sql`): counting
-    /// them here scanned both tables at every `status`.
+    /// captured content. The last two are kept in `store_counts` as rows change (`counts.rs`):
+    /// counting them here scanned both tables at every `status`.
     pub fn counts(&self) -> Result<(i64, i64, i64, i64)> {
         self.with(|c| {
             c.query_row(
@@ -320,7 +320,7 @@ mod tests {
         .unwrap()
     }
 
-    /// What `status` reports of them (kept by `schema/011_counts.sql`'s triggers).
+    /// What `status` reports of them (kept in `store_counts`, `counts.rs`).
     fn reported(s: &Store) -> (i64, i64) {
         let (_, _, captures, bytes) = s.counts().unwrap();
         (captures, bytes)
@@ -353,10 +353,9 @@ mod tests {
     }
 
     /// `status`'s counts follow the rows: captures and blobs the journal's applier adds (a blob
-    /// two captures share counted once), removed as gc removes
-    /// them (a checkpoint's captures, then the blobs no capture names), and, in a store from
-    /// before the counts were kept, counted when the migration adds them. (Imports: the bundle
-    /// fuzz test's `check_store`.)
+    /// two captures share counted once), removed as gc removes them (a checkpoint's captures,
+    /// then the blobs no capture names), and, in a store from before the counts were kept,
+    /// counted when the migration adds them. (Imports: the bundle fuzz test's `check_store`.)
     #[test]
     fn status_counts_follow_the_rows_and_a_migrated_store_starts_counted() {
         let d = tempfile::tempdir().unwrap();
