@@ -330,16 +330,11 @@ mod tests {
     fn capture(s: &Store, k: i64, path: &str, content: &[u8]) {
         let (h, n) = s.blobs.put_bytes(content).unwrap();
         let pre = crate::store::PreImage {
-            imported: false,
             kind: crate::store::Kind::File,
             blob: Some(crate::store::BlobRef::hash(h)),
             mode: 0o100644,
-            uid: 0,
-            gid: 0,
             size: n,
-            target: None,
-            partial: false,
-            xattrs: None,
+            ..crate::store::PreImage::absent()
         };
         s.insert_capture(
             k,
