@@ -914,7 +914,7 @@ prep_rand-read() { ensure_rand; }
 wl_rand-read() { py_timed rand-read rand.bin "$N_RAND"; }
 
 prep_rm-rf() { ensure_repo; }
-wl_rm-rf() { local t; t=$EPOCHREALTIME; rm -rf tree; since "$t"; }
+wl_rm-rf() { local t; rm -f "$(tree_done)"; t=$EPOCHREALTIME; rm -rf tree; since "$t"; }
 
 prep_cargo-build() { rm -rf crate; cp -r "$DATA/crate" crate; }
 wl_cargo-build() {
