@@ -93,7 +93,7 @@ fn check_counts(conn: &Connection, problems: &mut Vec<String>) -> Result<()> {
     if !has {
         return Ok(());
     }
-    let (kept, counted): ((i64, i64), (i64, i64)) = conn.query_row(
+    let (kept, counted): ((Option<i64>, Option<i64>), (i64, i64)) = conn.query_row(
         "SELECT (SELECT captures FROM store_counts WHERE id = 1),
                 (SELECT blob_bytes FROM store_counts WHERE id = 1),
                 (SELECT count(*) FROM captures),
@@ -101,13 +101,19 @@ fn check_counts(conn: &Connection, problems: &mut Vec<String>) -> Result<()> {
         [],
         |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))),
     )?;
-    if kept != counted {
-        problems.push(format!(
-            "store_counts says {} captures and {} bytes of blobs, the tables hold {} and {}: \
-             `status` reports the wrong figures (nothing else reads them; the database was \
-             changed outside rewindfs?)",
-            kept.0, kept.1, counted.0, counted.1
-        ));
+    match kept {
+        (Some(c), Some(b)) if (c, b) == counted => {}
+        (Some(c), Some(b)) => problems.push(format!(
+            "store_counts says {c} captures and {b} bytes of blobs, the tables hold {} and {}: \
+             `status` reports the wrong figures and gc misjudges the store's size (the \
+             database was changed outside rewindfs?)",
+            counted.0, counted.1
+        )),
+        _ => problems.push(
+            "store_counts has no row: `status` and gc count the tables at each request instead \
+             (the database was changed outside rewindfs?)"
+                .to_string(),
+        ),
     }
     Ok(())
 }
