@@ -10,7 +10,10 @@
 # --pause MS waits that long after each turn's write, as a session does between messages (the
 # user reading and typing): the store's flusher has then checkpointed the WAL aside, and the
 # next commit used to start the WAL anew and pay for its fsync (e.g. --turns 40 --block 20
-# --pause 1500).
+# --pause 1500). With a pause, each turn also times, each after the same pause, two baselines
+# in the same run: a request the daemon answers at once (an unknown subtype: an error reply
+# from the socket's own thread, no store, no disk), and a round trip to a Python echo server on
+# a Unix socket (no rewindfs at all: what waking this idle machine costs). Three times as long.
 # A benchmark, not a test: nothing is asserted; the figures are to be read and recorded.
 set -euo pipefail
 turns=10000 block=1000 pause=0 dir="" bin="${REWINDFS_BIN:-}"
@@ -50,8 +53,38 @@ def call(subtype, **fields):
     if resp.get("subtype") == "error":
         sys.exit(f"bench-begin: {subtype}: {resp.get('error')}")
     return resp
+def echo_server():
+    # A child process that echoes lines on a Unix socket: the baseline of a round trip.
+    path = os.path.join(os.path.dirname(sock_path), "bench-echo.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(1)
+    if os.fork() == 0:
+        c, _ = srv.accept()
+        f = c.makefile("rb")
+        for line in f:
+            c.sendall(line)
+        os._exit(0)
+    srv.close()
+    e = socket.socket(socket.AF_UNIX)
+    e.connect(path)
+    return e, e.makefile("rb")
+def timed(f):
+    t0 = time.perf_counter()
+    f()
+    return (time.perf_counter() - t0) * 1000
+def unknown():
+    req = {"type": "control_request", "request_id": "b", "request": {"subtype": "bench_no_such_request"}}
+    s.sendall(json.dumps(req).encode() + b"\n")
+    r.readline()
+if pause:
+    echo, echo_r = echo_server()
+    def echoed():
+        echo.sendall(b'{"subtype": "echo"}\n')
+        echo_r.readline()
 blocks = []
 times = []
+base_unknown, base_echo = [], []
 print(f"{'turns':>13}  {'median ms':>9}  {'p90 ms':>7}  {'p99 ms':>7}  {'max ms':>7}")
 for i in range(turns):
     t0 = time.perf_counter()
@@ -61,6 +94,10 @@ for i in range(turns):
         f.write(f"turn {i}\n")
     if pause:
         time.sleep(pause)
+        base_unknown.append(timed(unknown))
+        time.sleep(pause)
+        base_echo.append(timed(echoed))
+        time.sleep(pause)
     if len(times) == block:
         q = statistics.quantiles(times, n=100)
         blocks.append(statistics.median(times))
@@ -68,4 +105,9 @@ for i in range(turns):
         times = []
 if len(blocks) > 1:
     print(f"last block's median / first block's: {blocks[-1] / blocks[0]:.2f}")
+if pause:
+    m = statistics.median
+    print(f"after the same pause, in the same run (medians of {turns}):")
+    print(f"  a request the daemon answers at once: {m(base_unknown):.3f} ms")
+    print(f"  a Python echo over a Unix socket (no rewindfs): {m(base_echo):.3f} ms")
 PY
