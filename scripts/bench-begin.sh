@@ -40,7 +40,7 @@ mkdir -p "$base/proj"
 "$bin" mount "$base/proj" --store "$base/store" >/dev/null
 trap '"$bin" umount "$base/proj" >/dev/null 2>&1 || true; [ -n "$dir" ] || rm -rf "$base"' EXIT
 python3 - "$base/store/control.sock" "$base/proj" "$turns" "$block" "$pause" <<'PY'
-import json, os, socket, statistics, sys, time, uuid
+import atexit, json, os, shutil, socket, statistics, sys, tempfile, time, uuid
 sock_path, proj, turns, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 pause = int(sys.argv[5]) / 1000
 s = socket.socket(socket.AF_UNIX)
@@ -55,10 +55,12 @@ def call(subtype, **fields):
     return resp
 def echo_server():
     # A child process that echoes lines on a Unix socket: the baseline of a round trip.
-    path = os.path.join(os.path.dirname(sock_path), "bench-echo.sock")
+    # Outside the store, which holds only what rewindfs puts there.
+    path = os.path.join(tempfile.mkdtemp(prefix="rewindfs-bench-echo."), "echo.sock")
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(path)
     srv.listen(1)
+    atexit.register(shutil.rmtree, os.path.dirname(path), True)
     if os.fork() == 0:
         c, _ = srv.accept()
         f = c.makefile("rb")
