@@ -63,11 +63,11 @@ pub(super) struct Applied {
     pub(super) untouched: HashSet<WsPath>,
     /// Changed by someone else since the rewind began, in the order met: left as they made
     /// them, or (those also in `partial`) as they made them over the rewind's first steps.
-    pub(super) meanwhile: Vec<WsPath>,
+    pub(super) meanwhile: Met,
     /// Partly restored: the rewind changed them (some of the content written, the file cut or
     /// emptied, a directory made or emptied), then a later step was refused because someone
     /// else changed them meanwhile. Also in `meanwhile`, never in `untouched`.
-    pub(super) partial: Vec<WsPath>,
+    pub(super) partial: Met,
     /// Scope `tool`: targets whose restore or removal failed (a read-only or immutable file,
     /// say), which the SDK goes past ([`apply_in_place`]). In `untouched` unless the failure
     /// came after the file was changed.
@@ -81,40 +81,30 @@ impl Applied {
     /// `path` was changed by someone else since the rewind began: left alone.
     pub(super) fn changed_meanwhile(&mut self, path: &WsPath) {
         self.untouched.insert(path.clone());
-        if !self.meanwhile.iter().any(|p| p == path) {
-            self.meanwhile.push(path.clone());
-        }
+        self.meanwhile.add(path);
     }
 
     /// `path` was changed by someone else after the rewind's first steps on it: partly
     /// restored.
     pub(super) fn partly_changed_meanwhile(&mut self, path: &WsPath) {
-        if !self.meanwhile.iter().any(|p| p == path) {
-            self.meanwhile.push(path.clone());
-        }
-        if !self.partial.iter().any(|p| p == path) {
-            self.partial.push(path.clone());
-        }
+        self.meanwhile.add(path);
+        self.partial.add(path);
     }
 
     /// Whether a later pass must leave `path` alone: untouched, or partly restored.
     pub(super) fn left(&self, path: &WsPath) -> bool {
-        self.untouched.contains(path) || self.partial.iter().any(|p| p == path)
+        self.untouched.contains(path) || self.partial.contains(path)
     }
 
     /// Takes in what applying another part of the same plan left alone.
     pub(super) fn extend(&mut self, other: Applied) {
         self.skipped.extend(other.skipped);
         self.untouched.extend(other.untouched);
-        for p in other.meanwhile {
-            if !self.meanwhile.contains(&p) {
-                self.meanwhile.push(p);
-            }
+        for p in other.meanwhile.iter() {
+            self.meanwhile.add(p);
         }
-        for p in other.partial {
-            if !self.partial.contains(&p) {
-                self.partial.push(p);
-            }
+        for p in other.partial.iter() {
+            self.partial.add(p);
         }
         self.failed.extend(other.failed);
         self.held.extend(other.held);
@@ -143,6 +133,47 @@ impl Applied {
             ));
         }
         Some(e)
+    }
+}
+
+/// Paths in the order first met, each once. A set beside the list: a rewind may meet
+/// thousands of paths someone else changed (a formatter run over the tree while it applies),
+/// and a scan of the list for each would take quadratic time.
+#[derive(Debug, Default)]
+pub(super) struct Met {
+    order: Vec<WsPath>,
+    seen: HashSet<WsPath>,
+}
+
+impl Met {
+    /// Adds `p` unless it was met already.
+    pub(super) fn add(&mut self, p: &WsPath) {
+        if self.seen.insert(p.clone()) {
+            self.order.push(p.clone());
+        }
+    }
+
+    pub(super) fn contains(&self, p: &WsPath) -> bool {
+        self.seen.contains(p)
+    }
+
+    /// In the order first met.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &WsPath> {
+        self.order.iter()
+    }
+
+    pub(super) fn into_vec(self) -> Vec<WsPath> {
+        self.order
+    }
+}
+
+impl FromIterator<WsPath> for Met {
+    fn from_iter<I: IntoIterator<Item = WsPath>>(it: I) -> Met {
+        let mut m = Met::default();
+        for p in it {
+            m.add(&p);
+        }
+        m
     }
 }
 
@@ -764,5 +795,48 @@ fn put_in_place(root: BorrowedFd<'_>, tmp: &Path, rel: &Path) -> io::Result<()> 
             sys::renameat2(root, tmp, rel, 0)
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> WsPath {
+        WsPath::parse(s.as_bytes().to_vec()).unwrap()
+    }
+
+    /// Each path once, in the order first met, through the calls a rewind makes and across
+    /// parts of a plan put together; a partly restored path is also changed meanwhile, and
+    /// left alone by later passes.
+    #[test]
+    fn paths_changed_meanwhile_are_kept_once_in_the_order_met() {
+        let mut a = Applied::default();
+        a.changed_meanwhile(&p("b"));
+        a.partly_changed_meanwhile(&p("a"));
+        a.changed_meanwhile(&p("b"));
+        a.partly_changed_meanwhile(&p("a"));
+        let mut other = Applied::default();
+        other.changed_meanwhile(&p("c"));
+        other.partly_changed_meanwhile(&p("a"));
+        other.changed_meanwhile(&p("b"));
+        a.extend(other);
+        let names = |m: &Met| m.iter().map(|w| w.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(names(&a.meanwhile), [b"b", b"a", b"c"]);
+        assert_eq!(names(&a.partial), [b"a"]);
+        assert!(a.left(&p("a")) && a.left(&p("b")) && a.left(&p("c")));
+        assert!(!a.left(&p("d")));
+        assert!(
+            !a.untouched.contains(&p("a")),
+            "partly restored is not untouched"
+        );
+        // Through the helper's message and back.
+        let back: Met = a
+            .meanwhile
+            .into_vec()
+            .into_iter()
+            .chain([p("c"), p("d")])
+            .collect();
+        assert_eq!(names(&back), [b"b", b"a", b"c", b"d"]);
     }
 }

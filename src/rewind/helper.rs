@@ -181,8 +181,8 @@ impl Rewinder {
                         return Ok(Ok(Applied {
                             skipped: skipped.into_iter().collect(),
                             untouched: untouched.into_iter().collect(),
-                            meanwhile,
-                            partial,
+                            meanwhile: meanwhile.into_iter().collect(),
+                            partial: partial.into_iter().collect(),
                             failed,
                             held,
                         }));
@@ -275,8 +275,8 @@ pub fn run_helper() -> io::Result<()> {
         Ok(a) => Message::Done {
             skipped: a.skipped.into_iter().collect(),
             untouched: a.untouched.into_iter().collect(),
-            meanwhile: a.meanwhile,
-            partial: a.partial,
+            meanwhile: a.meanwhile.into_vec(),
+            partial: a.partial.into_vec(),
             failed: a.failed,
             held: a.held,
         },
