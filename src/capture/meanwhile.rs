@@ -22,7 +22,8 @@
 //!
 //! Methods of `Recorder` (the recorder; its state is in `mod.rs`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use super::{Change, Op, Recorder};
@@ -37,9 +38,11 @@ pub const MEANWHILE: i32 = libc::ECANCELED;
 
 /// The paths changed by others since a rewind began: path → whether the change was to the
 /// namespace (a name made, removed or renamed: what lies beneath it is no longer what the
-/// rewind planned against).
+/// rewind planned against). Ordered, so that what lies beneath a path is one range: a rewind
+/// asks for each target, and others may have changed thousands of paths meanwhile (an
+/// install running beside it).
 #[derive(Debug, Default)]
-pub(super) struct Changed(HashMap<Vec<u8>, bool>);
+pub(super) struct Changed(BTreeMap<Vec<u8>, bool>);
 
 impl Changed {
     fn note(&mut self, p: &[u8], names: bool) {
@@ -57,7 +60,19 @@ impl Changed {
 
     /// Whether something beneath `p` changed (removing `p` would take it away).
     fn beneath(&self, p: &[u8]) -> bool {
-        self.0.keys().any(|k| crate::wspath::beneath(k, p))
+        if p.is_empty() {
+            // Everything but the root lies beneath the root.
+            return self.0.keys().any(|k| !k.is_empty());
+        }
+        // The keys beneath `p` are those from `p/` up to `p0` ('0' follows '/'): one range.
+        let mut from = p.to_vec();
+        from.push(b'/');
+        let mut to = p.to_vec();
+        to.push(b'/' + 1);
+        self.0
+            .range::<[u8], _>((Bound::Included(&from[..]), Bound::Excluded(&to[..])))
+            .next()
+            .is_some()
     }
 }
 
@@ -241,5 +256,23 @@ mod tests {
         assert!(c.beneath(b"doc"));
         assert!(!c.beneath(b"do"));
         assert!(!c.beneath(b"doc/x/y"));
+        assert!(c.beneath(b""), "everything lies beneath the root");
+    }
+
+    proptest::proptest! {
+        /// What lies beneath a path, found as one range of the ordered keys, is what a scan of
+        /// every key finds (names close in order to the probe: `a`, `a.b`, `a/b`, `a0`, `a/`).
+        #[test]
+        fn beneath_as_a_range_is_beneath_by_a_scan(
+            keys in proptest::collection::vec("[a./0]{0,2}(/[a./0]{1,2}){0,2}", 0..12),
+            probe in "[a./0]{0,2}(/[a./0]{1,2}){0,2}",
+        ) {
+            let mut c = Changed::default();
+            for k in &keys {
+                c.note(k.as_bytes(), false);
+            }
+            let scan = keys.iter().any(|k| crate::wspath::beneath(k.as_bytes(), probe.as_bytes()));
+            proptest::prop_assert_eq!(c.beneath(probe.as_bytes()), scan, "{:?} {:?}", keys, probe);
+        }
     }
 }
