@@ -26,6 +26,7 @@
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -347,6 +348,27 @@ pub fn beneath(p: impl AsRef<[u8]>, dir: impl AsRef<[u8]>) -> bool {
     p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/'
 }
 
+/// The keys that lie strictly beneath key `dir` ([`beneath`]) are one range in byte order: from
+/// `dir/` up to, not including, `dir0` ('0' follows '/'); beneath the root, every key after its
+/// own. As bounds for `BTreeMap::range` and `BTreeSet::range`.
+pub fn beneath_bounds(dir: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    if dir.is_empty() {
+        return (Bound::Excluded(Vec::new()), Bound::Unbounded);
+    }
+    let (mut from, mut to) = (dir.to_vec(), dir.to_vec());
+    from.push(b'/');
+    to.push(b'/' + 1);
+    (Bound::Included(from), Bound::Excluded(to))
+}
+
+/// [`beneath_bounds`] borrowed, as `range::<[u8], _>` takes them.
+pub fn as_slices(b: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        b.0.as_ref().map(Vec::as_slice),
+        b.1.as_ref().map(Vec::as_slice),
+    )
+}
+
 /// The key of `p`'s directory (empty: the root, for a name at the top or the root itself).
 pub fn parent(p: &[u8]) -> &[u8] {
     match p.iter().rposition(|b| *b == b'/') {
@@ -504,6 +526,15 @@ mod tests {
         .prop_map(|names| names.join(&b'/'))
     }
 
+    /// A key of one to three names of one or two bytes that sort just before and after '/'.
+    fn near_slash_key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop::collection::vec(prop::sample::select(b"-.0a".to_vec()), 1..3),
+            1..4,
+        )
+        .prop_map(|names| names.join(&b'/'))
+    }
+
     proptest! {
         /// `beneath` agrees with comparing components, and a join is beneath its directory
         /// with that directory as its parent.
@@ -522,6 +553,22 @@ mod tests {
             for a in anc {
                 prop_assert!(beneath(&p, a));
             }
+        }
+
+        /// The range `beneath_bounds` gives holds exactly the keys `beneath` the directory,
+        /// among names whose bytes sort next to '/' ('-', '.', '0'), the root's included.
+        #[test]
+        fn beneath_is_one_range_in_byte_order(
+            keys in prop::collection::btree_set(
+                prop_oneof![1 => Just(Vec::new()), 8 => near_slash_key()],
+                0..16,
+            ),
+            d in prop_oneof![Just(Vec::new()), near_slash_key()],
+        ) {
+            let bounds = beneath_bounds(&d);
+            let in_range: Vec<&Vec<u8>> = keys.range::<[u8], _>(as_slices(&bounds)).collect();
+            let by_scan: Vec<&Vec<u8>> = keys.iter().filter(|k| beneath(k, &d)).collect();
+            prop_assert_eq!(in_range, by_scan);
         }
 
         /// Rebasing moves exactly what is at or beneath the renamed directory, and back again.

@@ -26,7 +26,7 @@
 //!   (gc reads the plan's `blob` fields, see [`Target`]); once it is done they go unless a
 //!   capture or another unfinished plan names them.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::apply::{Applied, apply_plan};
@@ -249,6 +249,14 @@ impl Rewinder {
                 })
             })
         };
+        // The paths others changed, ordered: what lies beneath a target is one range of them
+        // (a scan of every path for each target is quadratic in a large interrupted rewind).
+        let others: BTreeSet<&[u8]> = hist
+            .by_path
+            .keys()
+            .map(Vec::as_slice)
+            .filter(|p| other(p))
+            .collect();
         let mut out = HashSet::new();
         for t in targets {
             let moved = hist.moves.iter().any(|m| {
@@ -256,8 +264,11 @@ impl Rewinder {
                     .into_iter()
                     .any(|d| *d == t.path || beneath(&t.path, d) || beneath(d, &t.path))
             });
-            let below =
-                t.kind != Kind::Dir && hist.by_path.keys().any(|p| beneath(p, &t.path) && other(p));
+            let below = t.kind != Kind::Dir && {
+                let bounds = crate::wspath::beneath_bounds(t.path.as_bytes());
+                let mut keys = others.range::<[u8], _>(crate::wspath::as_slices(&bounds));
+                keys.next().is_some()
+            };
             if other(t.path.as_bytes()) || moved || below {
                 out.insert(t.path.clone());
             }
