@@ -22,7 +22,8 @@
 //! name, a name beneath it, the same place after its directory was renamed — are answered here
 //! once: on the types, and as free functions ([`beneath`], [`parent`], [`name`], [`join`],
 //! [`rebase`]) on the raw keys that hot paths (the recorder's maps, the history's indexes)
-//! keep as bytes. A key is a [`Node`]'s bytes: empty for the root.
+//! keep as bytes; [`beneath_bounds`] finds everything beneath a key in an ordered map as one
+//! range. A key is a [`Node`]'s bytes: empty for the root.
 
 use std::ffi::OsStr;
 use std::fmt;
