@@ -503,6 +503,59 @@ fn a_change_made_after_a_rewind_planned_and_before_it_journalled_is_left_alone_a
     );
 }
 
+/// A path that was a file at the checkpoint is a directory now; someone else writes into that
+/// directory after the rewind planned, before its plan is journalled. What the rewound session
+/// made in it goes (a target of its own), the directory stays with the other writer's file in
+/// it, and the path is reported as changed meanwhile, not as partly restored; a sibling whose
+/// name sorts just after `d/` is rewound as usual. (Both the journalled plan, which leaves out a
+/// target with something changed beneath it, and the FUSE core, which refuses the rewind's
+/// unlink of the other writer's file, keep the directory; the range that answers "beneath" is
+/// tested against a scan in `wspath`.)
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs the fault-injection feature: run `bash scripts/test.sh` (or cargo test --features fault-injection)"
+)]
+#[test]
+fn a_directory_written_into_after_a_rewind_planned_is_left_whole() {
+    require_fuse();
+    let m = paused(&[("REWINDFS_TEST_PAUSE_PLANNED_MS", "1500")], |d| {
+        fs::write(d.join("d"), "d was a file at the checkpoint\n").unwrap();
+        fs::write(d.join("e.txt"), "e at the checkpoint\n").unwrap();
+    });
+    let mut c = client(&m);
+    let cp = checkpoint(&mut c);
+    fs::remove_file(m.p("d")).unwrap();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/untouched.txt"), "made since\n").unwrap();
+    // A sibling whose name sorts just after `d/`: not beneath `d`.
+    fs::write(m.p("d0"), "d0 since\n").unwrap();
+    fs::write(m.p("e.txt"), "e since\n").unwrap();
+    let rewind = rewind_in_background(&m, &cp);
+    std::thread::sleep(Duration::from_millis(500));
+    fs::write(
+        m.p("d/theirs.txt"),
+        "written into d while the rewind paused\n",
+    )
+    .unwrap();
+    let r = rewind.join().unwrap();
+    assert!(r.can_rewind, "{r:?}");
+    assert_eq!(meanwhile(&m, &r), vec!["d"], "{r:?}");
+    assert!(r.partially_restored.is_empty(), "{r:?}");
+    assert!(
+        !m.p("d/untouched.txt").exists(),
+        "what the rewound session made in d goes: {r:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(m.p("d/theirs.txt")).unwrap(),
+        "written into d while the rewind paused\n"
+    );
+    assert!(!m.p("d0").exists(), "the sibling was rewound: {r:?}");
+    assert_eq!(
+        fs::read_to_string(m.p("e.txt")).unwrap(),
+        "e at the checkpoint\n"
+    );
+}
+
 /// Someone changes a path after the rewind's plan is journalled, before the rewind reaches it:
 /// the FUSE core refuses the rewind's own step on that path, and the rest goes on. The same for
 /// a file made in a directory the rewind removes: the file, and so the directory, stay.
