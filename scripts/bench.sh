@@ -22,7 +22,12 @@
 #                      from libfuse >= 3.18 with io_uring (docs/benchmarks.md, the ninth
 #                      round), found as $PASSTHROUGH_HP or on the PATH, mounted with
 #                      -o io_uring,default_permissions (as rewindfs: FUSE over io_uring, the
-#                      kernel checking permissions)
+#                      kernel checking permissions). nocapture is rewindfs itself recording
+#                      nothing: the same FUSE core and transport, built with the feature
+#                      bench-nocapture and mounted with REWINDFS_BENCH_NOCAPTURE=1, so its
+#                      column is what they cost and the gap to rewindfs is what capturing adds
+#                      (found as $REWINDFS_NOCAPTURE_BIN, else target/bench-nocapture/release/
+#                      rewindfs, built there with --build; never a build for use)
 #   --native-only      skip the rewindfs runs (peers from --compare still run)
 #   --markdown FILE    also write the table (with the run's settings) as markdown to FILE
 #   --build            build target/release/rewindfs with `cargo build --release` if missing
@@ -157,7 +162,7 @@ ALL_WORKLOADS=(extract git-commit git-status grep edit-trunc edit-rename seq-wri
 NM_WORKLOADS="nm-clone,nm-status,nm-grep"  # --only node-modules
 DROP_BEFORE=" seq-read rand-read "
 DROP_DENTRIES_BEFORE=" stat-100k "
-PEERS=(bindfs fuse-overlayfs passthrough_hp)
+PEERS=(bindfs fuse-overlayfs passthrough_hp nocapture)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -262,11 +267,24 @@ if [ "$NATIVE_ONLY" = 0 ]; then
 else
   NOTES+=("rewindfs: not run (--native-only)")
 fi
+NOCAPTURE_BIN=${REWINDFS_NOCAPTURE_BIN:-$REPO/target/bench-nocapture/release/rewindfs}
 if [ -n "$COMPARE" ]; then
   IFS=, read -r -a peers <<<"$COMPARE"
   for p in "${peers[@]}"; do
     [[ " ${PEERS[*]} " == *" $p "* ]] || die "unknown peer '$p' (known: ${PEERS[*]})"
-    if [ "$p" = passthrough_hp ] && [ -n "${PASSTHROUGH_HP:-}" ]; then
+    if [ "$p" = nocapture ]; then
+      if [ ! -x "$NOCAPTURE_BIN" ] && [ "$BUILD" = 1 ]; then
+        log "building $NOCAPTURE_BIN (cargo build --release --features bench-nocapture)"
+        (cd "$REPO" && cargo build --release --features bench-nocapture \
+          --target-dir "$REPO/target/bench-nocapture")
+      fi
+      if [ -x "$NOCAPTURE_BIN" ]; then
+        TARGETS+=("$p")
+      else
+        NOTES+=("$p: $NOCAPTURE_BIN not found (pass --build, or set REWINDFS_NOCAPTURE_BIN) — column skipped")
+        log "note: $NOCAPTURE_BIN is not found; skipping $p"
+      fi
+    elif [ "$p" = passthrough_hp ] && [ -n "${PASSTHROUGH_HP:-}" ]; then
       [ -x "$PASSTHROUGH_HP" ] || die "PASSTHROUGH_HP=$PASSTHROUGH_HP is not an executable"
       TARGETS+=("$p")
     elif [ "$p" = passthrough_hp ] && ! command -v "$p" >/dev/null; then
@@ -299,9 +317,10 @@ is_mounted() { # exact mount point match in mountinfo (no stat, so a dead FUSE m
 unmount_one() { # kind dir
   local kind=$1 dir=$2 i
   is_mounted "$dir" || return 0
-  if [ "$kind" = rewindfs ]; then
-    "$BIN" umount "$dir" >/dev/null 2>&1 || true
-  fi
+  case "$kind" in
+    rewindfs) "$BIN" umount "$dir" >/dev/null 2>&1 || true ;;
+    nocapture) "$NOCAPTURE_BIN" umount "$dir" >/dev/null 2>&1 || true ;;
+  esac
   for i in 1 2 3 4 5; do
     is_mounted "$dir" || return 0
     umount "$dir" 2>/dev/null || sleep 0.3
@@ -756,6 +775,14 @@ mount_target() {
       fuse-overlayfs -o "lowerdir=$MNT/fuse-overlayfs/lower,upperdir=$MNT/fuse-overlayfs/upper,workdir=$MNT/fuse-overlayfs/workdir" \
         "$w" 2>"$RUN/logs/mount.fuse-overlayfs.log" ||
         die "fuse-overlayfs mount failed: $(cat "$RUN/logs/mount.fuse-overlayfs.log")" ;;
+    nocapture)
+      mkdir -p "$w" "$MNT/nocapture/store"
+      MOUNTS+=("nocapture:$w")
+      # shellcheck disable=SC2086  # MOUNT_ARGS is split on purpose
+      REWINDFS_BENCH_NOCAPTURE=1 "$NOCAPTURE_BIN" mount "$w" --store "$MNT/nocapture/store" \
+        $MOUNT_ARGS 2>"$RUN/logs/mount.nocapture.log" ||
+        die "nocapture mount failed: $(cat "$RUN/logs/mount.nocapture.log")"
+      grep -q REWINDFS_BENCH_NOCAPTURE "$MNT/nocapture/store/daemon.log" 2>/dev/null || warn "nocapture: the daemon did not say it records nothing (is $NOCAPTURE_BIN built with bench-nocapture?)" ;;
     passthrough_hp)
       mkdir -p "$MNT/passthrough_hp/src" "$w"
       MOUNTS+=("passthrough_hp:$w")

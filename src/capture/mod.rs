@@ -83,17 +83,35 @@ pub trait Observer: Send + Sync {
     fn nodes_removed(&self, _n: usize) {}
 }
 
-/// An observer that records nothing: a plain passthrough (the FUSE core's unit tests).
-#[cfg(test)]
+/// An observer that records nothing: a plain passthrough (the FUSE core's unit tests, and
+/// [`bench_observer`]).
+#[cfg(any(test, feature = "bench-nocapture"))]
 #[derive(Debug, Default)]
 pub struct Passthrough;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "bench-nocapture"))]
 impl Observer for Passthrough {
     fn before(&self, _pid: u32, _change: &Change<'_>) -> io::Result<Permit<'_>> {
         Ok(None)
     }
     fn after(&self, _pid: u32, _change: &Change<'_>) {}
+}
+
+/// The FUSE core's observer in a build with the feature `bench-nocapture`, made for
+/// `scripts/bench.sh`'s `nocapture` peer: with `REWINDFS_BENCH_NOCAPTURE` set, [`Passthrough`],
+/// which records nothing, instead of `recorder`. The same core and transport then run with no
+/// capture at all, so a benchmark tells what they cost from what capturing adds. Never in a
+/// build for use: nothing such a mount changes can be rewound (the daemon says so at mount).
+#[cfg(feature = "bench-nocapture")]
+pub fn bench_observer(recorder: Arc<dyn Observer>) -> Arc<dyn Observer> {
+    if std::env::var_os("REWINDFS_BENCH_NOCAPTURE").is_none() {
+        return recorder;
+    }
+    tracing::warn!(
+        "REWINDFS_BENCH_NOCAPTURE is set in a bench-nocapture build: this mount records \
+         nothing, and nothing changed through it can be rewound"
+    );
+    Arc::new(Passthrough)
 }
 
 /// Records every change: pre-images into the store, entries into the change log.

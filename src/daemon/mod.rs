@@ -209,6 +209,8 @@ fn open(cfg: &MountConfig) -> anyhow::Result<Parts> {
     }
     recorder.set_range_capture_min(cfg.range_capture_min);
     let observer: Arc<dyn Observer> = recorder.clone();
+    #[cfg(feature = "bench-nocapture")]
+    let observer = crate::capture::bench_observer(observer);
     let core = Arc::new(Core::new(root, observer)?);
     let kernel = Arc::new(FuseKernel {
         mounted: AtomicBool::new(false),
