@@ -15,8 +15,8 @@
 #                      tree, fork against cp -a, export/import against tar (scripts/bench-travel.sh)
 #   --quick            smaller sizes for smoke tests (2k files, 1k edits, 64 MiB seq/random files)
 #   --only LIST        run only these workloads (comma-separated; see the list below)
-#   --compare LIST     also run the peers bindfs, fuse-overlayfs and/or passthrough_hp, side
-#                      by side, when installed (a peer that is not installed is noted and
+#   --compare LIST     also run the peers bindfs, fuse-overlayfs, passthrough_hp and/or
+#                      nocapture, side by side, when installed (a peer that is not installed is noted and
 #                      skipped). passthrough_hp is libfuse's own high-performance example
 #                      daemon, a reference for what FUSE costs here with nothing saved: built
 #                      from libfuse >= 3.18 with io_uring (docs/benchmarks.md, the ninth
@@ -31,6 +31,7 @@
 #   --native-only      skip the rewindfs runs (peers from --compare still run)
 #   --markdown FILE    also write the table (with the run's settings) as markdown to FILE
 #   --build            build target/release/rewindfs with `cargo build --release` if missing
+#                      (and the nocapture peer's binary, if compared and missing)
 #   --boundaries[=M]   checkpoint boundaries during the rewindfs runs (see below): loop (the
 #                      default; bare --boundaries means loop), phase, or off
 #   --no-boundaries    the same as --boundaries=off
