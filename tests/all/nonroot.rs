@@ -77,7 +77,7 @@ fn an_ordinary_user_mounts_rewinds_and_unmounts_through_fusermount3() {
     chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
     // The test binary's directory is root's; give the user a copy of rewindfs it can run.
     let bin = tmp.path().join("rewindfs");
-    std::fs::copy(BIN, &bin).unwrap();
+    crate::support::copy_executable(BIN, &bin);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let u = User {
         home: home.clone(),

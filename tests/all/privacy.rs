@@ -418,7 +418,7 @@ impl Nobody {
             .unwrap();
         fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let bin = tmp.path().join("rewindfs");
-        fs::copy(BIN, &bin).unwrap();
+        crate::support::copy_executable(BIN, &bin);
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         let home = tmp.path().join("home");
         fs::create_dir(&home).unwrap();

@@ -474,7 +474,7 @@ fn a_peer_with_another_uid_is_refused() {
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     // Our own client binary, run as nobody (copied where nobody can execute it).
     let bin = m.tmp.path().join("rewindfs-client");
-    std::fs::copy(crate::support::BIN, &bin).unwrap();
+    crate::support::copy_executable(crate::support::BIN, &bin);
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&bin)

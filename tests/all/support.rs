@@ -48,6 +48,21 @@ pub fn require_command(bin: &str, package: &str) {
     );
 }
 
+/// Copies the executable `from` to `to` with `cp`, in a process of its own, for a test to run
+/// the copy. Copied by this process, the file would be open for writing here for a moment, and
+/// a test on another thread that forks meanwhile holds that fd until its child execs
+/// (close-on-exec acts only then): running the copy in that window fails with ETXTBSY ("Text
+/// file busy"), as `a_rewind_works_after_the_daemons_binary_was_replaced` did in CI.
+pub fn copy_executable(from: impl AsRef<Path>, to: impl AsRef<Path>) {
+    let (from, to) = (from.as_ref(), to.as_ref());
+    let out = Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .output()
+        .expect("run cp");
+    assert!(out.status.success(), "cp {from:?} {to:?}: {out:?}");
+}
+
 /// Runs the rewindfs binary.
 pub fn rewindfs(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run rewindfs")

@@ -1050,7 +1050,7 @@ fn a_rewind_works_after_the_daemons_binary_was_replaced() {
     let bin = m.tmp.path().join("bin");
     fs::create_dir(&bin).unwrap();
     let exe = bin.join("rewindfs");
-    fs::copy(BIN, &exe).unwrap();
+    crate::support::copy_executable(BIN, &exe);
     let out = std::process::Command::new(&exe)
         .args(["mount", m.dir.to_str().unwrap(), "--store"])
         .arg(&m.store)
